@@ -1,0 +1,248 @@
+//! An agent: a registry, a permission gate, hooks, an optional plan and
+//! optional subagents, assembled once and run on one question.
+
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::agent_id::AgentId;
+use crate::conversation::{Budget, Conversation, Outcome};
+use crate::driver;
+use crate::error::{InputError, SetupError};
+use crate::executor::{Gate, ToolRecord, Toolbox, Warning};
+use crate::hooks::{AuditEntry, AuditLog, Hooks};
+use crate::model::Model;
+use crate::monitor::{AgentObserver, Monitor, SharedMonitor};
+use crate::permission::Approver;
+use crate::plan::SharedPlan;
+use crate::protocol::Usage;
+use crate::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
+use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
+
+/// The default parent system prompt.
+pub const PARENT_SYSTEM: &str = "You are a careful coding agent working in a workspace. Use the tools to \
+read files, delegate self-contained sub-questions with `task`, keep a plan with `todo_write`, and ask to run \
+the program with `run_main` only when needed. Say plainly what you did not verify.";
+
+/// Builds an [`Agent`]. The approver is required up front: it is the one
+/// gate for the parent and every child.
+pub struct AgentBuilder {
+    system: String,
+    registry: Registry,
+    hooks: Hooks,
+    plan: Option<SharedPlan>,
+    shared: Shared,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("registry", &self.registry)
+            .field("hooks", &self.hooks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    /// A builder with no tools, no hooks, [`PARENT_SYSTEM`] and `approver` as the gate.
+    pub fn new(approver: Arc<dyn Approver>) -> Self {
+        Self {
+            system: PARENT_SYSTEM.to_owned(),
+            registry: Registry::new(),
+            hooks: Hooks::none(),
+            plan: None,
+            shared: Shared {
+                approver,
+                audit: AuditLog::new(),
+                monitor: SharedMonitor::default(),
+                children: Arc::new(Mutex::new(Vec::new())),
+            },
+        }
+    }
+
+    /// The parent's system prompt.
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = system.into();
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Result<Self, SetupError> {
+        self.registry.register(tool)?;
+        Ok(self)
+    }
+
+    /// Adds a read-only tool (one a subagent whitelist may name).
+    pub fn read_only_tool(mut self, tool: impl ReadOnlyTool + 'static) -> Result<Self, SetupError> {
+        self.registry.register_read_only(tool)?;
+        Ok(self)
+    }
+
+    /// Adds `todo_write` and attaches the current plan to every parent request.
+    pub fn plan(mut self) -> Result<Self, SetupError> {
+        let plan = SharedPlan::new();
+        self.registry.register(TodoWrite::new(plan.clone()))?;
+        self.plan = Some(plan);
+        Ok(self)
+    }
+
+    /// The parent's hooks.
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Adds a monitor (progress printer, trace, ...); it sees the parent and every child.
+    pub fn monitor(self, monitor: impl Monitor + 'static) -> Self {
+        self.shared.monitor.add(monitor);
+        self
+    }
+
+    /// Adds the `task` tool. The child registry is built now, from the tools
+    /// registered so far, by the config's whitelist.
+    pub fn subagents(mut self, config: SubagentConfig) -> Result<Self, SetupError> {
+        let task = TaskTool::new(&self.registry, config, self.shared.clone())?;
+        self.registry.register(task)?;
+        Ok(self)
+    }
+
+    /// The tool definitions the parent will offer.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Finishes the agent.
+    pub fn build(self) -> Agent {
+        Agent {
+            system: self.system,
+            registry: self.registry,
+            hooks: self.hooks,
+            plan: self.plan,
+            shared: self.shared,
+        }
+    }
+}
+
+/// An assembled agent, run once with [`Agent::run`].
+pub struct Agent {
+    system: String,
+    registry: Registry,
+    hooks: Hooks,
+    plan: Option<SharedPlan>,
+    shared: Shared,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// The parent's outcome.
+    pub outcome: Outcome,
+    /// The parent's tool calls, in order.
+    pub tools: Vec<ToolRecord>,
+    /// Every child, in delegation order.
+    pub children: Vec<ChildRecord>,
+    /// Hook warnings of the parent.
+    pub warnings: Vec<Warning>,
+    /// The audit log of the whole run.
+    pub audit: Vec<AuditEntry>,
+}
+
+impl RunReport {
+    /// Token counts of the parent and every child together.
+    pub fn total_usage(&self) -> Usage {
+        let mut total = self.outcome.usage;
+        for child in &self.children {
+            let usage = child.outcome.usage;
+            total.input_tokens += usage.input_tokens;
+            total.output_tokens += usage.output_tokens;
+            total.cache_creation_input_tokens += usage.cache_creation_input_tokens;
+            total.cache_read_input_tokens += usage.cache_read_input_tokens;
+        }
+        total
+    }
+
+    /// The CLI's `--json` object: `status`, `text`, `calls`, `tools`,
+    /// `children` (agent, task, report, tools), `warnings`, `usage`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let children: Vec<serde_json::Value> = self
+            .children
+            .iter()
+            .map(|child| {
+                serde_json::json!({
+                    "agent": child.agent,
+                    "parent_tool_use_id": child.parent_tool_use_id,
+                    "task": child.task,
+                    "status": child.report.status,
+                    "summary": child.report.summary,
+                    "calls": child.report.calls,
+                    "is_error": child.report.is_error,
+                    "tools": child.tools,
+                    "warnings": child.warnings,
+                    "usage": child.outcome.usage,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "status": self.outcome.status,
+            "text": self.outcome.text,
+            "calls": self.outcome.calls,
+            "tools": self.tools,
+            "children": children,
+            "warnings": self.warnings,
+            "usage": {"parent": self.outcome.usage, "total": self.total_usage()},
+        })
+    }
+}
+
+impl Agent {
+    /// Runs the parent conversation on `question` with `budget` model requests.
+    pub fn run(
+        self,
+        question: &str,
+        budget: Budget,
+        model: &mut dyn Model,
+    ) -> Result<RunReport, InputError> {
+        let conversation = Conversation::start(question, budget)?.with_system(self.system.as_str());
+        let agent = AgentId::Parent;
+        let gate = Gate {
+            registry: &self.registry,
+            approver: self.shared.approver.as_ref(),
+            hooks: &self.hooks,
+            audit: &self.shared.audit,
+            monitor: &self.shared.monitor,
+        };
+        let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref());
+        let mut observer = AgentObserver {
+            agent: &agent,
+            monitor: &self.shared.monitor,
+        };
+        let outcome = driver::run(conversation, model, &mut toolbox, &mut observer);
+        let (tools, warnings) = toolbox.into_parts();
+        let mut children = std::mem::take(
+            &mut *self
+                .shared
+                .children
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner()),
+        );
+        children.sort_by_key(|child| match child.agent {
+            AgentId::Child { number, .. } => number,
+            AgentId::Parent => 0,
+        });
+        Ok(RunReport {
+            outcome,
+            tools,
+            children,
+            warnings,
+            audit: self.shared.audit.entries(),
+        })
+    }
+}

@@ -1,0 +1,725 @@
+//! The typestate conversation: what may happen next is written in the type.
+//!
+//! ```text
+//!              start(question, budget)
+//!                       │
+//!                       ▼
+//!           ┌──► Conversation<AwaitingModel> ── model_failed ──► Finished<ModelError>
+//!           │           │ receive(reply)
+//!           │           ├── end_turn + text, no tool_use ─────────► Finished<Answered>
+//!           │           ├── max_tokens / refusal / pause_turn … ──► Finished<ModelStopped>
+//!           │           ├── malformed / inconsistent ─────────────► Finished<ProtocolError>
+//!           │           ▼ tool_use + ≥1 well-formed call
+//!           │   Conversation<AwaitingTools>
+//!           │           │ answer every pending call (ids paired by the machine)
+//!           │           ▼
+//!           └── budget left?  no ─────────────────────────────────► Finished<CallLimit>
+//! ```
+//!
+//! Every transition consumes `self`; a finished conversation has no transition
+//! at all, so "keep going after the end" does not compile:
+//!
+//! ```compile_fail
+//! use subloop::{Budget, Conversation, ModelResponse, Reply};
+//! let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
+//! if let Reply::Answered(done) = conversation.receive(ModelResponse::answer("hello")) {
+//!     done.receive(ModelResponse::answer("again")); // no `receive` on Finished
+//! }
+//! ```
+//!
+//! Tools cannot be skipped: a conversation awaiting tool results has no way to
+//! ask the model again until every call is answered.
+//!
+//! ```compile_fail
+//! use subloop::{Budget, Conversation, ModelResponse, Reply};
+//! use serde_json::json;
+//! let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
+//! let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+//! if let Reply::Tools(pending) = conversation.receive(reply) {
+//!     pending.receive(ModelResponse::answer("skip the tools")); // no `receive` here
+//! }
+//! ```
+//!
+//! And nobody outside the crate can conjure a state:
+//!
+//! ```compile_fail
+//! let state = subloop::AwaitingModel { _private: () };
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::num::NonZeroU32;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::error::{InputError, ModelFailure, SubmitError};
+use crate::protocol::{
+    Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition,
+    ToolResultContent, ToolUseId, Usage, join_text,
+};
+
+/// How many model requests a conversation may make: at least one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Budget(NonZeroU32);
+
+impl Budget {
+    /// A budget of `max_calls` model requests; 0 is an [`InputError`], not a status.
+    pub fn new(max_calls: u32) -> Result<Self, InputError> {
+        NonZeroU32::new(max_calls)
+            .map(Self)
+            .ok_or(InputError::ZeroBudget)
+    }
+
+    /// The number of model requests allowed.
+    pub fn get(self) -> u32 {
+        self.0.get()
+    }
+}
+
+/// A tool call the model asked for, taken from a validated reply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCall {
+    id: ToolUseId,
+    name: String,
+    input: Value,
+}
+
+impl ToolCall {
+    /// A call, for hosts and tests that drive tools directly.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        Self {
+            id: ToolUseId::new(id),
+            name: name.into(),
+            input,
+        }
+    }
+
+    /// The id its result must carry.
+    pub fn id(&self) -> &ToolUseId {
+        &self.id
+    }
+
+    /// The tool's name as the model wrote it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The arguments as the model wrote them.
+    pub fn input(&self) -> &Value {
+        &self.input
+    }
+}
+
+/// What a tool produced for one call; the machine attaches the call's id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// The text sent back to the model.
+    pub content: String,
+    /// Whether the call failed or was refused.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failed or refused call.
+    pub fn error(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// A result with its id, for the raw [`Conversation::submit`] form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The id of the call this answers.
+    pub tool_use_id: ToolUseId,
+    /// The text sent back to the model.
+    pub content: String,
+    /// Whether the call failed or was refused.
+    pub is_error: bool,
+}
+
+/// What made a reply unacceptable; the conversation finishes `protocol_error`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Violation {
+    /// A block of an unknown type, or with broken fields.
+    #[error("unsupported `{kind}` block: {reason}")]
+    UnsupportedBlock {
+        /// The block's type string.
+        kind: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A tool_use block with an empty id.
+    #[error("tool_use block {index} has an empty id")]
+    EmptyId {
+        /// Its position among the reply's blocks.
+        index: usize,
+    },
+    /// A tool_use block with an empty name.
+    #[error("tool_use `{id}` has an empty name")]
+    EmptyName {
+        /// Its id.
+        id: ToolUseId,
+    },
+    /// Two tool_use blocks of one reply share an id.
+    #[error("tool_use id `{id}` appears twice in one reply")]
+    DuplicateId {
+        /// The repeated id.
+        id: ToolUseId,
+    },
+    /// `stop_reason: tool_use` but no tool_use block.
+    #[error("stop_reason is tool_use but the reply holds no tool_use block")]
+    ToolUseWithoutCalls,
+    /// `stop_reason: end_turn` with tool_use blocks.
+    #[error("stop_reason is end_turn but the reply holds {count} tool_use block(s)")]
+    EndTurnWithCalls {
+        /// How many calls.
+        count: usize,
+    },
+    /// `stop_reason: end_turn` with neither calls nor text.
+    #[error("stop_reason is end_turn but the reply holds no text")]
+    EndTurnWithoutText,
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The erased status of a finished conversation, as written in [`Outcome`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusKind {
+    /// The model gave an answer (not: "the program ran").
+    Answered,
+    /// The call budget was spent.
+    CallLimit,
+    /// A model request failed.
+    ModelError,
+    /// A reply broke the protocol.
+    ProtocolError,
+    /// The model stopped for another reason (`max_tokens`, `refusal`, ...).
+    ModelStopped,
+}
+
+impl StatusKind {
+    /// The status string (`answered`, `call_limit`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::CallLimit => "call_limit",
+            Self::ModelError => "model_error",
+            Self::ProtocolError => "protocol_error",
+            Self::ModelStopped => "model_stopped",
+        }
+    }
+}
+
+impl fmt::Display for StatusKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A final status. Sealed: only the statuses of this module exist.
+pub trait Status: sealed::Sealed {
+    /// The erased kind of this status.
+    const KIND: StatusKind;
+}
+
+/// The model gave an answer: `end_turn`, text, no tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    _private: (),
+}
+
+/// The budget was spent after a tool round; the results are in the history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallLimit {
+    _private: (),
+}
+
+/// A model request failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelError {
+    failure: ModelFailure,
+}
+
+impl ModelError {
+    /// What failed.
+    pub fn failure(&self) -> &ModelFailure {
+        &self.failure
+    }
+}
+
+/// A reply broke the protocol; it was not added to the history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtocolError {
+    violation: Violation,
+    reply: ModelResponse,
+}
+
+impl ProtocolError {
+    /// The rule the reply broke.
+    pub fn violation(&self) -> &Violation {
+        &self.violation
+    }
+
+    /// The rejected reply, as received.
+    pub fn reply(&self) -> &ModelResponse {
+        &self.reply
+    }
+}
+
+/// The model stopped for a reason other than `end_turn` or `tool_use`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelStopped {
+    reason: Option<StopReason>,
+    reply: ModelResponse,
+}
+
+impl ModelStopped {
+    /// The stop reason, `None` when the reply had none.
+    pub fn reason(&self) -> Option<&StopReason> {
+        self.reason.as_ref()
+    }
+
+    /// The reply, as received (not added to the history).
+    pub fn reply(&self) -> &ModelResponse {
+        &self.reply
+    }
+}
+
+macro_rules! statuses {
+    ($($ty:ident => $kind:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $ty {}
+        impl Status for $ty {
+            const KIND: StatusKind = StatusKind::$kind;
+        }
+    )*};
+}
+
+statuses! {
+    Answered => Answered,
+    CallLimit => CallLimit,
+    ModelError => ModelError,
+    ProtocolError => ProtocolError,
+    ModelStopped => ModelStopped,
+}
+
+/// State: the next step is a model request.
+#[derive(Debug)]
+pub struct AwaitingModel {
+    _private: (),
+}
+
+/// State: the last reply asked for tools; every call needs exactly one result.
+#[derive(Debug)]
+pub struct AwaitingTools {
+    calls: Vec<ToolCall>,
+}
+
+/// State: the conversation is over, with status `S` and a text.
+#[derive(Debug)]
+pub struct Finished<S: Status> {
+    status: S,
+    text: String,
+}
+
+/// Data shared by every state.
+#[derive(Debug, Clone)]
+struct Core {
+    system: String,
+    history: Vec<Message>,
+    budget: Budget,
+    calls: u32,
+    usage: Usage,
+}
+
+/// A conversation in state `S`: [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
+#[derive(Debug)]
+pub struct Conversation<S> {
+    core: Core,
+    state: S,
+}
+
+/// What a reply led to, decided at run time.
+#[derive(Debug)]
+pub enum Reply {
+    /// The model asked for tools.
+    Tools(Conversation<AwaitingTools>),
+    /// The model answered.
+    Answered(Conversation<Finished<Answered>>),
+    /// The model stopped for another reason.
+    ModelStopped(Conversation<Finished<ModelStopped>>),
+    /// The reply broke the protocol.
+    ProtocolError(Conversation<Finished<ProtocolError>>),
+}
+
+/// What answering the tools led to.
+#[derive(Debug)]
+pub enum AfterTools {
+    /// Budget left: ask the model again.
+    Continue(Conversation<AwaitingModel>),
+    /// Budget spent: finished with the results in the history.
+    CallLimit(Conversation<Finished<CallLimit>>),
+}
+
+/// Raw results were refused; the unchanged state is handed back.
+#[derive(Debug)]
+pub struct Rejected<C> {
+    /// The conversation, as it was before the call.
+    pub conversation: C,
+    /// Why the results were refused.
+    pub error: SubmitError,
+}
+
+/// The erased, serializable view of a finished conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// How it finished.
+    pub status: StatusKind,
+    /// The answer, or what stopped it.
+    pub text: String,
+    /// Model requests made.
+    pub calls: u32,
+    /// The whole history.
+    pub messages: Vec<Message>,
+    /// Token counts summed over every reply that reported them.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl<S> Conversation<S> {
+    /// The history so far: the question, replies and tool results.
+    pub fn history(&self) -> &[Message] {
+        &self.core.history
+    }
+
+    /// The system prompt.
+    pub fn system(&self) -> &str {
+        &self.core.system
+    }
+
+    /// Model requests made so far (including a failed one).
+    pub fn calls_made(&self) -> u32 {
+        self.core.calls
+    }
+
+    /// The call budget.
+    pub fn budget(&self) -> Budget {
+        self.core.budget
+    }
+
+    /// Token counts summed over the replies so far.
+    pub fn usage(&self) -> Usage {
+        self.core.usage
+    }
+
+    fn finish<T: Status>(self, status: T, text: String) -> Conversation<Finished<T>> {
+        Conversation {
+            core: self.core,
+            state: Finished { status, text },
+        }
+    }
+}
+
+impl Conversation<AwaitingModel> {
+    /// Starts a conversation whose history is one user message, `question`.
+    pub fn start(question: &str, budget: Budget) -> Result<Self, InputError> {
+        if question.trim().is_empty() {
+            return Err(InputError::EmptyQuestion);
+        }
+        Ok(Self {
+            core: Core {
+                system: String::new(),
+                history: vec![Message::user_text(question)],
+                budget,
+                calls: 0,
+                usage: Usage::default(),
+            },
+            state: AwaitingModel { _private: () },
+        })
+    }
+
+    /// Sets the system prompt sent with every request.
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.core.system = system.into();
+        self
+    }
+
+    /// The next request, borrowing the history (nothing is copied).
+    pub fn request<'a>(
+        &'a self,
+        tools: &'a [ToolDefinition],
+        attachment: Option<&'a str>,
+    ) -> Request<'a> {
+        Request {
+            system: &self.core.system,
+            tools,
+            messages: &self.core.history,
+            attachment,
+        }
+    }
+
+    /// The request failed: finish `model_error`. The failed request counts against the budget.
+    pub fn model_failed(mut self, failure: ModelFailure) -> Conversation<Finished<ModelError>> {
+        self.core.calls += 1;
+        let text = format!("model request failed: {failure}");
+        self.finish(ModelError { failure }, text)
+    }
+
+    /// Takes the model's reply and decides what comes next.
+    ///
+    /// The reply is checked once, here: every block of a known type, tool_use
+    /// ids non-empty and unique, stop reason and content in agreement. An
+    /// accepted reply is appended to the history before any tool runs; a
+    /// rejected one is kept in the final status, not in the history.
+    pub fn receive(mut self, reply: ModelResponse) -> Reply {
+        self.core.calls += 1;
+        if let Some(usage) = reply.usage {
+            let total = &mut self.core.usage;
+            total.input_tokens += usage.input_tokens;
+            total.output_tokens += usage.output_tokens;
+            total.cache_creation_input_tokens += usage.cache_creation_input_tokens;
+            total.cache_read_input_tokens += usage.cache_read_input_tokens;
+        }
+        let blocks = match known_blocks(&reply) {
+            Ok(blocks) => blocks,
+            Err(violation) => return self.reject(violation, reply),
+        };
+        let text = join_text(blocks.iter());
+        let calls = match tool_calls(&blocks) {
+            Ok(calls) => calls,
+            Err(violation) => return self.reject(violation, reply),
+        };
+        match reply.stop_reason {
+            Some(StopReason::EndTurn) => {
+                if !calls.is_empty() {
+                    let count = calls.len();
+                    self.reject(Violation::EndTurnWithCalls { count }, reply)
+                } else if text.trim().is_empty() {
+                    self.reject(Violation::EndTurnWithoutText, reply)
+                } else {
+                    self.core.history.push(assistant(blocks));
+                    Reply::Answered(self.finish(Answered { _private: () }, text))
+                }
+            }
+            Some(StopReason::ToolUse) => {
+                if calls.is_empty() {
+                    return self.reject(Violation::ToolUseWithoutCalls, reply);
+                }
+                self.core.history.push(assistant(blocks));
+                Reply::Tools(Conversation {
+                    core: self.core,
+                    state: AwaitingTools { calls },
+                })
+            }
+            ref other => {
+                let reason = other.clone();
+                let mut message = match &reason {
+                    Some(reason) => format!("model stopped: {reason}"),
+                    None => "model stopped without a stop reason".to_owned(),
+                };
+                if !text.trim().is_empty() {
+                    message.push('\n');
+                    message.push_str(&text);
+                }
+                Reply::ModelStopped(self.finish(ModelStopped { reason, reply }, message))
+            }
+        }
+    }
+
+    fn reject(self, violation: Violation, reply: ModelResponse) -> Reply {
+        let text = format!("protocol error: {violation}");
+        Reply::ProtocolError(self.finish(ProtocolError { violation, reply }, text))
+    }
+}
+
+fn assistant(content: Vec<Block>) -> Message {
+    Message {
+        role: Role::Assistant,
+        content,
+    }
+}
+
+fn known_blocks(reply: &ModelResponse) -> Result<Vec<Block>, Violation> {
+    reply
+        .content
+        .iter()
+        .map(|block| match block {
+            ReplyBlock::Known(block) => Ok(block.clone()),
+            ReplyBlock::Unsupported { kind, reason, .. } => Err(Violation::UnsupportedBlock {
+                kind: kind.clone(),
+                reason: reason.clone(),
+            }),
+        })
+        .collect()
+}
+
+fn tool_calls(blocks: &[Block]) -> Result<Vec<ToolCall>, Violation> {
+    let mut seen = HashSet::new();
+    let mut calls = Vec::new();
+    for (index, block) in blocks.iter().enumerate() {
+        if let Block::ToolUse { id, name, input } = block {
+            if id.as_str().is_empty() {
+                return Err(Violation::EmptyId { index });
+            }
+            if !seen.insert(id.as_str()) {
+                return Err(Violation::DuplicateId { id: id.clone() });
+            }
+            if name.is_empty() {
+                return Err(Violation::EmptyName { id: id.clone() });
+            }
+            calls.push(ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+            });
+        }
+    }
+    Ok(calls)
+}
+
+impl Conversation<AwaitingTools> {
+    /// The pending calls, in the order the model wrote them.
+    pub fn calls(&self) -> &[ToolCall] {
+        &self.state.calls
+    }
+
+    /// Answers every pending call, in order, with `answer`. The machine pairs
+    /// each output with its call's id, so a mismatch cannot be written.
+    pub fn answer_with(self, mut answer: impl FnMut(&ToolCall) -> ToolOutput) -> AfterTools {
+        let blocks = self
+            .state
+            .calls
+            .iter()
+            .map(|call| {
+                let output = answer(call);
+                result_block(call.id.clone(), output.content, output.is_error)
+            })
+            .collect();
+        self.after_results(blocks)
+    }
+
+    /// The raw form, for hosts and fuzzers: results in any order, one per
+    /// pending id. Missing, foreign or duplicate ids are refused and the
+    /// unchanged conversation is handed back. Accepted results are stored in
+    /// call order.
+    // The state is handed back by value on purpose (as ureq-proto does): no
+    // allocation on the happy path, and the caller keeps ownership.
+    #[allow(clippy::result_large_err)]
+    pub fn submit(self, results: Vec<ToolResult>) -> Result<AfterTools, Rejected<Self>> {
+        match order_results(&self.state.calls, results) {
+            Ok(blocks) => Ok(self.after_results(blocks)),
+            Err(error) => Err(Rejected {
+                conversation: self,
+                error,
+            }),
+        }
+    }
+
+    fn after_results(mut self, blocks: Vec<Block>) -> AfterTools {
+        self.core.history.push(Message {
+            role: Role::User,
+            content: blocks,
+        });
+        if self.core.calls >= self.core.budget.get() {
+            let text = format!(
+                "call limit reached: {} model request(s) used; the last tool results are in the history",
+                self.core.calls
+            );
+            AfterTools::CallLimit(self.finish(CallLimit { _private: () }, text))
+        } else {
+            AfterTools::Continue(Conversation {
+                core: self.core,
+                state: AwaitingModel { _private: () },
+            })
+        }
+    }
+}
+
+fn result_block(tool_use_id: ToolUseId, content: String, is_error: bool) -> Block {
+    Block::ToolResult {
+        tool_use_id,
+        content: ToolResultContent::Text(content),
+        is_error,
+    }
+}
+
+fn order_results(calls: &[ToolCall], results: Vec<ToolResult>) -> Result<Vec<Block>, SubmitError> {
+    let mut slots: Vec<Option<ToolResult>> = vec![None; calls.len()];
+    for result in results {
+        let index = calls
+            .iter()
+            .position(|call| call.id == result.tool_use_id)
+            .ok_or_else(|| SubmitError::Foreign(result.tool_use_id.clone()))?;
+        let slot = slots
+            .get_mut(index)
+            .ok_or_else(|| SubmitError::Foreign(result.tool_use_id.clone()))?;
+        if slot.is_some() {
+            return Err(SubmitError::Duplicate(result.tool_use_id));
+        }
+        *slot = Some(result);
+    }
+    calls
+        .iter()
+        .zip(slots)
+        .map(|(call, slot)| {
+            slot.map(|result| result_block(result.tool_use_id, result.content, result.is_error))
+                .ok_or_else(|| SubmitError::Missing(call.id.clone()))
+        })
+        .collect()
+}
+
+impl<S: Status> Conversation<Finished<S>> {
+    /// The erased status.
+    pub fn status_kind(&self) -> StatusKind {
+        S::KIND
+    }
+
+    /// The typed status, with its details.
+    pub fn status(&self) -> &S {
+        &self.state.status
+    }
+
+    /// The answer, or what stopped the conversation.
+    pub fn text(&self) -> &str {
+        &self.state.text
+    }
+
+    /// The erased, serializable view.
+    pub fn into_outcome(self) -> Outcome {
+        Outcome {
+            status: S::KIND,
+            text: self.state.text,
+            calls: self.core.calls,
+            messages: self.core.history,
+            usage: self.core.usage,
+        }
+    }
+}
+
+impl Reply {
+    /// The erased outcome if the reply finished the conversation, else the
+    /// conversation awaiting tools.
+    pub fn finished(self) -> Result<Outcome, Conversation<AwaitingTools>> {
+        match self {
+            Self::Tools(pending) => Err(pending),
+            Self::Answered(done) => Ok(done.into_outcome()),
+            Self::ModelStopped(done) => Ok(done.into_outcome()),
+            Self::ProtocolError(done) => Ok(done.into_outcome()),
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The driver: the only loop in the crate.
+//!
+//! [`run`] asks the model, hands the reply to the conversation, runs the
+//! requested tools through an [`Executor`], and repeats until the
+//! conversation finishes. It knows nothing of particular tools, files or
+//! HTTP: those live behind [`Model`] and [`Executor`]. A model failure
+//! finishes the conversation `model_error`; the loop never retries.
+
+use crate::conversation::{AfterTools, AwaitingModel, Conversation, Outcome, ToolCall, ToolOutput};
+use crate::error::ModelFailure;
+use crate::model::Model;
+use crate::protocol::{Message, ModelResponse, Request, ToolDefinition};
+
+/// Runs tool calls for the driver.
+pub trait Executor {
+    /// The tool definitions offered to the model: the same set that [`Executor::execute`] dispatches.
+    fn definitions(&self) -> &[ToolDefinition];
+
+    /// Text attached to the next request only (e.g. the current plan); not stored in the history.
+    fn attachment(&self) -> Option<String> {
+        None
+    }
+
+    /// Called once per tool reply, before [`Executor::execute`] is called for
+    /// each call in order; lets an executor run independent calls concurrently
+    /// ahead of time. The default does nothing.
+    fn prepare(&mut self, calls: &[ToolCall]) {
+        let _ = calls;
+    }
+
+    /// Runs one call and returns its output; the driver pairs it with the call's id.
+    fn execute(&mut self, call: &ToolCall) -> ToolOutput;
+}
+
+/// A progress event of one conversation.
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// Model request number `call` is about to be sent.
+    Request {
+        /// 1-based request number.
+        call: u32,
+        /// The request.
+        request: &'a Request<'a>,
+        /// The messages appended to the history since this conversation's previous request.
+        new_messages: &'a [Message],
+    },
+    /// The model replied.
+    Response {
+        /// 1-based request number.
+        call: u32,
+        /// The reply, as received.
+        response: &'a ModelResponse,
+    },
+    /// The model request failed.
+    ModelFailed {
+        /// 1-based request number.
+        call: u32,
+        /// What failed.
+        failure: &'a ModelFailure,
+    },
+    /// A tool call is about to be executed.
+    ToolRequested {
+        /// The call.
+        call: &'a ToolCall,
+    },
+    /// A tool call produced its output.
+    ToolFinished {
+        /// The call.
+        call: &'a ToolCall,
+        /// What it produced.
+        output: &'a ToolOutput,
+    },
+    /// The conversation finished.
+    Finished {
+        /// Its outcome.
+        outcome: &'a Outcome,
+    },
+}
+
+/// Receives progress events.
+pub trait Observer {
+    /// Called for every event, in order.
+    fn on_event(&mut self, event: &Event<'_>);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Observer for Silent {
+    fn on_event(&mut self, _event: &Event<'_>) {}
+}
+
+/// Drives `conversation` to its end and returns the outcome.
+pub fn run(
+    mut conversation: Conversation<AwaitingModel>,
+    model: &mut dyn Model,
+    executor: &mut dyn Executor,
+    observer: &mut dyn Observer,
+) -> Outcome {
+    let mut sent = 0;
+    let outcome = loop {
+        let call = conversation.calls_made() + 1;
+        let attachment = executor.attachment();
+        let reply = {
+            let request = conversation.request(executor.definitions(), attachment.as_deref());
+            let new_messages = request.messages.get(sent..).unwrap_or_default();
+            observer.on_event(&Event::Request {
+                call,
+                request: &request,
+                new_messages,
+            });
+            sent = request.messages.len();
+            model.respond(&request)
+        };
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(failure) => {
+                observer.on_event(&Event::ModelFailed {
+                    call,
+                    failure: &failure,
+                });
+                break conversation.model_failed(failure).into_outcome();
+            }
+        };
+        observer.on_event(&Event::Response {
+            call,
+            response: &reply,
+        });
+        let pending = match conversation.receive(reply).finished() {
+            Ok(outcome) => break outcome,
+            Err(pending) => pending,
+        };
+        executor.prepare(pending.calls());
+        let after = pending.answer_with(|call| {
+            observer.on_event(&Event::ToolRequested { call });
+            let output = executor.execute(call);
+            observer.on_event(&Event::ToolFinished {
+                call,
+                output: &output,
+            });
+            output
+        });
+        match after {
+            AfterTools::Continue(next) => conversation = next,
+            AfterTools::CallLimit(done) => break done.into_outcome(),
+        }
+    };
+    observer.on_event(&Event::Finished { outcome: &outcome });
+    outcome
+}

@@ -1,0 +1,387 @@
+//! The gated tool pipeline of one agent: registry → argument check →
+//! permission → before hooks → tool → after hooks, with an audit entry before
+//! and after every call. It is the driver's [`Executor`] for the parent and
+//! for every child alike.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use serde::Serialize;
+
+use crate::agent_id::AgentId;
+use crate::conversation::{ToolCall, ToolOutput};
+use crate::driver::Executor;
+use crate::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
+use crate::monitor::SharedMonitor;
+use crate::permission::{ApprovalRequest, Approver, Decision};
+use crate::plan::SharedPlan;
+use crate::protocol::{ToolDefinition, ToolUseId};
+use crate::tools::{Capability, Registry, Tool, ToolContext, refusal, schema};
+
+/// How a call was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallDecision {
+    /// The tool needs no approval and ran.
+    NotRequired,
+    /// The approver allowed it and it ran.
+    Allowed,
+    /// The approver denied it; it did not run.
+    Denied,
+    /// A before hook blocked it; it did not run.
+    Blocked,
+    /// A hook failed; the call did not run (fail closed).
+    HookFailed,
+    /// No such tool in this agent's registry; nothing ran.
+    Unregistered,
+    /// The arguments did not match the schema; nothing ran.
+    Invalid,
+}
+
+impl CallDecision {
+    /// The snake_case name, as in the JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotRequired => "not_required",
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Blocked => "blocked",
+            Self::HookFailed => "hook_failed",
+            Self::Unregistered => "unregistered",
+            Self::Invalid => "invalid",
+        }
+    }
+}
+
+/// One tool call as the host sees it afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolRecord {
+    /// The tool name the model used.
+    pub name: String,
+    /// The call's id.
+    pub id: ToolUseId,
+    /// How it was decided.
+    pub decision: CallDecision,
+    /// Whether the result is an error.
+    pub is_error: bool,
+}
+
+/// A warning raised by a hook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    /// The agent whose call raised it.
+    pub agent: AgentId,
+    /// The text.
+    pub text: String,
+}
+
+/// What an agent's tool pipeline needs; shared by reference for one conversation.
+#[derive(Clone, Copy)]
+pub(crate) struct Gate<'a> {
+    pub(crate) registry: &'a Registry,
+    pub(crate) approver: &'a dyn Approver,
+    pub(crate) hooks: &'a Hooks,
+    pub(crate) audit: &'a AuditLog,
+    pub(crate) monitor: &'a SharedMonitor,
+}
+
+/// The executor of one agent.
+pub(crate) struct Toolbox<'a> {
+    agent: AgentId,
+    gate: Gate<'a>,
+    plan: Option<&'a SharedPlan>,
+    records: Vec<ToolRecord>,
+    warnings: Vec<Warning>,
+    prepared: HashMap<ToolUseId, Answer>,
+}
+
+/// The outcome of the pipeline for one call.
+struct Answer {
+    output: ToolOutput,
+    record: ToolRecord,
+    warnings: Vec<String>,
+}
+
+enum Admission<'t> {
+    Refused(ToolOutput, CallDecision),
+    Admitted(&'t dyn Tool, CallDecision),
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
+}
+
+impl<'a> Toolbox<'a> {
+    pub(crate) fn new(agent: AgentId, gate: Gate<'a>, plan: Option<&'a SharedPlan>) -> Self {
+        Self {
+            agent,
+            gate,
+            plan,
+            records: Vec::new(),
+            warnings: Vec::new(),
+            prepared: HashMap::new(),
+        }
+    }
+
+    /// The records and warnings gathered, in call order.
+    pub(crate) fn into_parts(self) -> (Vec<ToolRecord>, Vec<Warning>) {
+        (self.records, self.warnings)
+    }
+
+    fn audit(&self, call: &ToolCall, phase: Phase, after: Option<(CallDecision, bool)>) {
+        self.gate.audit.record(AuditEntry {
+            agent: self.agent.clone(),
+            call_id: call.id().clone(),
+            tool: call.name().to_owned(),
+            phase,
+            decision: after.map(|(decision, _)| decision.as_str().to_owned()),
+            is_error: after.map(|(_, is_error)| is_error),
+        });
+    }
+
+    /// Registry, schema, permission and before hooks, in that order.
+    fn admit(&self, call: &ToolCall, warnings: &mut Vec<String>) -> Admission<'a> {
+        self.audit(call, Phase::Before, None);
+        let Some(tool) = self.gate.registry.get(call.name()) else {
+            return Admission::Refused(
+                refusal(format_args!("unregistered tool {}", call.name())),
+                CallDecision::Unregistered,
+            );
+        };
+        if let Err(err) = schema::validate(&tool.input_schema(), call.input()) {
+            return Admission::Refused(
+                refusal(format_args!("invalid input for {}: {err}", call.name())),
+                CallDecision::Invalid,
+            );
+        }
+        let mut decision = CallDecision::NotRequired;
+        if tool.capability().needs_approval() {
+            let action = tool.action(call.input());
+            let request = ApprovalRequest {
+                agent: &self.agent,
+                call,
+                action: &action,
+            };
+            match self.gate.approver.decide(&request) {
+                Decision::Allow => decision = CallDecision::Allowed,
+                Decision::Deny => {
+                    return Admission::Refused(refusal("permission denied"), CallDecision::Denied);
+                }
+            }
+        }
+        let hook_call = HookCall {
+            agent: &self.agent,
+            call,
+        };
+        for hook in self.gate.hooks.iter() {
+            let verdict = catch_unwind(AssertUnwindSafe(|| hook.before(&hook_call, warnings)));
+            match verdict {
+                Ok(Ok(Verdict::Continue)) => {}
+                Ok(Ok(Verdict::Block(reason))) => {
+                    return Admission::Refused(
+                        refusal(format_args!("blocked by hook {}: {reason}", hook.name())),
+                        CallDecision::Blocked,
+                    );
+                }
+                Ok(Err(err)) => {
+                    return Admission::Refused(
+                        refusal(format_args!("hook {} failed: {err}", hook.name())),
+                        CallDecision::HookFailed,
+                    );
+                }
+                Err(payload) => {
+                    return Admission::Refused(
+                        refusal(format_args!(
+                            "hook {} panicked: {}",
+                            hook.name(),
+                            panic_text(&*payload)
+                        )),
+                        CallDecision::HookFailed,
+                    );
+                }
+            }
+        }
+        Admission::Admitted(tool, decision)
+    }
+
+    /// After hooks, the after audit entry, and the record.
+    fn conclude(
+        &self,
+        call: &ToolCall,
+        mut output: ToolOutput,
+        decision: CallDecision,
+        ran: bool,
+        mut warnings: Vec<String>,
+    ) -> Answer {
+        if ran {
+            let hook_call = HookCall {
+                agent: &self.agent,
+                call,
+            };
+            for hook in self.gate.hooks.iter() {
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    hook.after(&hook_call, &output, &mut warnings)
+                }));
+                let failure = match result {
+                    Ok(Ok(())) => None,
+                    Ok(Err(err)) => Some(err.to_string()),
+                    Err(payload) => Some(format!("panicked: {}", panic_text(&*payload))),
+                };
+                if let Some(failure) = failure {
+                    output.is_error = true;
+                    output
+                        .content
+                        .push_str(&format!("\n[after hook {} failed: {failure}]", hook.name()));
+                    warnings.push(format!("after hook {} failed: {failure}", hook.name()));
+                }
+            }
+        }
+        self.audit(call, Phase::After, Some((decision, output.is_error)));
+        let record = ToolRecord {
+            name: call.name().to_owned(),
+            id: call.id().clone(),
+            decision,
+            is_error: output.is_error,
+        };
+        Answer {
+            output,
+            record,
+            warnings,
+        }
+    }
+
+    fn run_tool(&self, tool: &dyn Tool, call: &ToolCall) -> ToolOutput {
+        let context = ToolContext {
+            agent: &self.agent,
+            call,
+        };
+        catch_unwind(AssertUnwindSafe(|| tool.run(call.input(), &context))).unwrap_or_else(
+            |payload| {
+                ToolOutput::error(format!(
+                    "{} failed: the tool panicked: {}",
+                    call.name(),
+                    panic_text(&*payload)
+                ))
+            },
+        )
+    }
+
+    fn process(&self, call: &ToolCall) -> Answer {
+        let mut warnings = Vec::new();
+        match self.admit(call, &mut warnings) {
+            Admission::Refused(output, decision) => {
+                self.conclude(call, output, decision, false, warnings)
+            }
+            Admission::Admitted(tool, decision) => {
+                let output = self.run_tool(tool, call);
+                self.conclude(call, output, decision, true, warnings)
+            }
+        }
+    }
+
+    fn deliver(&mut self, answer: Answer) -> ToolOutput {
+        for text in answer.warnings {
+            self.gate.monitor.warning(&self.agent, &text);
+            self.warnings.push(Warning {
+                agent: self.agent.clone(),
+                text,
+            });
+        }
+        self.gate.monitor.tool(&self.agent, &answer.record);
+        self.records.push(answer.record);
+        answer.output
+    }
+}
+
+impl Executor for Toolbox<'_> {
+    fn definitions(&self) -> &[ToolDefinition] {
+        self.gate.registry.definitions()
+    }
+
+    fn attachment(&self) -> Option<String> {
+        self.plan.map(SharedPlan::render)
+    }
+
+    /// Several delegating calls in one reply run as one batch (concurrently,
+    /// for `task`); everything else runs one by one in [`Executor::execute`].
+    fn prepare(&mut self, calls: &[ToolCall]) {
+        let delegating: Vec<&ToolCall> = calls
+            .iter()
+            .filter(|call| {
+                self.gate
+                    .registry
+                    .get(call.name())
+                    .is_some_and(|tool| tool.capability() == Capability::Delegates)
+            })
+            .collect();
+        if delegating.len() < 2 {
+            return;
+        }
+        // Admission runs in call order; then each tool runs its admitted calls as one batch.
+        let mut admitted: Vec<(&ToolCall, &dyn Tool, CallDecision, Vec<String>)> = Vec::new();
+        for call in delegating {
+            let mut warnings = Vec::new();
+            match self.admit(call, &mut warnings) {
+                Admission::Refused(output, decision) => {
+                    let answer = self.conclude(call, output, decision, false, warnings);
+                    self.prepared.insert(call.id().clone(), answer);
+                }
+                Admission::Admitted(tool, decision) => {
+                    admitted.push((call, tool, decision, warnings))
+                }
+            }
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for (call, ..) in &admitted {
+            if !names.contains(&call.name()) {
+                names.push(call.name());
+            }
+        }
+        for name in names {
+            let group: Vec<_> = admitted
+                .iter()
+                .filter(|(call, ..)| call.name() == name)
+                .collect();
+            let Some((_, tool, ..)) = group.first() else {
+                continue;
+            };
+            let contexts: Vec<ToolContext<'_>> = group
+                .iter()
+                .map(|(call, ..)| ToolContext {
+                    agent: &self.agent,
+                    call,
+                })
+                .collect();
+            let outputs = catch_unwind(AssertUnwindSafe(|| tool.run_batch(&contexts)))
+                .unwrap_or_else(|payload| {
+                    let text = format!(
+                        "{name} failed: the tool panicked: {}",
+                        panic_text(&*payload)
+                    );
+                    vec![ToolOutput::error(text); contexts.len()]
+                });
+            let mut outputs = outputs.into_iter();
+            for (call, _, decision, warnings) in group {
+                let output = outputs.next().unwrap_or_else(|| {
+                    ToolOutput::error(format!(
+                        "{name} failed: the batch returned no result for this call"
+                    ))
+                });
+                let answer = self.conclude(call, output, *decision, true, warnings.clone());
+                self.prepared.insert(call.id().clone(), answer);
+            }
+        }
+    }
+
+    fn execute(&mut self, call: &ToolCall) -> ToolOutput {
+        let answer = match self.prepared.remove(call.id()) {
+            Some(answer) => answer,
+            None => self.process(call),
+        };
+        self.deliver(answer)
+    }
+}

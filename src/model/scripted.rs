@@ -1,0 +1,150 @@
+//! A model that replays replies from a script.
+//!
+//! Script format (JSON):
+//!
+//! ```json
+//! {"parent": [REPLY, ...], "children": [[REPLY, ...], ...]}
+//! ```
+//!
+//! `REPLY` is a Messages API response object (`stop_reason`, `content`; other
+//! fields such as `id`, `model`, `usage` are accepted) or `{"error": "text"}`
+//! for a failed request (an API error body `{"type": "error", "error":
+//! {"type", "message"}}` also counts). A reply that is a JSON object but not a
+//! message replays as a model failure, as a live API would. `children[i]` is
+//! the script of the i-th delegation of the run.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::Model;
+use crate::error::{ModelFailure, ScriptError};
+use crate::protocol::{ModelResponse, Request};
+
+/// One scripted reply: a response, or a failed request.
+pub type ScriptedReply = Result<ModelResponse, ModelFailure>;
+
+/// A parsed replay script.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Script {
+    /// The parent's replies, in order.
+    pub parent: Vec<ScriptedReply>,
+    /// One list of replies per delegation, in delegation order.
+    pub children: Vec<Vec<ScriptedReply>>,
+}
+
+impl Script {
+    /// Reads and parses a script file.
+    pub fn load(path: &Path) -> Result<Self, ScriptError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ScriptError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses a script from JSON text; the error says what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let value: Value = serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"))?;
+        let Value::Object(mut top) = value else {
+            return Err("the script must be a JSON object".to_owned());
+        };
+        if let Some(key) = top
+            .keys()
+            .find(|key| *key != "parent" && *key != "children")
+        {
+            return Err(format!("unknown key `{key}`"));
+        }
+        let parent = match top.remove("parent") {
+            Some(value) => replies(value, "parent")?,
+            None => return Err("missing key `parent`".to_owned()),
+        };
+        let children = match top.remove("children") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .enumerate()
+                .map(|(index, item)| replies(item, &format!("children[{index}]")))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err("`children` must be an array of arrays".to_owned()),
+        };
+        Ok(Self { parent, children })
+    }
+}
+
+fn replies(value: Value, place: &str) -> Result<Vec<ScriptedReply>, String> {
+    let Value::Array(items) = value else {
+        return Err(format!("`{place}` must be an array of replies"));
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| reply(item).map_err(|err| format!("{place}[{index}]: {err}")))
+        .collect()
+}
+
+/// Interprets one scripted reply.
+fn reply(value: Value) -> Result<ScriptedReply, String> {
+    if !value.is_object() {
+        return Err("a reply must be a JSON object".to_owned());
+    }
+    if let Some(error) = value.get("error") {
+        let failure = match error {
+            Value::String(text) => ModelFailure::new(text.clone()),
+            Value::Object(body) => {
+                let message = body
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("model request failed")
+                    .to_owned();
+                match body.get("type").and_then(Value::as_str) {
+                    Some(kind) => ModelFailure::with_kind(kind, message),
+                    None => ModelFailure::new(message),
+                }
+            }
+            other => ModelFailure::new(other.to_string()),
+        };
+        return Ok(Err(failure));
+    }
+    Ok(ModelResponse::from_value(value).map_err(|err| {
+        ModelFailure::with_kind("invalid_response", format!("reply is not a message: {err}"))
+    }))
+}
+
+/// Replays a list of replies, one per request; running out is a model failure.
+#[derive(Debug, Clone)]
+pub struct ScriptedModel {
+    replies: std::vec::IntoIter<ScriptedReply>,
+    used: usize,
+}
+
+impl ScriptedModel {
+    /// A model that replays `replies` in order.
+    pub fn new(replies: Vec<ScriptedReply>) -> Self {
+        Self {
+            replies: replies.into_iter(),
+            used: 0,
+        }
+    }
+}
+
+impl Model for ScriptedModel {
+    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        match self.replies.next() {
+            Some(reply) => {
+                self.used += 1;
+                reply
+            }
+            None => Err(ModelFailure::with_kind(
+                "script_exhausted",
+                format!(
+                    "script exhausted: all {} scripted replies were used",
+                    self.used
+                ),
+            )),
+        }
+    }
+}

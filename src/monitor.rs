@@ -1,0 +1,77 @@
+//! What a host watches during a run: driver events, tool records and warnings
+//! of the parent and every child, each tagged with its agent.
+
+use std::sync::{Arc, Mutex};
+
+use crate::agent_id::AgentId;
+use crate::driver::{Event, Observer};
+use crate::executor::ToolRecord;
+
+/// Receives everything that happens in a run. Children may run on other
+/// threads; calls are serialized by a lock.
+pub trait Monitor: Send {
+    /// A driver event of `agent`.
+    fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
+        let _ = (agent, event);
+    }
+
+    /// A tool call of `agent` was decided and answered.
+    fn tool(&mut self, agent: &AgentId, record: &ToolRecord) {
+        let _ = (agent, record);
+    }
+
+    /// A hook of `agent` raised a warning.
+    fn warning(&mut self, agent: &AgentId, warning: &str) {
+        let _ = (agent, warning);
+    }
+}
+
+/// A list of monitors, shared by the parent and its children; every call goes to each.
+#[derive(Clone, Default)]
+pub struct SharedMonitor(Arc<Mutex<Vec<Box<dyn Monitor>>>>);
+
+impl std::fmt::Debug for SharedMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedMonitor")
+    }
+}
+
+impl SharedMonitor {
+    /// Adds a monitor.
+    pub fn add(&self, monitor: impl Monitor + 'static) {
+        self.with(|list| list.push(Box::new(monitor)));
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Vec<Box<dyn Monitor>>) -> R) -> R {
+        let mut guard = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        f(&mut guard)
+    }
+
+    /// Forwards an event.
+    pub fn event(&self, agent: &AgentId, event: &Event<'_>) {
+        self.with(|list| list.iter_mut().for_each(|m| m.event(agent, event)));
+    }
+
+    /// Forwards a tool record.
+    pub fn tool(&self, agent: &AgentId, record: &ToolRecord) {
+        self.with(|list| list.iter_mut().for_each(|m| m.tool(agent, record)));
+    }
+
+    /// Forwards a warning.
+    pub fn warning(&self, agent: &AgentId, warning: &str) {
+        self.with(|list| list.iter_mut().for_each(|m| m.warning(agent, warning)));
+    }
+}
+
+/// The driver's [`Observer`] for one agent: tags events and forwards them.
+#[derive(Debug)]
+pub(crate) struct AgentObserver<'a> {
+    pub(crate) agent: &'a AgentId,
+    pub(crate) monitor: &'a SharedMonitor,
+}
+
+impl Observer for AgentObserver<'_> {
+    fn on_event(&mut self, event: &Event<'_>) {
+        self.monitor.event(self.agent, event);
+    }
+}

@@ -1,0 +1,103 @@
+//! Tools: the [`Tool`] trait, the [`Registry`], argument checks, and the
+//! built-in tools `read_file`, `run_main` and `todo_write`.
+//!
+//! A registry is the single source of both the tool definitions sent to the
+//! model and the dispatch table, so a name the request did not offer cannot
+//! be dispatched.
+
+mod read_file;
+mod registry;
+mod run_main;
+pub mod schema;
+mod todo;
+
+pub use read_file::{DEFAULT_READ_LIMIT, ReadFile};
+pub use registry::{ReadOnlyRegistry, Registry};
+pub use run_main::{RunMain, RunSettings, split_command};
+pub use todo::TodoWrite;
+
+use serde_json::Value;
+
+use crate::agent_id::AgentId;
+use crate::conversation::{ToolCall, ToolOutput};
+
+/// What a tool may do; decides whether it needs approval and whether a child may hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    /// Only reads; runs freely and may be given to a subagent.
+    ReadOnly,
+    /// Executes programs; runs only after approval.
+    Executes,
+    /// Changes the agent's plan.
+    Plans,
+    /// Hands work to a subagent.
+    Delegates,
+}
+
+impl Capability {
+    /// Whether each call needs the approver's consent.
+    pub fn needs_approval(self) -> bool {
+        matches!(self, Self::Executes)
+    }
+}
+
+/// Who is calling a tool, and with which call.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolContext<'a> {
+    /// The agent making the call (`parent`, `child-1`, ...).
+    pub agent: &'a AgentId,
+    /// The call, with its id.
+    pub call: &'a ToolCall,
+}
+
+/// A tool the model can call.
+pub trait Tool: Send + Sync {
+    /// The name the model calls it by.
+    fn name(&self) -> &str;
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+    /// The JSON schema of its input; arguments are checked against it before [`Tool::run`].
+    fn input_schema(&self) -> Value;
+    /// What it may do.
+    fn capability(&self) -> Capability;
+    /// A one-line description of what a call would do, shown when asking for approval.
+    fn action(&self, input: &Value) -> String {
+        format!("{} {}", self.name(), input)
+    }
+
+    /// Runs one call with checked arguments.
+    fn run(&self, input: &Value, context: &ToolContext<'_>) -> ToolOutput;
+
+    /// Runs several calls of one reply; outputs in call order. The default
+    /// runs them one after another; a tool whose calls are independent (such
+    /// as `task`) may run them concurrently.
+    fn run_batch(&self, calls: &[ToolContext<'_>]) -> Vec<ToolOutput> {
+        calls
+            .iter()
+            .map(|context| self.run(context.call.input(), context))
+            .collect()
+    }
+}
+
+/// A tool that only reads. Only these can be put in a [`ReadOnlyRegistry`],
+/// the registry a subagent gets.
+///
+/// `task`, `run_main` and `todo_write` do not implement it, and the orphan
+/// rule stops anyone else from implementing it for them, so a child holding
+/// one of them cannot be written:
+///
+/// ```compile_fail
+/// use subloop::tools::{ReadOnlyRegistry, RunMain, RunSettings};
+/// let run_main = RunMain::new(std::path::Path::new("."), RunSettings::default()).unwrap();
+/// let child = ReadOnlyRegistry::new().with(run_main); // RunMain: !ReadOnlyTool
+/// ```
+pub trait ReadOnlyTool: Tool {}
+
+/// The refusal text every refused call starts with.
+pub const NOT_EXECUTED: &str = "not executed:";
+
+/// A refusal: `not executed: <reason>`, as an error result.
+pub fn refusal(reason: impl std::fmt::Display) -> ToolOutput {
+    ToolOutput::error(format!("{NOT_EXECUTED} {reason}"))
+}

@@ -1,0 +1,263 @@
+//! `read_file {"path": string}`: a UTF-8 text file inside the workspace.
+//!
+//! Refused, without hanging: empty paths, paths with NUL or over 4096 bytes,
+//! absolute paths, `..` that leaves the workspace, symlinks (at any level)
+//! that resolve outside it, missing files, and anything that is not a
+//! regular file (directories, FIFOs, sockets, devices). The file type is
+//! checked before opening, and the file is opened non-blocking without
+//! following a final symlink, then checked again on the open handle. At most
+//! `limit + 4` bytes are read; a longer file is cut at a character boundary
+//! with a last line saying how much is shown.
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{Value, json};
+use thiserror::Error;
+
+use super::{Capability, ReadOnlyTool, Tool, ToolContext};
+use crate::conversation::ToolOutput;
+use crate::error::SetupError;
+
+/// The default read limit: 64 KiB.
+pub const DEFAULT_READ_LIMIT: usize = 64 * 1024;
+
+/// The longest path accepted, in bytes.
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// Why a file was not read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ReadError {
+    /// The path is empty.
+    #[error("the path is empty")]
+    Empty,
+    /// The path holds a NUL byte.
+    #[error("the path contains a NUL byte")]
+    Nul,
+    /// The path is longer than [`MAX_PATH_BYTES`].
+    #[error("the path is {0} bytes long; the limit is 4096")]
+    TooLong(usize),
+    /// The path is absolute.
+    #[error("absolute paths are refused; give a path relative to the workspace")]
+    Absolute,
+    /// `..` leads out of the workspace.
+    #[error("the path leaves the workspace")]
+    Escapes,
+    /// A symlink leads out of the workspace.
+    #[error("the path resolves outside the workspace (through a symlink)")]
+    OutsideWorkspace,
+    /// Nothing is there.
+    #[error("no such file")]
+    NotFound,
+    /// Not a regular file.
+    #[error("not a regular file: it is {0}")]
+    NotRegular(&'static str),
+    /// The content is not UTF-8.
+    #[error("the file is not UTF-8 text")]
+    NotUtf8,
+    /// Another I/O error.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// The `read_file` tool.
+#[derive(Debug, Clone)]
+pub struct ReadFile {
+    root: PathBuf,
+    limit: usize,
+}
+
+impl ReadFile {
+    /// A reader confined to `workspace` (which must be a directory), showing at most `limit` bytes.
+    pub fn new(workspace: &Path, limit: usize) -> Result<Self, SetupError> {
+        let root = workspace_root(workspace)?;
+        if limit == 0 {
+            return Err(SetupError::Workspace {
+                path: workspace.to_owned(),
+                message: "the read limit must be at least 1 byte".to_owned(),
+            });
+        }
+        Ok(Self { root, limit })
+    }
+
+    /// The canonical workspace directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Reads `path` (relative to the workspace) under every rule above.
+    pub fn read(&self, path: &str) -> Result<String, ReadError> {
+        let target = self.resolve(path)?;
+        let kind = std::fs::metadata(&target).map_err(io_error)?.file_type();
+        if let Some(what) = not_regular(&kind) {
+            return Err(ReadError::NotRegular(what));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&target)
+            .map_err(io_error)?;
+        let meta = file.metadata().map_err(io_error)?;
+        if let Some(what) = not_regular(&meta.file_type()) {
+            return Err(ReadError::NotRegular(what));
+        }
+        read_capped(file, self.limit, meta.len())
+    }
+
+    fn resolve(&self, path: &str) -> Result<PathBuf, ReadError> {
+        if path.is_empty() {
+            return Err(ReadError::Empty);
+        }
+        if path.contains('\0') {
+            return Err(ReadError::Nul);
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(ReadError::TooLong(path.len()));
+        }
+        let mut relative = PathBuf::new();
+        for component in Path::new(path).components() {
+            match component {
+                Component::Normal(part) => relative.push(part),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !relative.pop() {
+                        return Err(ReadError::Escapes);
+                    }
+                }
+                Component::RootDir | Component::Prefix(_) => return Err(ReadError::Absolute),
+            }
+        }
+        if relative.as_os_str().is_empty() {
+            return Err(ReadError::NotRegular("the workspace directory"));
+        }
+        let target = std::fs::canonicalize(self.root.join(&relative)).map_err(io_error)?;
+        if !target.starts_with(&self.root) {
+            return Err(ReadError::OutsideWorkspace);
+        }
+        Ok(target)
+    }
+}
+
+/// Canonicalizes a workspace path and checks it is a directory.
+pub(crate) fn workspace_root(workspace: &Path) -> Result<PathBuf, SetupError> {
+    let fail = |message: String| SetupError::Workspace {
+        path: workspace.to_owned(),
+        message,
+    };
+    let root = std::fs::canonicalize(workspace).map_err(|err| fail(err.to_string()))?;
+    if !root.is_dir() {
+        return Err(fail("not a directory".to_owned()));
+    }
+    Ok(root)
+}
+
+fn io_error(err: std::io::Error) -> ReadError {
+    match err.kind() {
+        std::io::ErrorKind::NotFound => ReadError::NotFound,
+        _ if err.raw_os_error() == Some(libc::ELOOP) => ReadError::OutsideWorkspace,
+        _ => ReadError::Io(err.to_string()),
+    }
+}
+
+fn not_regular(kind: &std::fs::FileType) -> Option<&'static str> {
+    if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_block_device() || kind.is_char_device() {
+        Some("a device")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+fn read_capped(file: File, limit: usize, size: u64) -> Result<String, ReadError> {
+    let mut buf = Vec::new();
+    let cap = limit as u64 + 4;
+    file.take(cap)
+        .read_to_end(&mut buf)
+        .map_err(|err| ReadError::Io(err.to_string()))?;
+    if buf.len() <= limit {
+        return String::from_utf8(buf).map_err(|_| ReadError::NotUtf8);
+    }
+    // Longer than the limit: keep the valid prefix, cut at a char boundary <= limit.
+    let valid = match std::str::from_utf8(&buf) {
+        Ok(text) => text,
+        Err(err) if err.valid_up_to() >= limit => {
+            std::str::from_utf8(buf.get(..err.valid_up_to()).unwrap_or_default())
+                .unwrap_or_default()
+        }
+        Err(_) => return Err(ReadError::NotUtf8),
+    };
+    let mut cut = limit.min(valid.len());
+    while !valid.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let shown = valid.get(..cut).unwrap_or_default();
+    let total = size.max(buf.len() as u64);
+    Ok(format!(
+        "{shown}\n[read_file: showing {cut} of {total} bytes; the rest is past the read limit]"
+    ))
+}
+
+impl Tool for ReadFile {
+    fn name(&self) -> &str {
+        "read_file"
+    }
+
+    fn description(&self) -> &str {
+        "Read a UTF-8 text file inside the workspace. The path is relative to the workspace root."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {
+                    "type": "string",
+                    "description": "Path relative to the workspace root",
+                    "minLength": 1,
+                    "maxLength": MAX_PATH_BYTES
+                }
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        })
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::ReadOnly
+    }
+
+    fn run(&self, input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
+        let path = input
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match self.read(path) {
+            Ok(text) => ToolOutput::ok(text),
+            Err(err) => ToolOutput::error(format!("read_file `{}`: {err}", shorten(path))),
+        }
+    }
+}
+
+impl ReadOnlyTool for ReadFile {}
+
+/// The first 120 characters of `text`, for error messages, with control characters escaped.
+fn shorten(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(120)
+        .flat_map(char::escape_default)
+        .collect();
+    if text.chars().count() > 120 {
+        out.push('…');
+    }
+    out
+}

@@ -1,0 +1,300 @@
+//! `run_main {}`: runs the workspace's program (`python3 main.py` by default).
+//!
+//! The command is split without a shell. The program runs in its own process
+//! group with stdin closed; when it exits or its timeout passes, the whole
+//! group is killed, so neither an endless loop nor a sleeping grandchild
+//! outlives the call. stdout and stderr are each capped: the bytes past the
+//! cap are counted and dropped. The result is a JSON object with the exit
+//! code, the captured text and the dropped byte counts.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{Capability, Tool, ToolContext};
+use crate::conversation::ToolOutput;
+use crate::error::SetupError;
+use crate::tools::read_file::workspace_root;
+
+/// How `run_main` runs the program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSettings {
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    /// How long the program may run before its process group is killed.
+    pub timeout: Duration,
+    /// How many bytes of stdout, and of stderr, are kept.
+    pub output_cap: usize,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        Self {
+            command: vec!["python3".to_owned(), "main.py".to_owned()],
+            timeout: Duration::from_secs(10),
+            output_cap: 64 * 1024,
+        }
+    }
+}
+
+/// Splits a command line into words without a shell: whitespace separates
+/// words, single quotes keep text literally, double quotes keep text with
+/// `\"` and `\\` escapes, a backslash outside quotes escapes one character.
+pub fn split_command(line: &str) -> Result<Vec<String>, SetupError> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => word.push(c),
+                        None => return Err(SetupError::RunCommand("unclosed single quote".into())),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => word.push(c),
+                            Some(c) => {
+                                word.push('\\');
+                                word.push(c);
+                            }
+                            None => {
+                                return Err(SetupError::RunCommand("unclosed double quote".into()));
+                            }
+                        },
+                        Some(c) => word.push(c),
+                        None => return Err(SetupError::RunCommand("unclosed double quote".into())),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(c) => word.push(c),
+                    None => return Err(SetupError::RunCommand("trailing backslash".into())),
+                }
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    if words.is_empty() {
+        return Err(SetupError::RunCommand("the command is empty".into()));
+    }
+    Ok(words)
+}
+
+/// The `run_main` tool.
+#[derive(Debug, Clone)]
+pub struct RunMain {
+    workspace: PathBuf,
+    settings: RunSettings,
+}
+
+/// Captured output of one stream.
+struct Captured {
+    bytes: Vec<u8>,
+    dropped: u64,
+}
+
+impl RunMain {
+    /// A runner for `workspace` (which must be a directory).
+    pub fn new(workspace: &Path, settings: RunSettings) -> Result<Self, SetupError> {
+        if settings.command.is_empty() {
+            return Err(SetupError::RunCommand("the command is empty".into()));
+        }
+        Ok(Self {
+            workspace: workspace_root(workspace)?,
+            settings,
+        })
+    }
+
+    /// The settings in use.
+    pub fn settings(&self) -> &RunSettings {
+        &self.settings
+    }
+
+    /// Runs the program once and reports what happened.
+    pub fn execute(&self) -> ToolOutput {
+        let (program, args) = match self.settings.command.split_first() {
+            Some(split) => split,
+            None => return ToolOutput::error("run_main: the command is empty"),
+        };
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                return ToolOutput::error(format!(
+                    "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
+                ));
+            }
+            Err(err) => {
+                return ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"));
+            }
+        };
+        let group = child.id() as libc::pid_t;
+        let cap = self.settings.output_cap;
+        let stdout = child.stdout.take().map(|pipe| spawn_capture(pipe, cap));
+        let stderr = child.stderr.take().map(|pipe| spawn_capture(pipe, cap));
+
+        let deadline = Instant::now() + self.settings.timeout;
+        let mut timed_out = false;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if Instant::now() >= deadline => {
+                    timed_out = true;
+                    kill_group(group);
+                    break child.wait();
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(err) => {
+                    kill_group(group);
+                    let _ = child.wait();
+                    break Err(err);
+                }
+            }
+        };
+        // Whatever the program left behind in its group goes too, so the pipes close.
+        kill_group(group);
+        let grace = Instant::now() + Duration::from_millis(500);
+        let stdout = collect(stdout, grace);
+        let stderr = collect(stderr, grace);
+
+        let status = match status {
+            Ok(status) => status,
+            Err(err) => {
+                return ToolOutput::error(format!(
+                    "run_main: waiting for the program failed: {err}"
+                ));
+            }
+        };
+        let mut report = json!({
+            "exit_code": status.code(),
+            "signal": status.signal(),
+            "stdout": String::from_utf8_lossy(&stdout.bytes),
+            "stderr": String::from_utf8_lossy(&stderr.bytes),
+            "stdout_bytes_dropped": stdout.dropped,
+            "stderr_bytes_dropped": stderr.dropped,
+        });
+        if timed_out {
+            let secs = self.settings.timeout.as_secs_f64();
+            report["error"] = json!(format!(
+                "timed out after {secs} s; the program's process group was killed"
+            ));
+            return ToolOutput::error(format!("run_main: timed out after {secs} s\n{report}"));
+        }
+        let content = report.to_string();
+        if status.success() {
+            ToolOutput::ok(content)
+        } else {
+            ToolOutput::error(content)
+        }
+    }
+}
+
+fn kill_group(group: libc::pid_t) {
+    if group > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
+    }
+}
+
+fn spawn_capture(mut pipe: impl Read + Send + 'static, cap: usize) -> mpsc::Receiver<Captured> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let mut dropped = 0u64;
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let read = chunk.get(..n).unwrap_or_default();
+                    let room = cap.saturating_sub(bytes.len()).min(read.len());
+                    bytes.extend_from_slice(read.get(..room).unwrap_or_default());
+                    dropped += (read.len() - room) as u64;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = sender.send(Captured { bytes, dropped });
+    });
+    receiver
+}
+
+/// Waits for a capture until `grace`; a stream held open by an escaped process is given up.
+fn collect(receiver: Option<mpsc::Receiver<Captured>>, grace: Instant) -> Captured {
+    let empty = || Captured {
+        bytes: Vec::new(),
+        dropped: 0,
+    };
+    match receiver {
+        Some(receiver) => receiver
+            .recv_timeout(grace.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|_| empty()),
+        None => empty(),
+    }
+}
+
+impl Tool for RunMain {
+    fn name(&self) -> &str {
+        "run_main"
+    }
+
+    fn description(&self) -> &str {
+        "Run the workspace's program (main.py) and return its exit code, stdout and stderr. Needs the user's approval."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    }
+
+    fn action(&self, _input: &Value) -> String {
+        self.settings.command.join(" ")
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::Executes
+    }
+
+    fn run(&self, _input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
+        self.execute()
+    }
+}
