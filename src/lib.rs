@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod agent_id;
+pub mod app;
 pub mod conversation;
 pub mod driver;
 pub mod error;
@@ -12,9 +13,11 @@ pub mod model;
 pub mod monitor;
 pub mod permission;
 pub mod plan;
+pub mod progress;
 pub mod protocol;
 pub mod subagent;
 pub mod tools;
+pub mod trace;
 
 pub use agent::{Agent, AgentBuilder, RunReport};
 pub use agent_id::AgentId;

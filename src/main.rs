@@ -1,1 +1,209 @@
-fn main() {}
+//! The `subloop` command line: parses flags, wires [`subloop::app`], prints.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use lexopt::prelude::*;
+use subloop::StatusKind;
+use subloop::app::{self, DecisionMode, Models, Settings};
+use subloop::tools::split_command;
+
+const USAGE: &str = "\
+subloop: a tool-using model loop with subagents
+
+USAGE:
+    subloop demo [OPTIONS]                         the course's scenario on the built-in offline models
+    subloop run --script FILE [OPTIONS]            replay a scripted model against a workspace
+
+OPTIONS:
+    --workspace DIR        the workspace (run: required; demo: examples/workspace or a temporary copy)
+    --script FILE          run: the replay script {\"parent\": [...], \"children\": [[...], ...]}
+    --question TEXT        run: the question for the parent
+    --decision MODE        allow | deny | ask (default ask; a non-terminal stdin denies)
+    --max-calls N          the parent's model-call budget (default 8)
+    --child-calls N        each subagent's model-call budget, 1..=8 (default 4)
+    --read-limit BYTES     read_file shows at most this many bytes (default 65536)
+    --run-command CMD      run_main's command, split without a shell (default \"python3 main.py\")
+    --run-timeout SECS     run_main's timeout (default 10)
+    --trace FILE           write a JSON Lines trace of every request and reply
+    --json                 print one JSON object on stdout instead of the final text
+    --quiet                no progress lines on stderr
+    -h, --help             this help
+
+EXIT: 0 answered, 1 any other status, 2 bad invocation or unusable input (nothing is run).";
+
+enum Command {
+    Demo,
+    Run,
+}
+
+struct Cli {
+    command: Command,
+    settings: Settings,
+    script: Option<PathBuf>,
+    json: bool,
+}
+
+fn number<T: std::str::FromStr>(parser: &mut lexopt::Parser, flag: &str) -> Result<T, String> {
+    let value = parser.value().map_err(|err| err.to_string())?;
+    let text = value.string().map_err(|err| err.to_string())?;
+    text.parse()
+        .map_err(|_| format!("{flag} takes a number, got `{text}`"))
+}
+
+fn parse() -> Result<Option<Cli>, String> {
+    let mut parser = lexopt::Parser::from_env();
+    let command = match parser.next().map_err(|err| err.to_string())? {
+        Some(Value(word)) if word == "demo" => Command::Demo,
+        Some(Value(word)) if word == "run" => Command::Run,
+        Some(Short('h') | Long("help")) | None => return Ok(None),
+        Some(Value(word)) => return Err(format!("unknown command `{}`", word.to_string_lossy())),
+        Some(other) => return Err(other.unexpected().to_string()),
+    };
+    let mut settings = Settings::new(PathBuf::new());
+    let mut workspace = None;
+    let mut script = None;
+    let mut question = None;
+    let mut json = false;
+    while let Some(arg) = parser.next().map_err(|err| err.to_string())? {
+        match arg {
+            Long("workspace") => {
+                workspace = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
+            }
+            Long("script") => {
+                script = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
+            }
+            Long("question") => {
+                question = Some(
+                    parser
+                        .value()
+                        .map_err(|e| e.to_string())?
+                        .string()
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+            Long("decision") => {
+                let text = parser
+                    .value()
+                    .map_err(|e| e.to_string())?
+                    .string()
+                    .map_err(|e| e.to_string())?;
+                settings.decision = DecisionMode::parse(&text)
+                    .ok_or_else(|| format!("--decision takes allow, deny or ask, got `{text}`"))?;
+            }
+            Long("max-calls") => settings.max_calls = number(&mut parser, "--max-calls")?,
+            Long("child-calls") => {
+                settings.child_budget = number(&mut parser, "--child-calls")?;
+                if !(1..=8).contains(&settings.child_budget) {
+                    return Err(format!(
+                        "--child-calls takes 1 to 8, got {}",
+                        settings.child_budget
+                    ));
+                }
+            }
+            Long("read-limit") => {
+                settings.read_limit = number(&mut parser, "--read-limit")?;
+                if settings.read_limit == 0 {
+                    return Err("--read-limit must be at least 1 byte".to_owned());
+                }
+            }
+            Long("run-command") => {
+                let text = parser
+                    .value()
+                    .map_err(|e| e.to_string())?
+                    .string()
+                    .map_err(|e| e.to_string())?;
+                settings.run.command =
+                    split_command(&text).map_err(|err| format!("--run-command: {err}"))?;
+            }
+            Long("run-timeout") => {
+                let secs: f64 = number(&mut parser, "--run-timeout")?;
+                if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+                    return Err(format!(
+                        "--run-timeout takes seconds between 0 and 86400, got {secs}"
+                    ));
+                }
+                settings = settings.run_timeout(secs);
+            }
+            Long("trace") => {
+                settings.trace = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
+            }
+            Long("json") => json = true,
+            Long("quiet") => settings.progress = false,
+            Short('h') | Long("help") => return Ok(None),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    if settings.max_calls == 0 {
+        return Err("--max-calls must be at least 1".to_owned());
+    }
+    match command {
+        Command::Demo => {
+            if script.is_some() || question.is_some() {
+                return Err("demo takes no --script or --question (use `subloop run`)".to_owned());
+            }
+            let demo = app::demo_settings(workspace).map_err(|err| err.to_string())?;
+            settings.workspace = demo.workspace;
+            settings.question = demo.question;
+        }
+        Command::Run => {
+            settings.workspace = workspace.ok_or("run needs --workspace DIR")?;
+            if script.is_none() {
+                return Err("run needs --script FILE".to_owned());
+            }
+            if let Some(question) = question {
+                settings.question = question;
+            }
+        }
+    }
+    Ok(Some(Cli {
+        command,
+        settings,
+        script,
+        json,
+    }))
+}
+
+fn main() -> ExitCode {
+    let cli = match parse() {
+        Ok(Some(cli)) => cli,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("subloop: {err} (see `subloop --help`)");
+            return ExitCode::from(2);
+        }
+    };
+    let models = match (&cli.command, &cli.script) {
+        (Command::Run, Some(path)) => match subloop::Script::load(path) {
+            Ok(script) => Models::Script(script),
+            Err(err) => {
+                eprintln!("subloop: {err}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => Models::Demo,
+    };
+    if matches!(cli.command, Command::Demo) && cli.settings.progress {
+        eprintln!("[demo] workspace: {}", cli.settings.workspace.display());
+    }
+    let report = match app::execute(&cli.settings, models) {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!("subloop: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{}", report.outcome.text);
+    }
+    if report.outcome.status == StatusKind::Answered {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

@@ -202,9 +202,13 @@ impl TaskReport {
 
     /// The `tool_result` content and flag.
     pub fn to_output(&self) -> ToolOutput {
-        let content = json!({"status": self.status, "summary": self.summary, "calls": self.calls});
+        // Serializing the struct keeps the field order: status, summary, calls.
+        let content = serde_json::to_string(self).unwrap_or_else(|err| {
+            json!({"status": "model_error", "summary": format!("report not serializable: {err}"), "calls": self.calls})
+                .to_string()
+        });
         ToolOutput {
-            content: content.to_string(),
+            content,
             is_error: self.is_error,
         }
     }
@@ -456,5 +460,15 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
                 })
                 .collect()
         })
+    }
+}
+
+/// Every delegation gets the demo's child model.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DemoChildren;
+
+impl ChildModels for DemoChildren {
+    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(crate::model::demo::DemoChild)
     }
 }

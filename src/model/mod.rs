@@ -3,6 +3,7 @@
 //! A model turns a [`Request`] into a [`ModelResponse`] or a [`ModelFailure`].
 //! The loop never retries: a failure finishes the conversation `model_error`.
 
+pub mod demo;
 mod scripted;
 
 pub use scripted::{Script, ScriptedModel, ScriptedReply};

@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Capability, Tool, ToolContext};
@@ -117,6 +118,26 @@ pub struct RunMain {
     settings: RunSettings,
 }
 
+/// The JSON body of a `run_main` result; fields in this order.
+#[derive(Debug, Serialize)]
+struct RunReport {
+    exit_code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    signal: Option<i32>,
+    stdout_bytes_dropped: u64,
+    stderr_bytes_dropped: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl RunReport {
+    fn to_json(&self) -> String {
+        serde_json::to_string(self)
+            .unwrap_or_else(|err| format!("{{\"error\": \"unserializable report: {err}\"}}"))
+    }
+}
+
 /// Captured output of one stream.
 struct Captured {
     bytes: Vec<u8>,
@@ -202,22 +223,26 @@ impl RunMain {
                 ));
             }
         };
-        let mut report = json!({
-            "exit_code": status.code(),
-            "signal": status.signal(),
-            "stdout": String::from_utf8_lossy(&stdout.bytes),
-            "stderr": String::from_utf8_lossy(&stderr.bytes),
-            "stdout_bytes_dropped": stdout.dropped,
-            "stderr_bytes_dropped": stderr.dropped,
-        });
+        let mut report = RunReport {
+            exit_code: status.code(),
+            stdout: String::from_utf8_lossy(&stdout.bytes).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr.bytes).into_owned(),
+            signal: status.signal(),
+            stdout_bytes_dropped: stdout.dropped,
+            stderr_bytes_dropped: stderr.dropped,
+            error: None,
+        };
         if timed_out {
             let secs = self.settings.timeout.as_secs_f64();
-            report["error"] = json!(format!(
+            report.error = Some(format!(
                 "timed out after {secs} s; the program's process group was killed"
             ));
-            return ToolOutput::error(format!("run_main: timed out after {secs} s\n{report}"));
+            return ToolOutput::error(format!(
+                "run_main: timed out after {secs} s\n{}",
+                report.to_json()
+            ));
         }
-        let content = report.to_string();
+        let content = report.to_json();
         if status.success() {
             ToolOutput::ok(content)
         } else {

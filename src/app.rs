@@ -1,0 +1,222 @@
+//! The application behind the CLI: turns settings into an [`Agent`], runs
+//! it on a model, and hands back the report. `main.rs` only parses flags and
+//! prints.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::agent::{Agent, AgentBuilder, RunReport};
+use crate::conversation::Budget;
+use crate::error::{InputError, ScriptError, SetupError};
+use crate::hooks::Hooks;
+use crate::model::demo::{DEMO_QUESTION, DemoParent};
+use crate::model::{Model, Script, ScriptedModel};
+use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
+use crate::progress::StderrProgress;
+use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
+use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use crate::trace::TraceWriter;
+
+/// The built-in demo workspace files, for runs outside the repository.
+pub const DEMO_FILES: [(&str, &str); 2] = [
+    ("main.py", include_str!("../examples/workspace/main.py")),
+    (
+        "expected.txt",
+        include_str!("../examples/workspace/expected.txt"),
+    ),
+];
+
+/// The question `subloop run` asks when none is given.
+pub const DEFAULT_QUESTION: &str = "Check main.py against expected.txt.";
+
+/// How calls that need approval are decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionMode {
+    /// Allow every call.
+    Allow,
+    /// Deny every call.
+    Deny,
+    /// Ask on the terminal; a non-terminal stdin denies.
+    Ask,
+}
+
+impl DecisionMode {
+    /// Parses `allow`, `deny` or `ask`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "allow" => Some(Self::Allow),
+            "deny" => Some(Self::Deny),
+            "ask" => Some(Self::Ask),
+            _ => None,
+        }
+    }
+
+    fn approver(self) -> Arc<dyn Approver> {
+        match self {
+            Self::Allow => Arc::new(AllowAll),
+            Self::Deny => Arc::new(DenyAll),
+            Self::Ask => Arc::new(AskTerminal::new()),
+        }
+    }
+}
+
+/// Everything a run is configured by.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The workspace directory.
+    pub workspace: PathBuf,
+    /// The question for the parent.
+    pub question: String,
+    /// The parent's call budget.
+    pub max_calls: u32,
+    /// How `run_main` calls are decided.
+    pub decision: DecisionMode,
+    /// `read_file`'s limit in bytes.
+    pub read_limit: usize,
+    /// How `run_main` runs.
+    pub run: RunSettings,
+    /// The child's call budget.
+    pub child_budget: u32,
+    /// Where to write the JSON Lines trace, if anywhere.
+    pub trace: Option<PathBuf>,
+    /// Whether to print progress lines on stderr.
+    pub progress: bool,
+}
+
+impl Settings {
+    /// Defaults for `workspace`: ask, 8 parent calls, 4 child calls, 64 KiB reads.
+    pub fn new(workspace: PathBuf) -> Self {
+        Self {
+            workspace,
+            question: DEFAULT_QUESTION.to_owned(),
+            max_calls: 8,
+            decision: DecisionMode::Ask,
+            read_limit: DEFAULT_READ_LIMIT,
+            run: RunSettings::default(),
+            child_budget: ChildBudget::DEFAULT,
+            trace: None,
+            progress: true,
+        }
+    }
+
+    /// Sets `run_main`'s timeout in seconds.
+    pub fn run_timeout(mut self, secs: f64) -> Self {
+        self.run.timeout = Duration::from_secs_f64(secs);
+        self
+    }
+}
+
+/// Where the models come from.
+#[derive(Debug, Clone)]
+pub enum Models {
+    /// Replay a script.
+    Script(Script),
+    /// The built-in demo models.
+    Demo,
+}
+
+/// Why a run could not start.
+#[derive(Debug, Error)]
+pub enum AppError {
+    /// The agent could not be assembled.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The script could not be loaded.
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// The question or budget is unusable.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The trace file could not be created.
+    #[error("cannot create trace file {path}: {source}")]
+    Trace {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The demo workspace could not be created.
+    #[error("cannot create a demo workspace in {path}: {source}")]
+    DemoWorkspace {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Builds the full agent: `read_file`, `run_main`, `todo_write` and `task`
+/// (children get `read_file` only), with the settings' gate.
+pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
+    let child_budget = ChildBudget::new(settings.child_budget)?;
+    let mut builder = AgentBuilder::new(settings.decision.approver())
+        .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
+        .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?
+        .plan()?
+        .subagents(SubagentConfig::new(children, Hooks::none()).budget(child_budget))?;
+    if settings.progress {
+        builder = builder.monitor(StderrProgress);
+    }
+    if let Some(path) = &settings.trace {
+        let writer = TraceWriter::create(path).map_err(|source| AppError::Trace {
+            path: path.clone(),
+            source,
+        })?;
+        builder = builder.monitor(writer);
+    }
+    Ok(builder.build())
+}
+
+/// Runs the parent on `models` and returns the report.
+pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
+    let budget = Budget::new(settings.max_calls)?;
+    let (mut parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
+        Models::Script(script) => (
+            Box::new(ScriptedModel::new(script.parent)),
+            Arc::new(ScriptedChildren(script.children)),
+        ),
+        Models::Demo => (Box::new(DemoParent::default()), Arc::new(DemoChildren)),
+    };
+    let agent = build_agent(settings, children)?;
+    Ok(agent.run(&settings.question, budget, &mut parent)?)
+}
+
+/// Settings for `subloop demo`: the demo question, and the workspace given,
+/// or `examples/workspace` when run from the repository, or else a fresh
+/// temporary copy of the built-in files.
+pub fn demo_settings(workspace: Option<PathBuf>) -> Result<Settings, AppError> {
+    let workspace = match workspace {
+        Some(dir) => dir,
+        None => {
+            let local = Path::new("examples/workspace");
+            if local.join("main.py").is_file() && local.join("expected.txt").is_file() {
+                local.to_owned()
+            } else {
+                fresh_demo_workspace()?
+            }
+        }
+    };
+    let mut settings = Settings::new(workspace);
+    settings.question = DEMO_QUESTION.to_owned();
+    Ok(settings)
+}
+
+fn fresh_demo_workspace() -> Result<PathBuf, AppError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("subloop-demo-{}-{nanos}", std::process::id()));
+    let fail = |source| AppError::DemoWorkspace {
+        path: dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    for (name, text) in DEMO_FILES {
+        std::fs::write(dir.join(name), text).map_err(fail)?;
+    }
+    Ok(dir)
+}

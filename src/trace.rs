@@ -1,0 +1,197 @@
+//! A JSON Lines trace of a run: every request and reply of the parent and of
+//! every child, one object per line, written and flushed line by line.
+//!
+//! Every line has `agent` (`parent`, `child-1`, ...) and `kind`; a child's
+//! lines also have `parent_tool_use_id`. Kinds:
+//!
+//! | kind | fields |
+//! |---|---|
+//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` |
+//! | `response` | `call`, `response` (the reply as received) |
+//! | `model_failed` | `call`, `error` |
+//! | `tool` | `name`, `id`, `decision`, `is_error` |
+//! | `warning` | `text` |
+//! | `outcome` | `status`, `text`, `calls`, `usage` |
+//!
+//! Each message is written once, so the trace grows linearly; [`rebuild_requests`]
+//! replays a trace into every request exactly as it was sent. No credential
+//! is ever part of a request or a reply, so none can reach the trace.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use crate::agent_id::AgentId;
+use crate::driver::Event;
+use crate::executor::ToolRecord;
+use crate::monitor::Monitor;
+use crate::protocol::{Message, ToolDefinition};
+
+/// Writes the trace; each line goes to the file in one write.
+#[derive(Debug)]
+pub struct TraceWriter {
+    file: File,
+    error: Option<String>,
+}
+
+impl TraceWriter {
+    /// Creates (or truncates) the trace file.
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            file: File::create(path)?,
+            error: None,
+        })
+    }
+
+    fn line(&mut self, agent: &AgentId, kind: &str, fields: Value) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut object = Map::new();
+        object.insert("agent".into(), json!(agent));
+        object.insert("kind".into(), json!(kind));
+        if let Some(id) = agent.parent_tool_use_id() {
+            object.insert("parent_tool_use_id".into(), json!(id));
+        }
+        if let Value::Object(fields) = fields {
+            object.extend(fields);
+        }
+        let mut text = Value::Object(object).to_string();
+        text.push('\n');
+        if let Err(err) = self.file.write_all(text.as_bytes()) {
+            eprintln!("[trace] writing the trace failed, no more lines will be written: {err}");
+            self.error = Some(err.to_string());
+        }
+    }
+}
+
+impl Monitor for TraceWriter {
+    fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
+        match event {
+            Event::Request {
+                call,
+                request,
+                new_messages,
+            } => {
+                let mut fields = json!({
+                    "call": call,
+                    "tools": request.tool_names(),
+                    "messages": new_messages,
+                    "attachment": request.attachment,
+                });
+                if *call == 1 {
+                    fields["system"] = json!(request.system);
+                    fields["tool_definitions"] = json!(request.tools);
+                }
+                self.line(agent, "request", fields);
+            }
+            Event::Response { call, response } => {
+                self.line(
+                    agent,
+                    "response",
+                    json!({"call": call, "response": response}),
+                );
+            }
+            Event::ModelFailed { call, failure } => {
+                let fields =
+                    json!({"call": call, "error": failure.message, "error_type": failure.kind});
+                self.line(agent, "model_failed", fields);
+            }
+            Event::Finished { outcome } => {
+                let fields = json!({
+                    "status": outcome.status,
+                    "text": outcome.text,
+                    "calls": outcome.calls,
+                    "usage": outcome.usage,
+                });
+                self.line(agent, "outcome", fields);
+            }
+            Event::ToolRequested { .. } | Event::ToolFinished { .. } => {}
+        }
+    }
+
+    fn tool(&mut self, agent: &AgentId, record: &ToolRecord) {
+        self.line(agent, "tool", json!(record));
+    }
+
+    fn warning(&mut self, agent: &AgentId, warning: &str) {
+        self.line(agent, "warning", json!({"text": warning}));
+    }
+}
+
+/// A request as rebuilt from a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RebuiltRequest {
+    /// The agent that sent it.
+    pub agent: String,
+    /// Its 1-based number for that agent.
+    pub call: u64,
+    /// The system prompt.
+    pub system: String,
+    /// The tool definitions offered.
+    pub tools: Vec<ToolDefinition>,
+    /// The history sent.
+    pub messages: Vec<Message>,
+    /// The attached plan, if any.
+    pub attachment: Option<String>,
+}
+
+/// Rebuilds every request of a trace, in trace order. A line that is not a
+/// complete JSON object (such as a last line cut by a crash) is an error
+/// naming its number.
+pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
+    struct AgentState {
+        system: String,
+        tools: Vec<ToolDefinition>,
+        messages: Vec<Message>,
+    }
+    let mut agents: HashMap<String, AgentState> = HashMap::new();
+    let mut requests = Vec::new();
+    for (index, line) in trace.lines().enumerate() {
+        let number = index + 1;
+        let value: Value =
+            serde_json::from_str(line).map_err(|err| format!("line {number}: {err}"))?;
+        if value["kind"] != "request" {
+            continue;
+        }
+        let agent = value["agent"]
+            .as_str()
+            .ok_or(format!("line {number}: no agent"))?
+            .to_owned();
+        let call = value["call"]
+            .as_u64()
+            .ok_or(format!("line {number}: no call number"))?;
+        let new: Vec<Message> = serde_json::from_value(value["messages"].clone())
+            .map_err(|err| format!("line {number}: messages: {err}"))?;
+        let state = match agents.get_mut(&agent) {
+            Some(state) if call > 1 => state,
+            _ => {
+                let tools = serde_json::from_value(value["tool_definitions"].clone())
+                    .map_err(|err| format!("line {number}: tool_definitions: {err}"))?;
+                let system = value["system"].as_str().unwrap_or_default().to_owned();
+                agents.insert(
+                    agent.clone(),
+                    AgentState {
+                        system,
+                        tools,
+                        messages: Vec::new(),
+                    },
+                );
+                agents.get_mut(&agent).ok_or("agent state lost")?
+            }
+        };
+        state.messages.extend(new);
+        requests.push(RebuiltRequest {
+            agent,
+            call,
+            system: state.system.clone(),
+            tools: state.tools.clone(),
+            messages: state.messages.clone(),
+            attachment: value["attachment"].as_str().map(str::to_owned),
+        });
+    }
+    Ok(requests)
+}
