@@ -1,0 +1,101 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use subloop::{Message, Model, ModelFailure, ModelResponse, Request, ScriptedReply, ToolDefinition};
+
+/// A temporary directory removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir = std::env::temp_dir().join(format!("subloop-test-{tag}-{}-{n}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        Self(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes a file (creating parent directories) and returns its path.
+    pub fn write(&self, name: &str, content: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create parent");
+        }
+        std::fs::write(&path, content).expect("write file");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A request as a model saw it, owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeenRequest {
+    pub system: String,
+    pub tools: Vec<ToolDefinition>,
+    /// The history as stored (without the attachment).
+    pub messages: Vec<Message>,
+    pub attachment: Option<String>,
+}
+
+/// A model replaying `replies` and recording every request; clones share the log.
+#[derive(Clone)]
+pub struct RecordingModel {
+    replies: Arc<Mutex<std::vec::IntoIter<ScriptedReply>>>,
+    pub seen: Arc<Mutex<Vec<SeenRequest>>>,
+}
+
+impl RecordingModel {
+    pub fn new(replies: Vec<ScriptedReply>) -> Self {
+        Self {
+            replies: Arc::new(Mutex::new(replies.into_iter())),
+            seen: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Model for RecordingModel {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.seen.lock().unwrap().push(SeenRequest {
+            system: request.system.to_owned(),
+            tools: request.tools.to_vec(),
+            messages: request.messages.to_vec(),
+            attachment: request.attachment.map(str::to_owned),
+        });
+        self.replies
+            .lock()
+            .unwrap()
+            .next()
+            .unwrap_or_else(|| Err(ModelFailure::new("recording model: no reply left")))
+    }
+}
+
+/// The path of the built `subloop` binary.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_subloop")
+}
+
+/// The repository's example directory.
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
