@@ -4,7 +4,7 @@ use serde_json::{Value, json};
 
 use super::{Capability, Tool, ToolContext};
 use crate::conversation::ToolOutput;
-use crate::plan::{MAX_ITEMS, MAX_TEXT_CHARS, Plan, PlanItem, SharedPlan};
+use crate::plan::{ItemStatus, MAX_ITEMS, MAX_TEXT_CHARS, Plan, PlanItem, SharedPlan};
 
 /// The `todo_write` tool.
 #[derive(Debug, Clone)]
@@ -68,9 +68,21 @@ impl Tool for TodoWrite {
         };
         match Plan::new(items) {
             Ok(plan) => {
-                let text = plan.render();
+                let count = |status| {
+                    plan.items()
+                        .iter()
+                        .filter(|item| item.status == status)
+                        .count()
+                };
+                let text = format!(
+                    "plan updated: {} item(s), {} pending, {} in progress, {} completed",
+                    plan.items().len(),
+                    count(ItemStatus::Pending),
+                    count(ItemStatus::InProgress),
+                    count(ItemStatus::Completed)
+                );
                 self.plan.replace(plan);
-                ToolOutput::ok(format!("plan updated\n{text}"))
+                ToolOutput::ok(text)
             }
             Err(err) => ToolOutput::error(format!("todo_write: {err}; the plan is unchanged")),
         }

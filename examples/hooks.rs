@@ -1,0 +1,89 @@
+//! Layer 4, hooks: a before hook blocks what policy forbids, an after hook
+//! warns, and the audit log records every call before and after.
+//!
+//! Run with `cargo run --example hooks`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+use subloop::hooks::{HookCall, HookError, Verdict};
+use subloop::permission::DenyAll;
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, ScriptedModel, ToolOutput};
+
+/// Blocks reading anything named like a secret.
+struct NoSecrets;
+
+impl subloop::hooks::Hook for NoSecrets {
+    fn name(&self) -> &str {
+        "no-secrets"
+    }
+
+    fn before(
+        &self,
+        call: &HookCall<'_>,
+        _warnings: &mut Vec<String>,
+    ) -> Result<Verdict, HookError> {
+        let path = call.input()["path"].as_str().unwrap_or_default();
+        Ok(if path.contains("secret") {
+            Verdict::Block(format!("{path} looks like a secret"))
+        } else {
+            Verdict::Continue
+        })
+    }
+}
+
+/// Warns when a result is large.
+struct SizeWatch;
+
+impl subloop::hooks::Hook for SizeWatch {
+    fn name(&self) -> &str {
+        "size-watch"
+    }
+
+    fn after(
+        &self,
+        call: &HookCall<'_>,
+        output: &ToolOutput,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), HookError> {
+        if output.content.len() > 4 {
+            warnings.push(format!(
+                "{} returned {} bytes",
+                call.id(),
+                output.content.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");
+    let agent = AgentBuilder::new(Arc::new(DenyAll))
+        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT)?)?
+        .hooks(Hooks::none().with(NoSecrets).with(SizeWatch))
+        .build();
+    let mut model = ScriptedModel::new(vec![
+        Ok(ModelResponse::tool_calls([
+            ("t1", "read_file", json!({"path": "main.py"})),
+            ("t2", "read_file", json!({"path": "secret.env"})),
+        ])),
+        Ok(ModelResponse::answer("done")),
+    ]);
+    let report = agent.run("Read files", Budget::new(2)?, &mut model)?;
+    for record in &report.tools {
+        println!(
+            "{} {} {:?} is_error={}",
+            record.id, record.name, record.decision, record.is_error
+        );
+    }
+    for warning in &report.warnings {
+        println!("warning from {}: {}", warning.agent, warning.text);
+    }
+    for entry in &report.audit {
+        println!("audit: {}", serde_json::to_string(entry)?);
+    }
+    Ok(())
+}

@@ -1,0 +1,64 @@
+//! Layer 6, the subagent: `task` runs the same loop with a fresh history,
+//! `read_file` only, its own budget, and returns a bounded report under the
+//! original tool_use id. The host keeps the child's full outcome.
+//!
+//! Run with `cargo run --example subagent`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+use subloop::permission::AllowAll;
+use subloop::subagent::{ChildBudget, ScriptedChildren, SubagentConfig};
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, ScriptedModel};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");
+    let child_script = vec![
+        Ok(ModelResponse::tool_calls([(
+            "c1",
+            "read_file",
+            json!({"path": "main.py"}),
+        )])),
+        // Even if the child asks for run_main, its registry does not have it.
+        Ok(ModelResponse::tool_calls([("c2", "run_main", json!({}))])),
+        Ok(ModelResponse::answer("source derives 42; not run yet")),
+    ];
+    let config = SubagentConfig::new(
+        Arc::new(ScriptedChildren(vec![child_script])),
+        Hooks::none(),
+    )
+    .budget(ChildBudget::new(3)?);
+    let agent = AgentBuilder::new(Arc::new(AllowAll))
+        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT)?)?
+        .tool(RunMain::new(&workspace, RunSettings::default())?)?
+        .subagents(config)?
+        .build();
+    let mut parent = ScriptedModel::new(vec![
+        Ok(ModelResponse::tool_calls([(
+            "p1",
+            "task",
+            json!({"task": "What does main.py derive?"}),
+        )])),
+        Ok(ModelResponse::answer("The subagent says 42.")),
+    ]);
+    let report = agent.run("Check main.py", Budget::new(4)?, &mut parent)?;
+    println!("parent history: {} messages", report.outcome.messages.len());
+    println!(
+        "parent got: {}",
+        serde_json::to_string(&report.outcome.messages[2])?
+    );
+    for child in &report.children {
+        println!(
+            "{} answered {} with {} messages kept by the host",
+            child.agent,
+            child.parent_tool_use_id,
+            child.outcome.messages.len()
+        );
+        for record in &child.tools {
+            println!("  {} {} {:?}", record.id, record.name, record.decision);
+        }
+    }
+    Ok(())
+}
