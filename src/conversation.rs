@@ -547,7 +547,10 @@ impl Conversation<AwaitingModel> {
     }
 }
 
-fn assistant(content: Vec<Block>) -> Message {
+/// The stored form of an accepted reply. Empty text blocks are dropped: the
+/// API refuses them when the history is sent back, and they say nothing.
+fn assistant(mut content: Vec<Block>) -> Message {
+    content.retain(|block| !matches!(block, Block::Text { text } if text.is_empty()));
     Message {
         role: Role::Assistant,
         content,

@@ -76,14 +76,7 @@ impl ToolResultContent {
     pub fn text(&self) -> String {
         match self {
             Self::Text(text) => text.clone(),
-            Self::Blocks(blocks) => blocks
-                .iter()
-                .filter_map(|block| match block {
-                    Block::Text { text } => Some(text.as_str()),
-                    _ => None,
-                })
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Self::Blocks(blocks) => join_text(blocks.iter()),
         }
     }
 }
@@ -185,11 +178,14 @@ impl Message {
     }
 }
 
-/// Joins the text of the text blocks among `blocks` with newlines.
+/// Joins the non-empty text blocks among `blocks` with newlines.
 pub(crate) fn join_text<'a>(blocks: impl Iterator<Item = &'a Block>) -> String {
     let mut out = String::new();
     for block in blocks {
-        if let Block::Text { text } = block {
+        // Empty text blocks say nothing; they are skipped (and not stored).
+        if let Block::Text { text } = block
+            && !text.is_empty()
+        {
             if !out.is_empty() {
                 out.push('\n');
             }
