@@ -11,7 +11,7 @@ use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -139,6 +139,7 @@ impl RunReport {
 }
 
 /// Captured output of one stream.
+#[derive(Default)]
 struct Captured {
     bytes: Vec<u8>,
     dropped: u64,
@@ -260,41 +261,54 @@ fn kill_group(group: libc::pid_t) {
     }
 }
 
-fn spawn_capture(mut pipe: impl Read + Send + 'static, cap: usize) -> mpsc::Receiver<Captured> {
-    let (sender, receiver) = mpsc::channel();
+/// A stream being captured: what was read so far, and a signal when the stream closed.
+struct Capture {
+    captured: Arc<Mutex<Captured>>,
+    closed: mpsc::Receiver<()>,
+}
+
+fn spawn_capture(mut pipe: impl Read + Send + 'static, cap: usize) -> Capture {
+    let captured = Arc::new(Mutex::new(Captured::default()));
+    let (sender, closed) = mpsc::channel();
+    let sink = Arc::clone(&captured);
     std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let mut dropped = 0u64;
         let mut chunk = vec![0u8; 64 * 1024];
         loop {
             match pipe.read(&mut chunk) {
                 Ok(0) => break,
                 Ok(n) => {
                     let read = chunk.get(..n).unwrap_or_default();
-                    let room = cap.saturating_sub(bytes.len()).min(read.len());
-                    bytes.extend_from_slice(read.get(..room).unwrap_or_default());
-                    dropped += (read.len() - room) as u64;
+                    let mut out = sink.lock().unwrap_or_else(|poison| poison.into_inner());
+                    let room = cap.saturating_sub(out.bytes.len()).min(read.len());
+                    out.bytes
+                        .extend_from_slice(read.get(..room).unwrap_or_default());
+                    out.dropped += (read.len() - room) as u64;
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => break,
             }
         }
-        let _ = sender.send(Captured { bytes, dropped });
+        let _ = sender.send(());
     });
-    receiver
+    Capture { captured, closed }
 }
 
-/// Waits for a capture until `grace`; a stream held open by an escaped process is given up.
-fn collect(receiver: Option<mpsc::Receiver<Captured>>, grace: Instant) -> Captured {
-    let empty = || Captured {
-        bytes: Vec::new(),
-        dropped: 0,
-    };
-    match receiver {
-        Some(receiver) => receiver
-            .recv_timeout(grace.saturating_duration_since(Instant::now()))
-            .unwrap_or_else(|_| empty()),
-        None => empty(),
+/// Waits for a stream to close until `grace`; a stream held open by an
+/// escaped process is given up, keeping what was read so far.
+fn collect(capture: Option<Capture>, grace: Instant) -> Captured {
+    match capture {
+        Some(capture) => {
+            let _ = capture
+                .closed
+                .recv_timeout(grace.saturating_duration_since(Instant::now()));
+            std::mem::take(
+                &mut *capture
+                    .captured
+                    .lock()
+                    .unwrap_or_else(|poison| poison.into_inner()),
+            )
+        }
+        None => Captured::default(),
     }
 }
 
