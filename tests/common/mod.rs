@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use subloop::{Message, Model, ModelFailure, ModelResponse, Request, ScriptedReply, ToolDefinition};
+use subloop::{
+    Message, Model, ModelFailure, ModelResponse, Request, ScriptedReply, ToolDefinition,
+};
 
 /// A temporary directory removed on drop.
 pub struct TempDir(PathBuf);
@@ -18,7 +20,10 @@ impl TempDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let dir = std::env::temp_dir().join(format!("subloop-test-{tag}-{}-{n}-{nanos}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "subloop-test-{tag}-{}-{n}-{nanos}",
+            std::process::id()
+        ));
         std::fs::create_dir_all(&dir).expect("create temp dir");
         Self(dir)
     }
