@@ -145,6 +145,8 @@ impl std::fmt::Debug for Agent {
 pub struct RunReport {
     /// The parent's outcome.
     pub outcome: Outcome,
+    /// The token usage of each parent reply, in order.
+    pub usage_per_call: Vec<Usage>,
     /// The parent's tool calls, in order.
     pub tools: Vec<ToolRecord>,
     /// Every child, in delegation order.
@@ -186,7 +188,7 @@ impl RunReport {
                     "is_error": child.report.is_error,
                     "tools": child.tools,
                     "warnings": child.warnings,
-                    "usage": child.outcome.usage,
+                    "usage": {"total": child.outcome.usage, "per_call": child.usage_per_call},
                 })
             })
             .collect();
@@ -197,7 +199,10 @@ impl RunReport {
             "tools": self.tools,
             "children": children,
             "warnings": self.warnings,
-            "usage": {"parent": self.outcome.usage, "total": self.total_usage()},
+            "usage": {
+                "parent": {"total": self.outcome.usage, "per_call": self.usage_per_call},
+                "total": self.total_usage(),
+            },
         })
     }
 }
@@ -220,12 +225,10 @@ impl Agent {
             monitor: &self.shared.monitor,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref());
-        let mut observer = AgentObserver {
-            agent: &agent,
-            monitor: &self.shared.monitor,
-        };
+        let mut observer = AgentObserver::new(&agent, &self.shared.monitor);
         let outcome = driver::run(conversation, model, &mut toolbox, &mut observer);
         let (tools, warnings) = toolbox.into_parts();
+        let usage_per_call = observer.into_usage();
         let mut children = std::mem::take(
             &mut *self
                 .shared
@@ -239,6 +242,7 @@ impl Agent {
         });
         Ok(RunReport {
             outcome,
+            usage_per_call,
             tools,
             children,
             warnings,

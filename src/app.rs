@@ -116,6 +116,9 @@ pub enum Models {
     Script(Script),
     /// The built-in demo models.
     Demo,
+    /// The Anthropic Messages API, one shared client for the parent and every child.
+    #[cfg(feature = "live")]
+    Live(Arc<crate::model::anthropic::Client>),
 }
 
 /// Why a run could not start.
@@ -179,6 +182,18 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
             Arc::new(ScriptedChildren(script.children)),
         ),
         Models::Demo => (Box::new(DemoParent::default()), Arc::new(DemoChildren)),
+        #[cfg(feature = "live")]
+        Models::Live(client) => {
+            use crate::model::anthropic::AnthropicModel;
+            let children = Arc::clone(&client);
+            let child_models = move |_number: usize| -> Box<dyn Model + Send> {
+                Box::new(AnthropicModel::new(Arc::clone(&children)))
+            };
+            (
+                Box::new(AnthropicModel::new(client)),
+                Arc::new(child_models),
+            )
+        }
     };
     let agent = build_agent(settings, children)?;
     Ok(agent.run(&settings.question, budget, &mut parent)?)

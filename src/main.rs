@@ -28,6 +28,16 @@ OPTIONS:
     --trace FILE           write a JSON Lines trace of every request and reply
     --json                 print one JSON object on stdout instead of the final text
     --quiet                no progress lines on stderr
+
+LIVE (the Anthropic Messages API; reads ANTHROPIC_API_KEY, ANTHROPIC_MODEL, ANTHROPIC_BASE_URL):
+    --live                 use the API instead of the built-in or scripted models (not with --script)
+    --model NAME           the model (default: ANTHROPIC_MODEL, else claude-sonnet-4-5)
+    --max-tokens N         max_tokens of each reply (default 4096)
+    --retries N            retries of a failed request at the transport (default 2)
+    --stream               use the SSE stream; text is shown on stderr as it arrives
+    --timeout-connect SECS connect timeout (default 10)
+    --timeout-read SECS    per-read timeout (default 120)
+    --timeout-total SECS   whole-request timeout (default 600)
     -h, --help             this help
 
 EXIT: 0 answered, 1 any other status, 2 bad invocation or unusable input (nothing is run).";
@@ -42,6 +52,29 @@ struct Cli {
     settings: Settings,
     script: Option<PathBuf>,
     json: bool,
+    live: Option<LiveFlags>,
+}
+
+/// The live flags, turned into a client once parsing is done.
+#[derive(Default)]
+struct LiveFlags {
+    model: Option<String>,
+    max_tokens: Option<u32>,
+    retries: Option<u32>,
+    stream: bool,
+    connect: Option<f64>,
+    read: Option<f64>,
+    total: Option<f64>,
+}
+
+fn seconds(parser: &mut lexopt::Parser, flag: &str) -> Result<f64, String> {
+    let secs: f64 = number(parser, flag)?;
+    if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!(
+            "{flag} takes seconds between 0 and 86400, got {secs}"
+        ));
+    }
+    Ok(secs)
 }
 
 fn number<T: std::str::FromStr>(parser: &mut lexopt::Parser, flag: &str) -> Result<T, String> {
@@ -65,6 +98,8 @@ fn parse() -> Result<Option<Cli>, String> {
     let mut script = None;
     let mut question = None;
     let mut json = false;
+    let mut live = false;
+    let mut flags = LiveFlags::default();
     while let Some(arg) = parser.next().map_err(|err| err.to_string())? {
         match arg {
             Long("workspace") => {
@@ -129,11 +164,50 @@ fn parse() -> Result<Option<Cli>, String> {
                 settings.trace = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
             }
             Long("json") => json = true,
+            Long("live") => live = true,
+            Long("model") => {
+                flags.model = Some(
+                    parser
+                        .value()
+                        .map_err(|e| e.to_string())?
+                        .string()
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+            Long("max-tokens") => {
+                let n: u32 = number(&mut parser, "--max-tokens")?;
+                if n == 0 {
+                    return Err("--max-tokens must be at least 1".to_owned());
+                }
+                flags.max_tokens = Some(n);
+            }
+            Long("retries") => flags.retries = Some(number(&mut parser, "--retries")?),
+            Long("stream") => flags.stream = true,
+            Long("timeout-connect") => {
+                flags.connect = Some(seconds(&mut parser, "--timeout-connect")?)
+            }
+            Long("timeout-read") => flags.read = Some(seconds(&mut parser, "--timeout-read")?),
+            Long("timeout-total") => flags.total = Some(seconds(&mut parser, "--timeout-total")?),
             Long("quiet") => settings.progress = false,
             Short('h') | Long("help") => return Ok(None),
             other => return Err(other.unexpected().to_string()),
         }
     }
+    let live = if live {
+        if script.is_some() {
+            return Err("--live and --script cannot be used together".to_owned());
+        }
+        Some(flags)
+    } else {
+        if flags.model.is_some()
+            || flags.max_tokens.is_some()
+            || flags.retries.is_some()
+            || flags.stream
+        {
+            return Err("--model, --max-tokens, --retries and --stream go with --live".to_owned());
+        }
+        None
+    };
     if settings.max_calls == 0 {
         return Err("--max-calls must be at least 1".to_owned());
     }
@@ -148,8 +222,8 @@ fn parse() -> Result<Option<Cli>, String> {
         }
         Command::Run => {
             settings.workspace = workspace.ok_or("run needs --workspace DIR")?;
-            if script.is_none() {
-                return Err("run needs --script FILE".to_owned());
+            if script.is_none() && live.is_none() {
+                return Err("run needs --script FILE (or --live)".to_owned());
             }
             if let Some(question) = question {
                 settings.question = question;
@@ -161,7 +235,50 @@ fn parse() -> Result<Option<Cli>, String> {
         settings,
         script,
         json,
+        live,
     }))
+}
+
+#[cfg(feature = "live")]
+fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
+    use std::sync::Arc;
+    use std::time::Duration;
+    use subloop::model::anthropic::{Client, LiveConfig};
+
+    let mut config = LiveConfig::from_env(|name| std::env::var(name).ok(), flags.model)
+        .map_err(|err| err.to_string())?;
+    if let Some(n) = flags.max_tokens {
+        config.max_tokens = n;
+    }
+    if let Some(n) = flags.retries {
+        config.retry.max_retries = n;
+    }
+    config.stream = flags.stream;
+    if let Some(secs) = flags.connect {
+        config.timeouts.connect = Duration::from_secs_f64(secs);
+    }
+    if let Some(secs) = flags.read {
+        config.timeouts.read = Duration::from_secs_f64(secs);
+    }
+    if let Some(secs) = flags.total {
+        config.timeouts.overall = Duration::from_secs_f64(secs);
+    }
+    if progress {
+        eprintln!("[live] model {} at {}", config.model, config.base_url);
+    }
+    let mut client = Client::new(config);
+    if flags.stream && progress {
+        client = client.with_text_sink(|text| eprint!("{text}"));
+    }
+    Ok(Models::Live(Arc::new(client)))
+}
+
+#[cfg(not(feature = "live"))]
+fn live_client(_flags: LiveFlags, _progress: bool) -> Result<Models, String> {
+    Err(
+        "this subloop was built without the `live` feature; rebuild with default features"
+            .to_owned(),
+    )
 }
 
 fn main() -> ExitCode {
@@ -176,8 +293,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let models = match (&cli.command, &cli.script) {
-        (Command::Run, Some(path)) => match subloop::Script::load(path) {
+    let models = match (&cli.command, &cli.script, cli.live) {
+        (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
+            Ok(models) => models,
+            Err(err) => {
+                eprintln!("subloop: {err}");
+                return ExitCode::from(2);
+            }
+        },
+        (Command::Run, Some(path), None) => match subloop::Script::load(path) {
             Ok(script) => Models::Script(script),
             Err(err) => {
                 eprintln!("subloop: {err}");

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use crate::agent_id::AgentId;
 use crate::driver::{Event, Observer};
 use crate::executor::ToolRecord;
+use crate::protocol::Usage;
 
 /// Receives everything that happens in a run. Children may run on other
 /// threads; calls are serialized by a lock.
@@ -63,15 +64,35 @@ impl SharedMonitor {
     }
 }
 
-/// The driver's [`Observer`] for one agent: tags events and forwards them.
+/// The driver's [`Observer`] for one agent: tags events and forwards them,
+/// and keeps the token usage of each reply.
 #[derive(Debug)]
 pub(crate) struct AgentObserver<'a> {
-    pub(crate) agent: &'a AgentId,
-    pub(crate) monitor: &'a SharedMonitor,
+    agent: &'a AgentId,
+    monitor: &'a SharedMonitor,
+    per_call: Vec<Usage>,
+}
+
+impl<'a> AgentObserver<'a> {
+    pub(crate) fn new(agent: &'a AgentId, monitor: &'a SharedMonitor) -> Self {
+        Self {
+            agent,
+            monitor,
+            per_call: Vec::new(),
+        }
+    }
+
+    /// The usage of each reply, in order (zero where a reply reported none).
+    pub(crate) fn into_usage(self) -> Vec<Usage> {
+        self.per_call
+    }
 }
 
 impl Observer for AgentObserver<'_> {
     fn on_event(&mut self, event: &Event<'_>) {
+        if let Event::Response { response, .. } = event {
+            self.per_call.push(response.usage.unwrap_or_default());
+        }
         self.monitor.event(self.agent, event);
     }
 }

@@ -84,6 +84,16 @@ pub trait ChildModels: Send + Sync {
     fn model_for(&self, number: usize) -> Box<dyn Model + Send>;
 }
 
+/// Any `Fn(number) -> model` hands out child models (e.g. one live client per child).
+impl<F> ChildModels for F
+where
+    F: Fn(usize) -> Box<dyn Model + Send> + Send + Sync,
+{
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        self(number)
+    }
+}
+
 /// A model that fails every request with the same failure.
 #[derive(Debug, Clone)]
 pub struct FailingModel(pub ModelFailure);
@@ -227,6 +237,8 @@ pub struct ChildRecord {
     pub report: TaskReport,
     /// The child's full outcome, history included.
     pub outcome: Outcome,
+    /// The token usage of each of the child's replies, in order.
+    pub usage_per_call: Vec<crate::protocol::Usage>,
     /// The child's tool calls.
     pub tools: Vec<ToolRecord>,
     /// Warnings raised by the child's hooks.
@@ -316,10 +328,7 @@ impl TaskTool {
             monitor: &self.shared.monitor,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None);
-        let mut observer = AgentObserver {
-            agent: &agent,
-            monitor: &self.shared.monitor,
-        };
+        let mut observer = AgentObserver::new(&agent, &self.shared.monitor);
         let outcome = match Conversation::start(task, self.budget.get()) {
             Ok(conversation) => {
                 let conversation = conversation.with_system(self.system.as_str());
@@ -330,6 +339,7 @@ impl TaskTool {
             Err(err) => refusal_outcome(task, &err.to_string()),
         };
         let (tools, warnings) = toolbox.into_parts();
+        let usage_per_call = observer.into_usage();
         let report = TaskReport::from_outcome(&outcome);
         let output = report.to_output();
         self.shared
@@ -342,6 +352,7 @@ impl TaskTool {
                 task: task.to_owned(),
                 report,
                 outcome,
+                usage_per_call,
                 tools,
                 warnings,
             });

@@ -3,6 +3,8 @@
 //! A model turns a [`Request`] into a [`ModelResponse`] or a [`ModelFailure`].
 //! The loop never retries: a failure finishes the conversation `model_error`.
 
+#[cfg(feature = "live")]
+pub mod anthropic;
 pub mod demo;
 mod scripted;
 

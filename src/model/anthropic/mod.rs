@@ -1,0 +1,392 @@
+//! A client for the Anthropic Messages API, implementing [`Model`].
+//!
+//! Behind the `live` cargo feature (on by default). Requests are exactly the
+//! Messages API body (`model`, `max_tokens`, `system`, `tools`, `messages`,
+//! and `stream` when streaming), with prompt-caching breakpoints on the
+//! system prompt, the last tool and the last history block, so a multi-turn
+//! run re-reads its prefix from the cache. Retries happen here, in the
+//! transport layer, never in the loop (see [`retry`]). Whatever finally
+//! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
+//! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
+//! from every error text.
+
+pub mod retry;
+pub mod sse;
+pub mod transport;
+
+use std::io::{BufReader, Read};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+use thiserror::Error;
+
+use self::retry::{RetryPolicy, retryable_status, should_retry_header};
+use self::transport::{HttpResponse, Timeouts, Transport, TransportErrorKind, UreqTransport};
+use super::Model;
+use crate::error::ModelFailure;
+use crate::protocol::{ModelResponse, Request};
+
+/// The model used when neither `--model` nor `ANTHROPIC_MODEL` names one.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+/// The official endpoint, unless `ANTHROPIC_BASE_URL` says otherwise.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The `anthropic-version` header.
+pub const API_VERSION: &str = "2023-06-01";
+/// The default `max_tokens` of a reply.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The largest non-streaming body read (32 MiB).
+const MAX_BODY: u64 = 32 * 1024 * 1024;
+
+/// An API key. It has no `Display`, and `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// Why a live client could not be configured.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LiveError {
+    /// `ANTHROPIC_API_KEY` is missing or empty.
+    #[error("ANTHROPIC_API_KEY is not set; export your API key to use --live")]
+    MissingKey,
+    /// A setting is unusable.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Settings of the live client.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    /// The API key (sent as `x-api-key`).
+    pub api_key: ApiKey,
+    /// The model name.
+    pub model: String,
+    /// The API's base URL (without `/v1/messages`).
+    pub base_url: String,
+    /// `max_tokens` of each reply.
+    pub max_tokens: u32,
+    /// Connect, read and overall timeouts.
+    pub timeouts: Timeouts,
+    /// Retry policy.
+    pub retry: RetryPolicy,
+    /// Use the SSE event stream.
+    pub stream: bool,
+}
+
+impl LiveConfig {
+    /// Reads `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL` and `ANTHROPIC_BASE_URL`
+    /// through `env`; `model` (from `--model`) wins over the environment.
+    pub fn from_env(
+        env: impl Fn(&str) -> Option<String>,
+        model: Option<String>,
+    ) -> Result<Self, LiveError> {
+        let api_key = env("ANTHROPIC_API_KEY")
+            .filter(|key| !key.trim().is_empty())
+            .ok_or(LiveError::MissingKey)?;
+        let model = model
+            .or_else(|| env("ANTHROPIC_MODEL").filter(|m| !m.trim().is_empty()))
+            .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+        let base_url = env("ANTHROPIC_BASE_URL")
+            .filter(|url| !url.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+            return Err(LiveError::Invalid(format!(
+                "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{base_url}`)"
+            )));
+        }
+        Ok(Self {
+            api_key: ApiKey::new(api_key.trim()),
+            model,
+            base_url,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            timeouts: Timeouts::default(),
+            retry: RetryPolicy::default(),
+            stream: false,
+        })
+    }
+}
+
+type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
+type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The HTTP client, shared by the parent's model and every child's.
+pub struct Client {
+    config: LiveConfig,
+    transport: Arc<dyn Transport>,
+    sleep: Sleeper,
+    on_text: Option<TextSink>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client over a real HTTP connection.
+    pub fn new(config: LiveConfig) -> Self {
+        let transport = Arc::new(UreqTransport::new(config.timeouts));
+        Self::with_transport(config, transport)
+    }
+
+    /// A client over any transport (tests use a fake one).
+    pub fn with_transport(config: LiveConfig, transport: Arc<dyn Transport>) -> Self {
+        Self {
+            config,
+            transport,
+            sleep: Arc::new(std::thread::sleep),
+            on_text: None,
+        }
+    }
+
+    /// Replaces how the client waits between retries (tests record instead of sleeping).
+    pub fn with_sleeper(mut self, sleep: impl Fn(Duration) + Send + Sync + 'static) -> Self {
+        self.sleep = Arc::new(sleep);
+        self
+    }
+
+    /// Shows streamed text deltas as they arrive (the CLI prints them on stderr).
+    pub fn with_text_sink(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_text = Some(Arc::new(sink));
+        self
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LiveConfig {
+        &self.config
+    }
+
+    /// The exact JSON body of a request.
+    pub fn request_body(&self, request: &Request<'_>) -> Value {
+        let cache = json!({"type": "ephemeral"});
+        let mut body = json!({
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens,
+        });
+        if !request.system.is_empty() {
+            body["system"] =
+                json!([{"type": "text", "text": request.system, "cache_control": cache}]);
+        }
+        if !request.tools.is_empty() {
+            let mut tools = json!(request.tools);
+            if let Some(last) = tools.as_array_mut().and_then(|tools| tools.last_mut()) {
+                last["cache_control"] = cache.clone();
+            }
+            body["tools"] = tools;
+        }
+        let mut messages = json!(request.messages);
+        if let Some(last) = messages.as_array_mut().and_then(|m| m.last_mut()) {
+            if let Some(block) = last["content"].as_array_mut().and_then(|c| c.last_mut()) {
+                block["cache_control"] = cache;
+            }
+            if let (Some(text), Some(content)) =
+                (request.attachment, last["content"].as_array_mut())
+            {
+                content.push(json!({"type": "text", "text": text}));
+            }
+        }
+        body["messages"] = messages;
+        if self.config.stream {
+            body["stream"] = json!(true);
+        }
+        body
+    }
+
+    fn scrub(&self, text: String) -> String {
+        let key = self.config.api_key.expose();
+        if key.is_empty() {
+            text
+        } else {
+            text.replace(key, "***")
+        }
+    }
+
+    fn fail(&self, kind: &str, message: String) -> ModelFailure {
+        ModelFailure::with_kind(kind, self.scrub(message))
+    }
+
+    /// Sends one request, retrying what is worth retrying.
+    pub fn send(&self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        let body = serde_json::to_vec(&self.request_body(request)).map_err(|err| {
+            self.fail(
+                "invalid_request",
+                format!("cannot serialize the request: {err}"),
+            )
+        })?;
+        let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
+        let accept = if self.config.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        let headers = [
+            ("x-api-key", self.config.api_key.expose()),
+            ("anthropic-version", API_VERSION),
+            ("content-type", "application/json"),
+            ("accept", accept),
+        ];
+        let policy = self.config.retry;
+        let mut retry = 0;
+        loop {
+            let delay = match self.transport.post(&url, &headers, &body) {
+                Ok(response) if (200..300).contains(&response.status) => {
+                    return self.read_success(response);
+                }
+                Ok(mut response) => {
+                    let failure = self.error_response(&mut response, retry);
+                    let wanted = should_retry_header(response.header("x-should-retry"))
+                        .unwrap_or_else(|| retryable_status(response.status));
+                    if !wanted || retry >= policy.max_retries {
+                        return Err(failure);
+                    }
+                    policy.delay(
+                        retry,
+                        response.header("retry-after-ms"),
+                        response.header("retry-after"),
+                        SystemTime::now(),
+                    )
+                }
+                Err(err) => {
+                    let kind = match err.kind {
+                        TransportErrorKind::Timeout => "timeout_error",
+                        TransportErrorKind::Connection => "connection_error",
+                        TransportErrorKind::Other => "request_error",
+                    };
+                    if err.kind == TransportErrorKind::Other || retry >= policy.max_retries {
+                        let attempts = retry + 1;
+                        return Err(
+                            self.fail(kind, format!("{kind}: {err} (after {attempts} attempt(s))"))
+                        );
+                    }
+                    policy.delay(retry, None, None, SystemTime::now())
+                }
+            };
+            (self.sleep)(delay);
+            retry += 1;
+        }
+    }
+
+    fn error_response(&self, response: &mut HttpResponse, retry: u32) -> ModelFailure {
+        let mut text = String::new();
+        let _ = (&mut response.body)
+            .take(1024 * 1024)
+            .read_to_string(&mut text);
+        let attempts = retry + 1;
+        let status = response.status;
+        match serde_json::from_str::<Value>(&text) {
+            Ok(body) if body.pointer("/error/type").is_some() => {
+                let kind = body
+                    .pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("api_error");
+                let message = body
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                self.fail(
+                    kind,
+                    format!("HTTP {status} {kind}: {message} (after {attempts} attempt(s))"),
+                )
+            }
+            _ => {
+                let snippet: String = text.chars().take(200).collect();
+                self.fail(
+                    "http_error",
+                    format!("HTTP {status}: {snippet} (after {attempts} attempt(s))"),
+                )
+            }
+        }
+    }
+
+    fn read_success(&self, response: HttpResponse) -> Result<ModelResponse, ModelFailure> {
+        let is_stream = response
+            .header("content-type")
+            .is_some_and(|kind| kind.starts_with("text/event-stream"));
+        if is_stream {
+            let sink = self.on_text.clone();
+            let mut on_text = |text: &str| {
+                if let Some(sink) = &sink {
+                    sink(text);
+                }
+            };
+            return sse::read_stream(BufReader::new(response.body), &mut on_text).map_err(
+                |failure| {
+                    self.fail(
+                        failure.kind.as_deref().unwrap_or("stream_error"),
+                        failure.message,
+                    )
+                },
+            );
+        }
+        let mut text = String::new();
+        response
+            .body
+            .take(MAX_BODY)
+            .read_to_string(&mut text)
+            .map_err(|err| {
+                self.fail("read_error", format!("reading the response failed: {err}"))
+            })?;
+        let value: Value = serde_json::from_str(&text).map_err(|err| {
+            let snippet: String = text.chars().take(200).collect();
+            self.fail(
+                "invalid_response",
+                format!("the response is not JSON ({err}): {snippet}"),
+            )
+        })?;
+        if value.get("type").and_then(Value::as_str) == Some("error") {
+            let kind = value
+                .pointer("/error/type")
+                .and_then(Value::as_str)
+                .unwrap_or("api_error");
+            let message = value
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            return Err(self.fail(kind, format!("{kind}: {message}")));
+        }
+        ModelResponse::from_value(value).map_err(|err| {
+            self.fail(
+                "invalid_response",
+                format!("the response is not a message: {err}"),
+            )
+        })
+    }
+}
+
+/// A [`Model`] over a shared [`Client`].
+#[derive(Debug, Clone)]
+pub struct AnthropicModel {
+    client: Arc<Client>,
+}
+
+impl AnthropicModel {
+    /// A model that sends through `client`.
+    pub fn new(client: Arc<Client>) -> Self {
+        Self { client }
+    }
+}
+
+impl Model for AnthropicModel {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.client.send(request)
+    }
+}

@@ -1,0 +1,264 @@
+//! Server-sent events: a small line parser, and the assembler that turns the
+//! Messages API event stream into the same [`ModelResponse`] a non-streaming
+//! call returns.
+
+use std::io::BufRead;
+
+use serde_json::{Map, Value, json};
+
+use crate::error::ModelFailure;
+use crate::protocol::ModelResponse;
+
+/// One event: its `event:` name (empty if none) and its `data:` lines joined by `\n`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The event name.
+    pub event: String,
+    /// The data.
+    pub data: String,
+}
+
+/// Reads events from a byte stream; an event is complete at a blank line.
+/// Comment lines (`:`) are skipped; an event cut off by the end of the stream
+/// is dropped.
+#[derive(Debug)]
+pub struct SseReader<R> {
+    input: R,
+    line: String,
+}
+
+impl<R: BufRead> SseReader<R> {
+    /// A reader over `input`.
+    pub fn new(input: R) -> Self {
+        Self {
+            input,
+            line: String::new(),
+        }
+    }
+
+    /// The next complete event, `Ok(None)` at the end of the stream.
+    pub fn next_event(&mut self) -> std::io::Result<Option<SseEvent>> {
+        let mut event = String::new();
+        let mut data: Option<String> = None;
+        loop {
+            self.line.clear();
+            if self.input.read_line(&mut self.line)? == 0 {
+                return Ok(None);
+            }
+            let line = self.line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if event.is_empty() && data.is_none() {
+                    continue;
+                }
+                return Ok(Some(SseEvent {
+                    event,
+                    data: data.unwrap_or_default(),
+                }));
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+                None => (line, ""),
+            };
+            match field {
+                "event" => event = value.to_owned(),
+                "data" => match &mut data {
+                    Some(existing) => {
+                        existing.push('\n');
+                        existing.push_str(value);
+                    }
+                    None => data = Some(value.to_owned()),
+                },
+                _ => {}
+            }
+        }
+    }
+}
+
+struct BlockState {
+    block: Value,
+    partial_json: String,
+}
+
+/// Builds a reply from Messages API stream events.
+#[derive(Default)]
+pub struct StreamAssembler {
+    blocks: Vec<BlockState>,
+    stop_reason: Value,
+    usage: Map<String, Value>,
+    started: bool,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for StreamAssembler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamAssembler")
+            .field("blocks", &self.blocks.len())
+            .field("stopped", &self.stopped)
+            .finish()
+    }
+}
+
+fn failure(message: impl Into<String>) -> ModelFailure {
+    ModelFailure::with_kind("stream_error", message)
+}
+
+fn append(target: &mut Value, key: &str, piece: &str) {
+    if let Some(object) = target.as_object_mut() {
+        let mut text = object
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        text.push_str(piece);
+        object.insert(key.to_owned(), Value::String(text));
+    }
+}
+
+impl StreamAssembler {
+    /// A fresh assembler.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes one event; `on_text` sees each text delta as it arrives. An
+    /// `error` event is the API's error.
+    pub fn push(
+        &mut self,
+        event: &SseEvent,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(), ModelFailure> {
+        if event.data.is_empty() && event.event == "ping" {
+            return Ok(());
+        }
+        let data: Value = serde_json::from_str(&event.data)
+            .map_err(|err| failure(format!("stream event `{}` is not JSON: {err}", event.event)))?;
+        let kind = data
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str());
+        match kind {
+            "message_start" => {
+                self.started = true;
+                if let Some(Value::Object(usage)) = data.pointer("/message/usage") {
+                    self.usage.extend(usage.clone());
+                }
+            }
+            "content_block_start" => {
+                let block = data.get("content_block").cloned().unwrap_or(Value::Null);
+                self.blocks.push(BlockState {
+                    block,
+                    partial_json: String::new(),
+                });
+            }
+            "content_block_delta" => {
+                let index = data
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(u64::MAX);
+                let state = usize::try_from(index)
+                    .ok()
+                    .and_then(|index| self.blocks.get_mut(index))
+                    .ok_or_else(|| failure(format!("delta for unknown content block {index}")))?;
+                let delta = data.get("delta").cloned().unwrap_or(Value::Null);
+                let piece = |key: &str| {
+                    delta
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                match delta
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                {
+                    "text_delta" => {
+                        let text = piece("text");
+                        on_text(&text);
+                        append(&mut state.block, "text", &text);
+                    }
+                    "input_json_delta" => state.partial_json.push_str(&piece("partial_json")),
+                    "thinking_delta" => append(&mut state.block, "thinking", &piece("thinking")),
+                    "signature_delta" => append(&mut state.block, "signature", &piece("signature")),
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                let index = data
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(u64::MAX);
+                let state = usize::try_from(index)
+                    .ok()
+                    .and_then(|index| self.blocks.get_mut(index))
+                    .ok_or_else(|| failure(format!("stop for unknown content block {index}")))?;
+                if state.block.get("type").and_then(Value::as_str) == Some("tool_use")
+                    && !state.partial_json.is_empty()
+                {
+                    // Broken JSON stays a string: the registry then refuses it as invalid input.
+                    let input = serde_json::from_str(&state.partial_json)
+                        .unwrap_or_else(|_| Value::String(state.partial_json.clone()));
+                    if let Some(object) = state.block.as_object_mut() {
+                        object.insert("input".to_owned(), input);
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data.pointer("/delta/stop_reason") {
+                    self.stop_reason = reason.clone();
+                }
+                if let Some(Value::Object(usage)) = data.get("usage") {
+                    self.usage.extend(usage.clone());
+                }
+            }
+            "message_stop" => self.stopped = true,
+            "error" => {
+                let kind = data
+                    .pointer("/error/type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("api_error");
+                let message = data
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("error event in stream");
+                return Err(ModelFailure::with_kind(kind, format!("{kind}: {message}")));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The assembled reply; a stream that ended before `message_stop` is a failure.
+    pub fn finish(self) -> Result<ModelResponse, ModelFailure> {
+        if !self.started || !self.stopped {
+            return Err(failure("the stream ended before message_stop"));
+        }
+        let content: Vec<Value> = self.blocks.into_iter().map(|state| state.block).collect();
+        let message = json!({
+            "content": content,
+            "stop_reason": self.stop_reason,
+            "usage": Value::Object(self.usage),
+        });
+        ModelResponse::from_value(message)
+            .map_err(|err| failure(format!("assembled reply is not a message: {err}")))
+    }
+}
+
+/// Reads a whole event stream into a reply.
+pub fn read_stream(
+    input: impl BufRead,
+    on_text: &mut dyn FnMut(&str),
+) -> Result<ModelResponse, ModelFailure> {
+    let mut reader = SseReader::new(input);
+    let mut assembler = StreamAssembler::new();
+    loop {
+        match reader.next_event() {
+            Ok(Some(event)) => assembler.push(&event, on_text)?,
+            Ok(None) => return assembler.finish(),
+            Err(err) => return Err(failure(format!("reading the stream failed: {err}"))),
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! A loopback HTTP/1.1 server that plays the Messages API for tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use subloop::model::demo::{DemoChild, DemoParent};
+use subloop::subagent::CHILD_SYSTEM;
+use subloop::{Message, Model, ModelResponse, Request, ToolDefinition};
+
+/// One request as the server received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub connection: usize,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("request body is JSON")
+    }
+}
+
+/// What the server answers.
+pub enum Reply {
+    /// A complete response.
+    Full {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// Headers for a stream, then these bytes, then the connection is closed (a cut stream).
+    Cut {
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    },
+    /// Read the request, then say nothing for this long and close.
+    Stall(Duration),
+    /// Close the connection without answering.
+    Hangup,
+}
+
+impl Reply {
+    pub fn json(status: u16, body: Value) -> Self {
+        Self::Full {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.to_string().into_bytes(),
+        }
+    }
+
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        if let Self::Full { headers, .. } | Self::Cut { headers, .. } = &mut self {
+            headers.push((name.into(), value.into()));
+        }
+        self
+    }
+
+    pub fn sse(events: &[(&str, Value)]) -> Self {
+        Self::Full {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: sse_body(events),
+        }
+    }
+}
+
+pub fn sse_body(events: &[(&str, Value)]) -> Vec<u8> {
+    let mut out = String::new();
+    for (name, data) in events {
+        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    }
+    out.into_bytes()
+}
+
+type Handler = Box<dyn FnMut(&Recorded) -> Reply + Send>;
+
+/// The server; it stops when dropped (after its current connection ends).
+pub struct MockServer {
+    pub url: String,
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    pub connections: Arc<AtomicUsize>,
+}
+
+impl MockServer {
+    pub fn start(handler: impl FnMut(&Recorded) -> Reply + Send + 'static) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let handler: Arc<Mutex<Handler>> = Arc::new(Mutex::new(Box::new(handler)));
+        let (reqs, conns) = (requests.clone(), connections.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { break };
+                let index = conns.fetch_add(1, Ordering::SeqCst);
+                let (reqs, handler) = (reqs.clone(), handler.clone());
+                std::thread::spawn(move || serve(stream, index, &reqs, &handler));
+            }
+        });
+        Self {
+            url,
+            requests,
+            connections,
+        }
+    }
+
+    pub fn recorded(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve(
+    stream: TcpStream,
+    connection: usize,
+    requests: &Mutex<Vec<Recorded>>,
+    handler: &Mutex<Handler>,
+) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut writer = stream;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+        let mut headers = Vec::new();
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = header.split_once(':') {
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+            }
+        }
+        let length: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let recorded = Recorded {
+            path,
+            headers,
+            body,
+            connection,
+        };
+        requests.lock().unwrap().push(recorded.clone());
+        let reply = (handler.lock().unwrap())(&recorded);
+        match reply {
+            Reply::Full {
+                status,
+                headers,
+                body,
+            } => {
+                let mut head = format!("HTTP/1.1 {status} X\r\ncontent-length: {}\r\n", body.len());
+                for (k, v) in headers {
+                    head.push_str(&format!("{k}: {v}\r\n"));
+                }
+                head.push_str("\r\n");
+                if writer.write_all(head.as_bytes()).is_err() || writer.write_all(&body).is_err() {
+                    return;
+                }
+                let _ = writer.flush();
+            }
+            Reply::Cut { headers, body } => {
+                let mut head = "HTTP/1.1 200 OK\r\nconnection: close\r\n".to_owned();
+                for (k, v) in headers {
+                    head.push_str(&format!("{k}: {v}\r\n"));
+                }
+                head.push_str("\r\n");
+                let _ = writer.write_all(head.as_bytes());
+                let _ = writer.write_all(&body);
+                let _ = writer.flush();
+                return;
+            }
+            Reply::Stall(duration) => {
+                std::thread::sleep(duration);
+                return;
+            }
+            Reply::Hangup => return,
+        }
+    }
+}
+
+/// A handler that plays the demo: the child model when the system prompt is
+/// the child's, the parent model otherwise, answering as the API would.
+pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
+    let mut parent = DemoParent::default();
+    let mut child = DemoChild;
+    let mut count = 0;
+    move |recorded| {
+        count += 1;
+        let body = recorded.json();
+        let system = body["system"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let messages: Vec<Message> =
+            serde_json::from_value(body["messages"].clone()).expect("messages parse");
+        let tools: Vec<ToolDefinition> =
+            serde_json::from_value(body["tools"].clone()).unwrap_or_default();
+        let request = Request {
+            system: &system,
+            tools: &tools,
+            messages: &messages,
+            attachment: None,
+        };
+        let reply: ModelResponse = if system == CHILD_SYSTEM {
+            child.respond(&request)
+        } else {
+            parent.respond(&request)
+        }
+        .expect("demo models do not fail");
+        let mut message = serde_json::to_value(&reply).expect("serializable");
+        message["id"] = json!(format!("msg_mock_{count}"));
+        message["type"] = json!("message");
+        message["role"] = json!("assistant");
+        message["model"] = body["model"].clone();
+        message["stop_sequence"] = Value::Null;
+        message["usage"] = json!({"input_tokens": 100, "output_tokens": 10,
+            "cache_creation_input_tokens": 50, "cache_read_input_tokens": 40});
+        Reply::json(200, message)
+    }
+}
