@@ -231,10 +231,29 @@ fn demo_live_through_the_binary_gives_the_offline_answer() {
         serde_json::from_slice::<Value>(&output.stdout).expect("one JSON object")
     };
     let (live, offline) = (run(true), run(false));
+    let trace = common::TempDir::new("live-trace");
+    let trace_path = trace.path().join("trace.jsonl");
+    let traced = Command::new(common::bin())
+        .args(["demo", "--live", "--decision", "deny", "--quiet", "--trace"])
+        .arg(&trace_path)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", &server.url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run binary");
+    assert_eq!(traced.status.code(), Some(0));
+    let text = std::fs::read_to_string(&trace_path).expect("trace written");
+    assert!(text.lines().count() > 7 && text.contains("\"kind\":\"request\""));
+    assert!(!text.contains(KEY), "the key reached the trace");
     assert_eq!(live["text"], offline["text"]);
     assert_eq!(live["calls"], 4);
     assert_eq!(live["children"][0]["calls"], 3);
-    assert_eq!(server.recorded().len(), 7);
+    assert_eq!(
+        server.recorded().len(),
+        14,
+        "7 for the json run, 7 for the traced run"
+    );
     assert_eq!(server.recorded()[0].json()["model"], "claude-sonnet-4-5");
 }
 

@@ -11,6 +11,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
@@ -102,6 +103,13 @@ impl ReadFile {
         let meta = file.metadata().map_err(io_error)?;
         if let Some(what) = not_regular(&meta.file_type()) {
             return Err(ReadError::NotRegular(what));
+        }
+        // A directory on the path could have been swapped for a symlink
+        // between resolving and opening: check where the handle really points.
+        if let Ok(opened) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            && !opened.starts_with(&self.root)
+        {
+            return Err(ReadError::OutsideWorkspace);
         }
         read_capped(file, self.limit, meta.len())
     }
