@@ -495,32 +495,44 @@ impl Conversation<AwaitingModel> {
             total.cache_creation_input_tokens += usage.cache_creation_input_tokens;
             total.cache_read_input_tokens += usage.cache_read_input_tokens;
         }
-        let blocks = match known_blocks(&reply) {
-            Ok(blocks) => blocks,
+        // Checked by reference first: a rejected reply is kept whole in its status.
+        if let Err(violation) = check_blocks(&reply) {
+            return self.reject(violation, reply);
+        }
+        let count = match check_calls(&reply) {
+            Ok(count) => count,
             Err(violation) => return self.reject(violation, reply),
         };
-        let text = join_text(blocks.iter());
-        let calls = match tool_calls(&blocks) {
-            Ok(calls) => calls,
-            Err(violation) => return self.reject(violation, reply),
-        };
+        let text = join_text(reply.content.iter().filter_map(known));
         match reply.stop_reason {
             Some(StopReason::EndTurn) => {
-                if !calls.is_empty() {
-                    let count = calls.len();
+                if count > 0 {
                     self.reject(Violation::EndTurnWithCalls { count }, reply)
                 } else if text.trim().is_empty() {
                     self.reject(Violation::EndTurnWithoutText, reply)
                 } else {
-                    self.core.history.push(assistant(blocks));
+                    self.core.history.push(assistant(into_blocks(reply)));
                     Reply::Answered(self.finish(Answered { _private: () }, text))
                 }
             }
             Some(StopReason::ToolUse) => {
-                if calls.is_empty() {
+                if count == 0 {
                     return self.reject(Violation::ToolUseWithoutCalls, reply);
                 }
-                self.core.history.push(assistant(blocks));
+                let message = assistant(into_blocks(reply));
+                let calls = message
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        Block::ToolUse { id, name, input } => Some(ToolCall {
+                            id: id.clone(),
+                            name: name.clone(),
+                            input: input.clone(),
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                self.core.history.push(message);
                 Reply::Tools(Conversation {
                     core: self.core,
                     state: AwaitingTools { calls },
@@ -557,42 +569,68 @@ fn assistant(mut content: Vec<Block>) -> Message {
     }
 }
 
-fn known_blocks(reply: &ModelResponse) -> Result<Vec<Block>, Violation> {
-    reply
-        .content
-        .iter()
-        .map(|block| match block {
-            ReplyBlock::Known(block) => Ok(block.clone()),
-            ReplyBlock::Unsupported { kind, reason, .. } => Err(Violation::UnsupportedBlock {
-                kind: kind.clone(),
-                reason: reason.clone(),
-            }),
-        })
-        .collect()
+fn known(block: &ReplyBlock) -> Option<&Block> {
+    match block {
+        ReplyBlock::Known(block) => Some(block),
+        ReplyBlock::Unsupported { .. } => None,
+    }
 }
 
-fn tool_calls(blocks: &[Block]) -> Result<Vec<ToolCall>, Violation> {
-    let mut seen = HashSet::new();
-    let mut calls = Vec::new();
-    for (index, block) in blocks.iter().enumerate() {
-        if let Block::ToolUse { id, name, input } = block {
+/// Every block must be of a known type with well-formed fields.
+fn check_blocks(reply: &ModelResponse) -> Result<(), Violation> {
+    match reply.content.iter().find_map(|block| match block {
+        ReplyBlock::Unsupported { kind, reason, .. } => Some((kind, reason)),
+        ReplyBlock::Known(_) => None,
+    }) {
+        Some((kind, reason)) => Err(Violation::UnsupportedBlock {
+            kind: kind.clone(),
+            reason: reason.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Every tool_use needs a non-empty id, unique within the reply, and a name;
+/// returns how many there are.
+fn check_calls(reply: &ModelResponse) -> Result<usize, Violation> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut set: HashSet<&str> = HashSet::new();
+    for (index, block) in reply.content.iter().enumerate() {
+        if let Some(Block::ToolUse { id, name, .. }) = known(block) {
             if id.as_str().is_empty() {
                 return Err(Violation::EmptyId { index });
             }
-            if !seen.insert(id.as_str()) {
+            // A short list is scanned; a long one goes through a set.
+            let repeated = if seen.len() < 16 {
+                seen.contains(&id.as_str())
+            } else {
+                if set.is_empty() {
+                    set.extend(seen.iter().copied());
+                }
+                !set.insert(id.as_str())
+            };
+            if repeated {
                 return Err(Violation::DuplicateId { id: id.clone() });
             }
+            seen.push(id.as_str());
             if name.is_empty() {
                 return Err(Violation::EmptyName { id: id.clone() });
             }
-            calls.push(ToolCall {
-                id: id.clone(),
-                name: name.clone(),
-                input: input.clone(),
-            });
         }
     }
-    Ok(calls)
+    Ok(seen.len())
+}
+
+/// The blocks of a checked reply, moved out of it.
+fn into_blocks(reply: ModelResponse) -> Vec<Block> {
+    reply
+        .content
+        .into_iter()
+        .filter_map(|block| match block {
+            ReplyBlock::Known(block) => Some(block),
+            ReplyBlock::Unsupported { .. } => None,
+        })
+        .collect()
 }
 
 impl Conversation<AwaitingTools> {

@@ -90,6 +90,8 @@ pub mod plan;
 pub mod progress;
 pub mod protocol;
 pub mod subagent;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tools;
 pub mod trace;
 

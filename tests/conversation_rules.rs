@@ -272,6 +272,33 @@ fn duplicate_tool_use_id_is_a_protocol_error() {
 }
 
 #[test]
+fn duplicate_ids_are_found_in_long_replies_too() {
+    // Past 16 calls the check switches from a scan to a set; both must agree.
+    let ids: Vec<String> = (0..40).map(|i| format!("toolu_{i}")).collect();
+    let unique: Vec<ReplyBlock> = ids.iter().map(|id| tool_use(id, "read_file")).collect();
+    let pending = expect_tools(start(2).receive(reply(unique.clone(), Some(StopReason::ToolUse))));
+    assert_eq!(pending.calls().len(), 40);
+    for repeat_at in [3usize, 16, 17, 39] {
+        let mut blocks = unique.clone();
+        blocks.insert(repeat_at, tool_use("toolu_2", "read_file"));
+        assert_rejected(
+            reply(blocks, Some(StopReason::ToolUse)),
+            Violation::DuplicateId {
+                id: ToolUseId::new("toolu_2"),
+            },
+        );
+    }
+    let mut late = unique;
+    late.push(tool_use("toolu_39", "read_file"));
+    assert_rejected(
+        reply(late, Some(StopReason::ToolUse)),
+        Violation::DuplicateId {
+            id: ToolUseId::new("toolu_39"),
+        },
+    );
+}
+
+#[test]
 fn empty_tool_name_is_a_protocol_error() {
     assert_rejected(
         reply(

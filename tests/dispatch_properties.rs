@@ -120,7 +120,8 @@ fn script() -> impl Strategy<Value = (Vec<Vec<(&'static str, Value)>>, u32)> {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 1024,
+        // 1024 by default; PROPTEST_CASES raises it for a long run.
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(1024),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
             "proptest-regressions/dispatch_properties.txt",
         ))),

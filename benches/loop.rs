@@ -1,0 +1,404 @@
+//! `cargo bench`: the four figures of the README, each on one stable line.
+//!
+//! * `transitions`: `receive` + `answer_with` on generated replies (text and 1–4 calls);
+//! * `long_replay`: 1000 turns reading a 4 KiB file through the real driver and
+//!   tools (trace off), and the cost of the last 100 turns against the first 100;
+//! * `context_economy`: bytes a delegation adds to the parent's history, against
+//!   reading the same 100 KiB (5 files) directly;
+//! * `memory`: peak resident memory of the long replay (in a fresh process),
+//!   against 3 × the transcript's bytes + 16 MiB;
+//! * `cli_replay`: `subloop run --script` on the 1000-turn script, end to end.
+//!
+//! Medians of several runs; the machine is shared, so read the figures as
+//! orders of magnitude with a target, not as exact timings.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use subloop::app::{self, DecisionMode, Settings};
+use subloop::driver::Event;
+use subloop::monitor::Monitor;
+use subloop::permission::DenyAll;
+use subloop::subagent::{ScriptedChildren, SubagentConfig};
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+use subloop::{
+    AfterTools, AgentBuilder, AgentId, Budget, Conversation, Hooks, ModelResponse, Reply, Script,
+    ScriptedModel, ToolOutput,
+};
+
+const TURNS: usize = match option_env!("SUBLOOP_BENCH_TURNS") {
+    Some(_) => 4000,
+    None => 1000,
+};
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "subloop-bench-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// Replies cycling through an answer-free mix of 1–4 calls, with some text.
+fn generated_replies(count: usize) -> Vec<ModelResponse> {
+    (0..count)
+        .map(|i| {
+            let calls = i % 4 + 1;
+            let mut reply = ModelResponse::tool_calls((0..calls).map(|c| {
+                (
+                    format!("toolu_{i}_{c}"),
+                    "read_file",
+                    json!({"path": "main.py"}),
+                )
+            }));
+            if i % 3 == 0 {
+                reply
+                    .content
+                    .insert(0, subloop::Block::text("Let me look.").into());
+            }
+            reply
+        })
+        .collect()
+}
+
+fn bench_transitions() {
+    let replies = generated_replies(4096);
+    let chain = 16;
+    let mut rates = Vec::new();
+    for _ in 0..7 {
+        // The replies are copied before the clock starts: `receive` takes them by value.
+        let batch: Vec<Vec<ModelResponse>> = replies
+            .chunks(chain)
+            .map(<[ModelResponse]>::to_vec)
+            .collect();
+        let started = Instant::now();
+        let mut transitions = 0u64;
+        for chunk in batch {
+            let Ok(mut conversation) =
+                Conversation::start("q", Budget::new(chain as u32 + 1).expect("budget"))
+            else {
+                return;
+            };
+            for reply in chunk {
+                let Reply::Tools(pending) = conversation.receive(reply) else {
+                    panic!("generated replies are tool rounds");
+                };
+                transitions += 1;
+                match pending.answer_with(|_| ToolOutput::ok("print(6 * 7)")) {
+                    AfterTools::Continue(next) => conversation = next,
+                    AfterTools::CallLimit(_) => panic!("budget covers the chain"),
+                }
+                transitions += 1;
+            }
+        }
+        rates.push(transitions as f64 / started.elapsed().as_secs_f64());
+    }
+    println!(
+        "bench transitions: {:.2e} transitions/s on one core (median of 7; receive and answer_with each count one; target >= 1e6)",
+        median(rates)
+    );
+}
+
+/// Writes the long-replay workspace and script.
+fn long_workspace() -> (PathBuf, Script) {
+    let dir = scratch("long");
+    let line = "the quick brown fox jumps over the lazy dog, again and again and again!!\n";
+    let data: String = line
+        .repeat(4096 / line.len() + 1)
+        .chars()
+        .take(4096)
+        .collect();
+    std::fs::write(dir.join("data.txt"), data).expect("data file");
+    let script = subloop::testing::long_replay_script(TURNS, "data.txt");
+    let text = serde_json::to_string(&script).expect("script json");
+    std::fs::write(dir.join("script.json"), &text).expect("script file");
+    (dir, Script::parse(&text).expect("script parses"))
+}
+
+fn long_settings(dir: &Path) -> Settings {
+    let mut settings = Settings::new(dir.to_owned());
+    settings.max_calls = TURNS as u32 + 1;
+    settings.decision = DecisionMode::Deny;
+    settings.progress = false;
+    settings
+}
+
+/// Timestamps each model request of the parent.
+struct TurnClock(Arc<std::sync::Mutex<Vec<Instant>>>);
+
+impl Monitor for TurnClock {
+    fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
+        if matches!(agent, AgentId::Parent) && matches!(event, Event::Request { .. }) {
+            self.0.lock().expect("clock").push(Instant::now());
+        }
+    }
+}
+
+/// The long replay as `subloop run` wires it (every tool, the plan, `task`); returns the transcript's bytes.
+fn long_replay_once(dir: &Path, script: &Script) -> usize {
+    let settings = long_settings(dir);
+    let children: Arc<dyn subloop::subagent::ChildModels> = Arc::new(ScriptedChildren::default());
+    let agent = app::build_agent(&settings, children).expect("agent");
+    let mut model = ScriptedModel::new(script.parent.clone());
+    let report = agent
+        .run(
+            &settings.question,
+            Budget::new(settings.max_calls).expect("budget"),
+            &mut model,
+        )
+        .expect("run");
+    assert_eq!(report.outcome.calls as usize, TURNS + 1);
+    serde_json::to_vec(&report.outcome.messages)
+        .expect("json")
+        .len()
+}
+
+/// Runs the long replay with a clock on each parent request; returns the
+/// total time, and the last 100 turns against the first 100 as (median
+/// per-turn cost ratio, summed cost ratio).
+fn per_turn_ratio(dir: &Path, script: &Script) -> (Duration, f64, f64) {
+    let times = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let workspace = dir.to_owned();
+    let agent = AgentBuilder::new(Arc::new(DenyAll))
+        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT).expect("read_file"))
+        .expect("tool")
+        .plan()
+        .expect("plan")
+        .subagents(SubagentConfig::new(
+            Arc::new(ScriptedChildren::default()),
+            Hooks::none(),
+        ))
+        .expect("task")
+        .monitor(TurnClock(times.clone()))
+        .build();
+    let mut model = ScriptedModel::new(script.parent.clone());
+    let started = Instant::now();
+    let report = agent
+        .run(
+            "Read data.txt",
+            Budget::new(TURNS as u32 + 1).expect("budget"),
+            &mut model,
+        )
+        .expect("run");
+    let total = started.elapsed();
+    let end = Instant::now();
+    assert_eq!(report.outcome.calls as usize, TURNS + 1);
+    let times = times.lock().expect("clock").clone();
+    let mut turns: Vec<f64> = times
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]).as_secs_f64())
+        .collect();
+    if let Some(last) = times.last() {
+        turns.push((end - *last).as_secs_f64());
+    }
+    let first: Vec<f64> = turns.iter().take(100).copied().collect();
+    let last: Vec<f64> = turns.iter().rev().take(100).copied().collect();
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    (
+        total,
+        median(last.clone()) / median(first.clone()),
+        sum(&last) / sum(&first),
+    )
+}
+
+fn bench_long_replay() {
+    let (dir, script) = long_workspace();
+    let mut totals = Vec::new();
+    let mut ratios = Vec::new();
+    let mut summed = Vec::new();
+    for _ in 0..5 {
+        let (total, ratio, sum_ratio) = per_turn_ratio(&dir, &script);
+        totals.push(total.as_secs_f64());
+        ratios.push(ratio);
+        summed.push(sum_ratio);
+    }
+    let transcript = long_replay_once(&dir, &script);
+    println!(
+        "bench long_replay: {TURNS} turns in {:.1} ms; per-turn cost last 100 / first 100 = {:.2} (median turn; target <= 1.5), {:.2} (summed); transcript {} bytes (median of 5 runs)",
+        median(totals) * 1000.0,
+        median(ratios),
+        median(summed),
+        transcript
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn history_bytes(messages: &[subloop::Message]) -> usize {
+    messages
+        .iter()
+        .skip(1)
+        .map(|m| serde_json::to_vec(m).map(|v| v.len()).unwrap_or(0))
+        .sum()
+}
+
+fn bench_context_economy() {
+    let dir = scratch("economy");
+    let names: Vec<String> = (1..=5).map(|i| format!("part{i}.txt")).collect();
+    for name in &names {
+        std::fs::write(dir.join(name), "x".repeat(20 * 1024)).expect("file");
+    }
+    let reads: Vec<(String, &str, serde_json::Value)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (format!("toolu_r{i}"), "read_file", json!({"path": name})))
+        .collect();
+    let summary = "The five parts hold 102400 bytes of the letter x and nothing else.";
+    let build = |children: ScriptedChildren| {
+        AgentBuilder::new(Arc::new(DenyAll))
+            .read_only_tool(ReadFile::new(&dir, DEFAULT_READ_LIMIT).expect("read_file"))
+            .expect("tool")
+            .subagents(SubagentConfig::new(Arc::new(children), Hooks::none()))
+            .expect("task")
+            .build()
+    };
+    // Delegated: one task; the child reads the five files and reports.
+    let child = vec![
+        Ok(ModelResponse::tool_calls(reads.clone())),
+        Ok(ModelResponse::answer(summary)),
+    ];
+    let mut parent = ScriptedModel::new(vec![
+        Ok(ModelResponse::tool_calls([(
+            "toolu_task",
+            "task",
+            json!({"task": "Read part1.txt to part5.txt and say what they hold."}),
+        )])),
+        Ok(ModelResponse::answer(summary)),
+    ]);
+    let delegated = build(ScriptedChildren(vec![child]))
+        .run(
+            "What do the parts hold?",
+            Budget::new(4).expect("budget"),
+            &mut parent,
+        )
+        .expect("run");
+    // Direct: the parent reads them itself.
+    let mut parent = ScriptedModel::new(vec![
+        Ok(ModelResponse::tool_calls(reads)),
+        Ok(ModelResponse::answer(summary)),
+    ]);
+    let direct = build(ScriptedChildren::default())
+        .run(
+            "What do the parts hold?",
+            Budget::new(4).expect("budget"),
+            &mut parent,
+        )
+        .expect("run");
+    let child_read: usize = delegated
+        .children
+        .iter()
+        .map(|c| history_bytes(&c.outcome.messages))
+        .sum();
+    println!(
+        "bench context_economy: delegation adds {} bytes to the parent's history (target <= 1536 per delegation); reading directly adds {} bytes; the child's own history held {} bytes",
+        history_bytes(&delegated.outcome.messages),
+        history_bytes(&direct.outcome.messages),
+        child_read
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn bench_memory() {
+    // A fresh process runs the long replay alone, so its peak is the replay's.
+    let exe = std::env::current_exe().expect("bench executable");
+    let output = std::process::Command::new(exe)
+        .env("SUBLOOP_BENCH_MEMORY_CHILD", "1")
+        .output()
+        .expect("memory child");
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut fields = text.split_whitespace();
+    let (Some(peak), Some(transcript)) = (
+        fields.next().and_then(|n| n.parse::<u64>().ok()),
+        fields.next().and_then(|n| n.parse::<u64>().ok()),
+    ) else {
+        println!("bench memory: not measured ({})", text.trim());
+        return;
+    };
+    let budget = 3 * transcript + 16 * 1024 * 1024;
+    println!(
+        "bench memory: long replay peak RSS {:.1} MiB for a {:.1} MiB transcript (target <= 3 x transcript + 16 MiB = {:.1} MiB)",
+        peak as f64 / 1024.0 / 1024.0,
+        transcript as f64 / 1024.0 / 1024.0,
+        budget as f64 / 1024.0 / 1024.0
+    );
+}
+
+fn memory_child() {
+    let (dir, script) = long_workspace();
+    let transcript = long_replay_once(&dir, &script);
+    let peak = peak_rss_kib().map_or(0, |kib| kib * 1024);
+    println!("{peak} {transcript}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn bench_cli_replay() {
+    let (dir, _) = long_workspace();
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_subloop"))
+            .args([
+                "run",
+                "--quiet",
+                "--decision",
+                "deny",
+                "--max-calls",
+                "1001",
+                "--workspace",
+            ])
+            .arg(&dir)
+            .arg("--script")
+            .arg(dir.join("script.json"))
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("subloop run");
+        assert!(status.success());
+        times.push(started.elapsed().as_secs_f64());
+    }
+    println!(
+        "bench cli_replay: subloop run --script with {TURNS} turns takes {:.1} ms end to end (median of 5; target well under 1000 ms)",
+        median(times) * 1000.0
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn main() {
+    if std::env::var_os("SUBLOOP_BENCH_MEMORY_CHILD").is_some() {
+        memory_child();
+        return;
+    }
+    // `cargo bench -- <filter>` runs only the benches whose name contains the filter.
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
+    let benches: [(&str, fn()); 5] = [
+        ("transitions", bench_transitions),
+        ("long_replay", bench_long_replay),
+        ("context_economy", bench_context_economy),
+        ("memory", bench_memory),
+        ("cli_replay", bench_cli_replay),
+    ];
+    for (name, bench) in benches {
+        if wanted(name) {
+            bench();
+        }
+    }
+}
