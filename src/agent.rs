@@ -2,6 +2,7 @@
 //! optional subagents, assembled once and run on one question.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -11,6 +12,7 @@ use crate::driver;
 use crate::error::{InputError, SetupError};
 use crate::executor::{Gate, ToolRecord, Toolbox, Warning};
 use crate::hooks::{AuditEntry, AuditLog, Hooks};
+use crate::limits::{CancelHandle, Limits, RunGuard};
 use crate::model::Model;
 use crate::monitor::{AgentObserver, Monitor, SharedMonitor};
 use crate::permission::Approver;
@@ -56,6 +58,7 @@ impl AgentBuilder {
                 audit: AuditLog::new(),
                 monitor: SharedMonitor::default(),
                 children: Arc::new(Mutex::new(Vec::new())),
+                guard: Arc::new(RunGuard::new(Limits::default(), CancelHandle::new())),
             },
         }
     }
@@ -84,6 +87,14 @@ impl AgentBuilder {
         self.registry.register(TodoWrite::new(plan.clone()))?;
         self.plan = Some(plan);
         Ok(self)
+    }
+
+    /// The run-wide limits (tool calls per reply, delegations, deadline,
+    /// tokens) and the handle that cancels the run. Set them before
+    /// [`AgentBuilder::subagents`], so children share them.
+    pub fn limits(mut self, limits: Limits, cancel: CancelHandle) -> Self {
+        self.shared.guard = Arc::new(RunGuard::new(limits, cancel));
+        self
     }
 
     /// The parent's hooks.
@@ -155,6 +166,35 @@ pub struct RunReport {
     pub warnings: Vec<Warning>,
     /// The audit log of the whole run.
     pub audit: Vec<AuditEntry>,
+    /// How long the whole run took.
+    #[serde(serialize_with = "millis")]
+    pub elapsed: Duration,
+    /// The limits the run had.
+    pub limits: Limits,
+}
+
+/// Serializes a duration as whole milliseconds.
+pub(crate) fn millis<S: serde::Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Model calls, tool calls, delegations, tokens and time of one agent.
+fn accounting(
+    outcome: &Outcome,
+    tools: &[ToolRecord],
+    delegations: usize,
+    elapsed: Duration,
+) -> serde_json::Value {
+    serde_json::json!({
+        "model_calls": outcome.calls,
+        "tool_calls": tools.len(),
+        "delegations": delegations,
+        "tokens": {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens},
+        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+    })
 }
 
 impl RunReport {
@@ -172,8 +212,33 @@ impl RunReport {
     }
 
     /// The CLI's `--json` object: `status`, `text`, `calls`, `tools`,
-    /// `children` (agent, task, report, tools), `warnings`, `usage`.
+    /// `children` (agent, task, report, tools), `warnings`, `usage`, and
+    /// `accounting` (per agent and in total: model calls, tool calls,
+    /// delegations, tokens, elapsed time) with the run's `limits`.
     pub fn to_json(&self) -> serde_json::Value {
+        let parent_accounting = accounting(
+            &self.outcome,
+            &self.tools,
+            self.children.len(),
+            self.elapsed,
+        );
+        let children_accounting: Vec<serde_json::Value> = self
+            .children
+            .iter()
+            .map(|child| {
+                let mut entry = accounting(&child.outcome, &child.tools, 0, child.elapsed);
+                entry["agent"] = serde_json::json!(child.agent);
+                entry
+            })
+            .collect();
+        let total = self.total_usage();
+        let total_accounting = serde_json::json!({
+            "model_calls": self.outcome.calls + self.children.iter().map(|c| c.outcome.calls).sum::<u32>(),
+            "tool_calls": self.tools.len() + self.children.iter().map(|c| c.tools.len()).sum::<usize>(),
+            "delegations": self.children.len(),
+            "tokens": {"input": total.input_tokens, "output": total.output_tokens},
+            "elapsed_ms": u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX),
+        });
         let children: Vec<serde_json::Value> = self
             .children
             .iter()
@@ -203,6 +268,13 @@ impl RunReport {
                 "parent": {"total": self.outcome.usage, "per_call": self.usage_per_call},
                 "total": self.total_usage(),
             },
+            "accounting": {"parent": parent_accounting, "children": children_accounting, "total": total_accounting},
+            "limits": {
+                "max_tools_per_reply": self.limits.max_tools_per_reply,
+                "max_delegations": self.limits.max_delegations,
+                "deadline_secs": self.limits.deadline.map(|d| d.as_secs_f64()),
+                "max_tokens_total": self.limits.max_tokens_total,
+            },
         })
     }
 }
@@ -216,6 +288,8 @@ impl Agent {
         model: &mut dyn Model,
     ) -> Result<RunReport, InputError> {
         let conversation = Conversation::start(question, budget)?.with_system(self.system.as_str());
+        let started = Instant::now();
+        self.shared.guard.start();
         let agent = AgentId::Parent;
         let gate = Gate {
             registry: &self.registry,
@@ -223,9 +297,10 @@ impl Agent {
             hooks: &self.hooks,
             audit: &self.shared.audit,
             monitor: &self.shared.monitor,
+            guard: &self.shared.guard,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref());
-        let mut observer = AgentObserver::new(&agent, &self.shared.monitor);
+        let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
         let outcome = driver::run(conversation, model, &mut toolbox, &mut observer);
         let (tools, warnings) = toolbox.into_parts();
         let usage_per_call = observer.into_usage();
@@ -241,6 +316,8 @@ impl Agent {
             AgentId::Parent => 0,
         });
         Ok(RunReport {
+            elapsed: started.elapsed(),
+            limits: *self.shared.guard.limits(),
             outcome,
             usage_per_call,
             tools,

@@ -12,6 +12,7 @@ use crate::agent::{Agent, AgentBuilder, RunReport};
 use crate::conversation::Budget;
 use crate::error::{InputError, ScriptError, SetupError};
 use crate::hooks::Hooks;
+use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
 use crate::model::{Model, Script, ScriptedModel};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
@@ -84,6 +85,10 @@ pub struct Settings {
     pub trace: Option<PathBuf>,
     /// Whether to print progress lines on stderr.
     pub progress: bool,
+    /// Run-wide limits: tool calls per reply, delegations, deadline, tokens.
+    pub limits: Limits,
+    /// Cancels the run from another thread (the CLI wires Ctrl-C to it).
+    pub cancel: CancelHandle,
 }
 
 impl Settings {
@@ -99,6 +104,8 @@ impl Settings {
             child_budget: ChildBudget::DEFAULT,
             trace: None,
             progress: true,
+            limits: Limits::default(),
+            cancel: CancelHandle::new(),
         }
     }
 
@@ -156,6 +163,7 @@ pub enum AppError {
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let mut builder = AgentBuilder::new(settings.decision.approver())
+        .limits(settings.limits, settings.cancel.clone())
         .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
         .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?
         .plan()?

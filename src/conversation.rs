@@ -198,6 +198,8 @@ mod sealed {
 }
 
 /// The erased status of a finished conversation, as written in [`Outcome`].
+/// New limits may add statuses, so matches need a wildcard arm.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StatusKind {
@@ -211,6 +213,15 @@ pub enum StatusKind {
     ProtocolError,
     /// The model stopped for another reason (`max_tokens`, `refusal`, ...).
     ModelStopped,
+    /// The run's wall-clock deadline passed.
+    Deadline,
+    /// The run's token budget was spent.
+    TokenLimit,
+    /// The run was cancelled.
+    Cancelled,
+    /// A `task` call past the run's delegation limit (a report status only:
+    /// no conversation ran).
+    DelegationLimit,
 }
 
 impl StatusKind {
@@ -222,6 +233,10 @@ impl StatusKind {
             Self::ModelError => "model_error",
             Self::ProtocolError => "protocol_error",
             Self::ModelStopped => "model_stopped",
+            Self::Deadline => "deadline",
+            Self::TokenLimit => "token_limit",
+            Self::Cancelled => "cancelled",
+            Self::DelegationLimit => "delegation_limit",
         }
     }
 }
@@ -301,6 +316,66 @@ impl ModelStopped {
     }
 }
 
+/// The run's deadline passed before this conversation finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deadline {
+    _private: (),
+}
+
+/// The run's token budget was spent before this conversation finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLimit {
+    _private: (),
+}
+
+/// The run was cancelled before this conversation finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cancelled {
+    _private: (),
+}
+
+/// Why a run stopped at a turn boundary, as decided by the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptKind {
+    /// The wall-clock deadline passed.
+    Deadline,
+    /// The token budget is spent.
+    TokenLimit,
+    /// Someone cancelled the run.
+    Cancelled,
+}
+
+/// A host's reason to stop at a turn boundary, with a readable text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupt {
+    /// Which limit.
+    pub kind: InterruptKind,
+    /// What was cut short, for the outcome's text.
+    pub text: String,
+}
+
+/// A conversation stopped by an [`Interrupt`].
+#[derive(Debug)]
+pub enum Interrupted {
+    /// By the deadline.
+    Deadline(Conversation<Finished<Deadline>>),
+    /// By the token budget.
+    TokenLimit(Conversation<Finished<TokenLimit>>),
+    /// By cancellation.
+    Cancelled(Conversation<Finished<Cancelled>>),
+}
+
+impl Interrupted {
+    /// The erased outcome.
+    pub fn into_outcome(self) -> Outcome {
+        match self {
+            Self::Deadline(done) => done.into_outcome(),
+            Self::TokenLimit(done) => done.into_outcome(),
+            Self::Cancelled(done) => done.into_outcome(),
+        }
+    }
+}
+
 macro_rules! statuses {
     ($($ty:ident => $kind:ident),* $(,)?) => {$(
         impl sealed::Sealed for $ty {}
@@ -316,6 +391,9 @@ statuses! {
     ModelError => ModelError,
     ProtocolError => ProtocolError,
     ModelStopped => ModelStopped,
+    Deadline => Deadline,
+    TokenLimit => TokenLimit,
+    Cancelled => Cancelled,
 }
 
 /// State: the next step is a model request.
@@ -470,6 +548,23 @@ impl Conversation<AwaitingModel> {
             tools,
             messages: &self.core.history,
             attachment,
+        }
+    }
+
+    /// Stops at this turn boundary, before the next model request, for a
+    /// run-wide reason (deadline, token budget, cancellation).
+    pub fn interrupt(self, interrupt: Interrupt) -> Interrupted {
+        let text = interrupt.text;
+        match interrupt.kind {
+            InterruptKind::Deadline => {
+                Interrupted::Deadline(self.finish(Deadline { _private: () }, text))
+            }
+            InterruptKind::TokenLimit => {
+                Interrupted::TokenLimit(self.finish(TokenLimit { _private: () }, text))
+            }
+            InterruptKind::Cancelled => {
+                Interrupted::Cancelled(self.finish(Cancelled { _private: () }, text))
+            }
         }
     }
 

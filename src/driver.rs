@@ -6,7 +6,9 @@
 //! HTTP: those live behind [`Model`] and [`Executor`]. A model failure
 //! finishes the conversation `model_error`; the loop never retries.
 
-use crate::conversation::{AfterTools, AwaitingModel, Conversation, Outcome, ToolCall, ToolOutput};
+use crate::conversation::{
+    AfterTools, AwaitingModel, Conversation, Interrupt, Outcome, ToolCall, ToolOutput,
+};
 use crate::error::ModelFailure;
 use crate::model::Model;
 use crate::protocol::{Message, ModelResponse, Request, ToolDefinition};
@@ -30,6 +32,14 @@ pub trait Executor {
 
     /// Runs one call and returns its output; the driver pairs it with the call's id.
     fn execute(&mut self, call: &ToolCall) -> ToolOutput;
+
+    /// Asked at every turn boundary (before each model request and before
+    /// each tool call): `Some` stops the run there. A tool that cannot start
+    /// is answered `not executed:`; the conversation then finishes with the
+    /// interrupt's status. The default never interrupts.
+    fn interrupt(&self) -> Option<Interrupt> {
+        None
+    }
 }
 
 /// A progress event of one conversation.
@@ -100,6 +110,9 @@ pub fn run(
 ) -> Outcome {
     let mut sent = 0;
     let outcome = loop {
+        if let Some(interrupt) = executor.interrupt() {
+            break conversation.interrupt(interrupt).into_outcome();
+        }
         let call = conversation.calls_made() + 1;
         let attachment = executor.attachment();
         let reply = {
@@ -131,10 +144,18 @@ pub fn run(
             Ok(outcome) => break outcome,
             Err(pending) => pending,
         };
-        executor.prepare(pending.calls());
+        if executor.interrupt().is_none() {
+            executor.prepare(pending.calls());
+        }
         let after = pending.answer_with(|call| {
             observer.on_event(&Event::ToolRequested { call });
-            let output = executor.execute(call);
+            let output = match executor.interrupt() {
+                Some(interrupt) => ToolOutput::error(format!(
+                    "not executed: the run was stopped ({})",
+                    interrupt.text
+                )),
+                None => executor.execute(call),
+            };
             observer.on_event(&Event::ToolFinished {
                 call,
                 output: &output,

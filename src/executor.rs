@@ -3,15 +3,16 @@
 //! and after every call. It is the driver's [`Executor`] for the parent and
 //! for every child alike.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use serde::Serialize;
 
 use crate::agent_id::AgentId;
-use crate::conversation::{ToolCall, ToolOutput};
+use crate::conversation::{Interrupt, ToolCall, ToolOutput};
 use crate::driver::Executor;
 use crate::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
+use crate::limits::RunGuard;
 use crate::monitor::SharedMonitor;
 use crate::permission::{ApprovalRequest, Approver, Decision};
 use crate::plan::SharedPlan;
@@ -36,6 +37,8 @@ pub enum CallDecision {
     Unregistered,
     /// The arguments did not match the schema; nothing ran.
     Invalid,
+    /// Past the run's limit of tool calls per reply; nothing ran.
+    OverLimit,
 }
 
 impl CallDecision {
@@ -49,6 +52,7 @@ impl CallDecision {
             Self::HookFailed => "hook_failed",
             Self::Unregistered => "unregistered",
             Self::Invalid => "invalid",
+            Self::OverLimit => "over_limit",
         }
     }
 }
@@ -83,6 +87,7 @@ pub(crate) struct Gate<'a> {
     pub(crate) hooks: &'a Hooks,
     pub(crate) audit: &'a AuditLog,
     pub(crate) monitor: &'a SharedMonitor,
+    pub(crate) guard: &'a RunGuard,
 }
 
 /// The executor of one agent.
@@ -93,6 +98,7 @@ pub(crate) struct Toolbox<'a> {
     records: Vec<ToolRecord>,
     warnings: Vec<Warning>,
     prepared: HashMap<ToolUseId, Answer>,
+    over_limit: HashSet<ToolUseId>,
 }
 
 /// The outcome of the pipeline for one call.
@@ -124,6 +130,7 @@ impl<'a> Toolbox<'a> {
             records: Vec::new(),
             warnings: Vec::new(),
             prepared: HashMap::new(),
+            over_limit: HashSet::new(),
         }
     }
 
@@ -146,6 +153,15 @@ impl<'a> Toolbox<'a> {
     /// Registry, schema, permission and before hooks, in that order.
     fn admit(&self, call: &ToolCall, warnings: &mut Vec<String>) -> Admission<'a> {
         self.audit(call, Phase::Before, None);
+        if self.over_limit.contains(call.id()) {
+            let limit = self.gate.guard.limits().max_tools_per_reply;
+            return Admission::Refused(
+                refusal(format_args!(
+                    "too many tool calls in one reply (limit {limit})"
+                )),
+                CallDecision::OverLimit,
+            );
+        }
         let Some(tool) = self.gate.registry.get(call.name()) else {
             return Admission::Refused(
                 refusal(format_args!("unregistered tool {}", call.name())),
@@ -309,8 +325,15 @@ impl Executor for Toolbox<'_> {
     /// Several delegating calls in one reply run as one batch (concurrently,
     /// for `task`); everything else runs one by one in [`Executor::execute`].
     fn prepare(&mut self, calls: &[ToolCall]) {
+        let limit = self.gate.guard.limits().max_tools_per_reply;
+        self.over_limit = calls
+            .iter()
+            .skip(limit)
+            .map(|call| call.id().clone())
+            .collect();
         let delegating: Vec<&ToolCall> = calls
             .iter()
+            .take(limit)
             .filter(|call| {
                 self.gate
                     .registry
@@ -383,5 +406,9 @@ impl Executor for Toolbox<'_> {
             None => self.process(call),
         };
         self.deliver(answer)
+    }
+
+    fn interrupt(&self) -> Option<Interrupt> {
+        self.gate.guard.interrupt()
     }
 }

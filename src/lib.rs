@@ -16,6 +16,8 @@
 //! | 5 plan: `todo_write`, attached to every parent request | [`plan`] |
 //! | 6 subagent: `task`, whitelist, budget, report | [`subagent`] |
 //!
+//! [`limits`] bounds a whole run (tool calls per reply, delegations, a
+//! deadline, a token budget) and cancels it from another thread.
 //! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
 //! driver calls for the parent and every child; [`trace`] writes a JSON Lines
 //! record of every request and reply; [`app`] is what the CLI runs.
@@ -47,6 +49,8 @@
 //!   tools (holding `task` does not compile: see [`subagent`]), passes the
 //!   parent's gate, runs the hooks the host named, and always yields a report
 //!   under the original id (`tests/subagent.rs`, `tests/demo_runs.rs`).
+//! * No run exceeds its limits, and every id is still answered exactly once
+//!   when one is hit (`tests/run_limits.rs`).
 //!
 //! ## Embedding
 //!
@@ -83,6 +87,7 @@ pub mod driver;
 pub mod error;
 pub mod executor;
 pub mod hooks;
+pub mod limits;
 pub mod model;
 pub mod monitor;
 pub mod permission;
@@ -98,9 +103,10 @@ pub mod trace;
 pub use agent::{Agent, AgentBuilder, RunReport};
 pub use agent_id::AgentId;
 pub use conversation::{
-    AfterTools, Answered, AwaitingModel, AwaitingTools, Budget, CallLimit, Conversation, Finished,
-    ModelError, ModelStopped, Outcome, ProtocolError, Rejected, Reply, Status, StatusKind,
-    ToolCall, ToolOutput, ToolResult, Violation,
+    AfterTools, Answered, AwaitingModel, AwaitingTools, Budget, CallLimit, Cancelled, Conversation,
+    Deadline, Finished, Interrupt, InterruptKind, Interrupted, ModelError, ModelStopped, Outcome,
+    ProtocolError, Rejected, Reply, Status, StatusKind, TokenLimit, ToolCall, ToolOutput,
+    ToolResult, Violation,
 };
 pub use driver::{Event, Executor, Observer, Silent, run};
 pub use error::{InputError, ModelFailure, ScriptError, SetupError, SubmitError};

@@ -29,6 +29,12 @@ OPTIONS:
     --json                 print one JSON object on stdout instead of the final text
     --quiet                no progress lines on stderr
 
+RUN LIMITS (the parent and every child together; Ctrl-C cancels, twice exits at once):
+    --max-tools-per-reply N   tool calls run per model reply; the rest are refused (default 16)
+    --max-delegations N       subagents started per run; later `task` calls get `delegation_limit` (default 8)
+    --deadline SECS           wall-clock limit of the run: status `deadline` (default none)
+    --max-tokens-total N      input + output tokens of the run: status `token_limit` (default none)
+
 LIVE (the Anthropic Messages API; reads ANTHROPIC_API_KEY, ANTHROPIC_MODEL, ANTHROPIC_BASE_URL):
     --live                 use the API instead of the built-in or scripted models (not with --script)
     --model NAME           the model (default: ANTHROPIC_MODEL, else claude-sonnet-4-5)
@@ -163,6 +169,28 @@ fn parse() -> Result<Option<Cli>, String> {
             Long("trace") => {
                 settings.trace = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
             }
+            Long("max-tools-per-reply") => {
+                settings.limits.max_tools_per_reply = number(&mut parser, "--max-tools-per-reply")?;
+                if settings.limits.max_tools_per_reply == 0 {
+                    return Err("--max-tools-per-reply must be at least 1".to_owned());
+                }
+            }
+            Long("max-delegations") => {
+                settings.limits.max_delegations = number(&mut parser, "--max-delegations")?
+            }
+            Long("deadline") => {
+                settings.limits.deadline = Some(std::time::Duration::from_secs_f64(seconds(
+                    &mut parser,
+                    "--deadline",
+                )?))
+            }
+            Long("max-tokens-total") => {
+                let n: u64 = number(&mut parser, "--max-tokens-total")?;
+                if n == 0 {
+                    return Err("--max-tokens-total must be at least 1".to_owned());
+                }
+                settings.limits.max_tokens_total = Some(n);
+            }
             Long("json") => json = true,
             Long("live") => live = true,
             Long("model") => {
@@ -282,7 +310,7 @@ fn live_client(_flags: LiveFlags, _progress: bool) -> Result<Models, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = match parse() {
+    let mut cli = match parse() {
         Ok(Some(cli)) => cli,
         Ok(None) => {
             println!("{USAGE}");
@@ -293,6 +321,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
             Ok(models) => models,

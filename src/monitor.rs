@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use crate::agent_id::AgentId;
 use crate::driver::{Event, Observer};
 use crate::executor::ToolRecord;
+use crate::limits::RunGuard;
 use crate::protocol::Usage;
 
 /// Receives everything that happens in a run. Children may run on other
@@ -70,14 +71,16 @@ impl SharedMonitor {
 pub(crate) struct AgentObserver<'a> {
     agent: &'a AgentId,
     monitor: &'a SharedMonitor,
+    guard: &'a RunGuard,
     per_call: Vec<Usage>,
 }
 
 impl<'a> AgentObserver<'a> {
-    pub(crate) fn new(agent: &'a AgentId, monitor: &'a SharedMonitor) -> Self {
+    pub(crate) fn new(agent: &'a AgentId, monitor: &'a SharedMonitor, guard: &'a RunGuard) -> Self {
         Self {
             agent,
             monitor,
+            guard,
             per_call: Vec::new(),
         }
     }
@@ -91,7 +94,9 @@ impl<'a> AgentObserver<'a> {
 impl Observer for AgentObserver<'_> {
     fn on_event(&mut self, event: &Event<'_>) {
         if let Event::Response { response, .. } = event {
-            self.per_call.push(response.usage.unwrap_or_default());
+            let usage = response.usage.unwrap_or_default();
+            self.guard.add_usage(&usage);
+            self.per_call.push(usage);
         }
         self.monitor.event(self.agent, event);
     }

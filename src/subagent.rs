@@ -18,6 +18,7 @@
 //! ```
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -28,6 +29,7 @@ use crate::driver;
 use crate::error::{ModelFailure, SetupError};
 use crate::executor::{Gate, ToolRecord, Toolbox, Warning};
 use crate::hooks::{AuditLog, Hooks};
+use crate::limits::RunGuard;
 use crate::model::{Model, ScriptedModel, ScriptedReply};
 use crate::monitor::{AgentObserver, SharedMonitor};
 use crate::permission::Approver;
@@ -243,6 +245,9 @@ pub struct ChildRecord {
     pub tools: Vec<ToolRecord>,
     /// Warnings raised by the child's hooks.
     pub warnings: Vec<Warning>,
+    /// How long the child ran.
+    #[serde(serialize_with = "crate::agent::millis")]
+    pub elapsed: Duration,
 }
 
 /// The run-wide services a child shares with its parent.
@@ -252,6 +257,7 @@ pub(crate) struct Shared {
     pub(crate) audit: AuditLog,
     pub(crate) monitor: SharedMonitor,
     pub(crate) children: Arc<Mutex<Vec<ChildRecord>>>,
+    pub(crate) guard: Arc<RunGuard>,
 }
 
 /// The `task` tool. Built by [`crate::AgentBuilder::subagents`].
@@ -262,7 +268,6 @@ pub struct TaskTool {
     models: Arc<dyn ChildModels>,
     system: String,
     shared: Shared,
-    delegations: Mutex<usize>,
 }
 
 impl std::fmt::Debug for TaskTool {
@@ -294,7 +299,6 @@ impl TaskTool {
             models: config.models,
             system: config.system,
             shared,
-            delegations: Mutex::new(0),
         })
     }
 
@@ -303,15 +307,18 @@ impl TaskTool {
         &self.registry
     }
 
-    /// Reserves the next `count` delegation numbers, in call order.
-    fn reserve(&self, count: usize) -> usize {
-        let mut next = self
-            .delegations
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let first = *next + 1;
-        *next += count;
-        first
+    /// The report for a `task` call past the run's delegation limit.
+    fn over_limit(&self) -> ToolOutput {
+        let limit = self.shared.guard.limits().max_delegations;
+        TaskReport {
+            status: StatusKind::DelegationLimit,
+            summary: format!(
+                "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
+            ),
+            calls: 0,
+            is_error: true,
+        }
+        .to_output()
     }
 
     /// Runs one child to its end and files its record; always returns a report.
@@ -320,15 +327,17 @@ impl TaskTool {
             number,
             parent_tool_use_id: parent_call.clone(),
         };
+        let started = Instant::now();
         let gate = Gate {
             registry: self.registry.registry(),
             approver: self.shared.approver.as_ref(),
             hooks: &self.hooks,
             audit: &self.shared.audit,
             monitor: &self.shared.monitor,
+            guard: &self.shared.guard,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None);
-        let mut observer = AgentObserver::new(&agent, &self.shared.monitor);
+        let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
         let outcome = match Conversation::start(task, self.budget.get()) {
             Ok(conversation) => {
                 let conversation = conversation.with_system(self.system.as_str());
@@ -355,6 +364,7 @@ impl TaskTool {
                 usage_per_call,
                 tools,
                 warnings,
+                elapsed: started.elapsed(),
             });
         output
     }
@@ -420,10 +430,17 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
 
     fn run(&self, input: &Value, context: &ToolContext<'_>) -> ToolOutput {
         match check_task(input) {
-            Ok(task) => {
-                let number = self.reserve(1);
-                self.run_child(number, task, context.call.id())
-            }
+            Ok(task) => match self
+                .shared
+                .guard
+                .reserve_delegations(1)
+                .first()
+                .copied()
+                .flatten()
+            {
+                Some(number) => self.run_child(number, task, context.call.id()),
+                None => self.over_limit(),
+            },
             Err(refused) => refused,
         }
     }
@@ -437,23 +454,24 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
             .map(|context| check_task(context.call.input()))
             .collect();
         let valid = checked.iter().filter(|task| task.is_ok()).count();
-        let mut number = self.reserve(valid);
+        let mut numbers = self.shared.guard.reserve_delegations(valid).into_iter();
         std::thread::scope(|scope| {
             let handles: Vec<_> = calls
                 .iter()
                 .zip(checked)
                 .map(|(context, task)| match task {
-                    Ok(task) => {
-                        let this = number;
-                        number += 1;
-                        let id = context.call.id();
-                        Ok((
-                            scope.spawn(move || self.run_child(this, task, id)),
-                            task,
-                            this,
-                            id,
-                        ))
-                    }
+                    Ok(task) => match numbers.next().flatten() {
+                        Some(this) => {
+                            let id = context.call.id();
+                            Ok((
+                                scope.spawn(move || self.run_child(this, task, id)),
+                                task,
+                                this,
+                                id,
+                            ))
+                        }
+                        None => Err(self.over_limit()),
+                    },
                     Err(refused) => Err(refused),
                 })
                 .collect();

@@ -572,6 +572,8 @@ fn check_run(script: Vec<ScriptedReply>, max_calls: u32) -> Result<(), TestCaseE
                 None => prop_assert!(outcome.text.contains("script exhausted")),
             }
         }
+        // No executor here interrupts and no `task` runs, so no run-limit status can appear.
+        other => prop_assert!(false, "unexpected status {}", other),
     }
 
     // The outcome serializes with its status string and reads back unchanged.
