@@ -202,11 +202,7 @@ impl RunReport {
     pub fn total_usage(&self) -> Usage {
         let mut total = self.outcome.usage;
         for child in &self.children {
-            let usage = child.outcome.usage;
-            total.input_tokens += usage.input_tokens;
-            total.output_tokens += usage.output_tokens;
-            total.cache_creation_input_tokens += usage.cache_creation_input_tokens;
-            total.cache_read_input_tokens += usage.cache_read_input_tokens;
+            total.add(&child.outcome.usage);
         }
         total
     }

@@ -583,12 +583,8 @@ impl Conversation<AwaitingModel> {
     /// rejected one is kept in the final status, not in the history.
     pub fn receive(mut self, reply: ModelResponse) -> Reply {
         self.core.calls += 1;
-        if let Some(usage) = reply.usage {
-            let total = &mut self.core.usage;
-            total.input_tokens += usage.input_tokens;
-            total.output_tokens += usage.output_tokens;
-            total.cache_creation_input_tokens += usage.cache_creation_input_tokens;
-            total.cache_read_input_tokens += usage.cache_read_input_tokens;
+        if let Some(usage) = &reply.usage {
+            self.core.usage.add(usage);
         }
         // Checked by reference first: a rejected reply is kept whole in its status.
         if let Err(violation) = check_blocks(&reply) {

@@ -143,8 +143,12 @@ impl RunGuard {
 
     /// Counts a reply's tokens (input + output).
     pub(crate) fn add_usage(&self, usage: &Usage) {
-        self.tokens
-            .fetch_add(usage.input_tokens + usage.output_tokens, Ordering::SeqCst);
+        let billed = usage.billed();
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                Some(used.saturating_add(billed))
+            });
     }
 
     /// Tokens counted so far.

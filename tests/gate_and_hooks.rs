@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::tool_results;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,9 +17,7 @@ use subloop::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
 };
-use subloop::{
-    AgentBuilder, AgentId, Block, Budget, Message, ModelResponse, RunReport, ToolOutput, ToolUseId,
-};
+use subloop::{AgentBuilder, AgentId, Budget, ModelResponse, RunReport, ToolOutput, ToolUseId};
 
 /// A read-only tool that counts its runs.
 #[derive(Clone)]
@@ -186,21 +186,6 @@ impl Approver for CountingApprover {
         ));
         self.decision
     }
-}
-
-fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
-    messages
-        .iter()
-        .flat_map(|message| &message.content)
-        .filter_map(|block| match block {
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => Some((tool_use_id.to_string(), content.text(), *is_error)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// One tool reply with `calls`, then an answer.

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::tool_results;
+
 use std::sync::Arc;
 
 use common::RecordingModel;
@@ -58,21 +60,6 @@ fn run_plans(plans: Vec<Value>) -> (RunReport, RecordingModel) {
         )
         .unwrap();
     (report, model)
-}
-
-fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
-    messages
-        .iter()
-        .flat_map(|message| &message.content)
-        .filter_map(|block| match block {
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => Some((tool_use_id.to_string(), content.text(), *is_error)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Asserts that no stored message carries the attachment text.

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::tool_results;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,7 +20,7 @@ use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyRegistry, ReadOnlyTool, Registry, RunMain,
     RunSettings, TodoWrite, Tool, ToolContext,
 };
-use subloop::{AgentBuilder, Block, Budget, Message, ModelResponse, StatusKind, ToolOutput};
+use subloop::{AgentBuilder, Budget, ModelResponse, StatusKind, ToolOutput};
 
 // ---------------------------------------------------------------- validator
 
@@ -412,21 +414,6 @@ fn read_only_subset_refuses_unknown_and_non_read_only_tools() {
 }
 
 // ---------------------------------------------------------------- end to end
-
-fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
-    messages
-        .iter()
-        .flat_map(|message| &message.content)
-        .filter_map(|block| match block {
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => Some((tool_use_id.to_string(), content.text(), *is_error)),
-            _ => None,
-        })
-        .collect()
-}
 
 #[test]
 fn an_unregistered_name_is_refused_and_nothing_runs() {

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::tool_results;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,23 +13,7 @@ use serde_json::{Value, json};
 use subloop::executor::CallDecision;
 use subloop::permission::{AllowAll, Approver, DenyAll};
 use subloop::tools::{RunMain, RunSettings, split_command};
-use subloop::{AgentBuilder, Block, Budget, Message, ModelResponse, StatusKind, ToolOutput};
-
-/// The tool results of `messages`, in order: (id, text, is_error).
-fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
-    messages
-        .iter()
-        .flat_map(|message| &message.content)
-        .filter_map(|block| match block {
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => Some((tool_use_id.to_string(), content.text(), *is_error)),
-            _ => None,
-        })
-        .collect()
-}
+use subloop::{AgentBuilder, Budget, ModelResponse, StatusKind, ToolOutput};
 
 /// A parent that calls `run_main` once and then answers.
 fn run_main_once(approver: Arc<dyn Approver>, tool: RunMain) -> subloop::RunReport {

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::tool_results;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -246,22 +248,6 @@ fn call(id: &str, name: &str, input: Value) -> ScriptedReply {
 
 fn answer(text: impl Into<String>) -> ScriptedReply {
     Ok(ModelResponse::answer(text))
-}
-
-/// Every tool_result block of a history, in order: (id, content, is_error).
-fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
-    messages
-        .iter()
-        .flat_map(|message| message.content.iter())
-        .filter_map(|block| match block {
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                is_error,
-            } => Some((tool_use_id.to_string(), content.text(), *is_error)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The one tool_result under `id` in a history.

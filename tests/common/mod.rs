@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use subloop::{
-    Message, Model, ModelFailure, ModelResponse, Request, ScriptedReply, ToolDefinition,
+    Block, Message, Model, ModelFailure, ModelResponse, Request, ScriptedReply, ToolDefinition,
 };
 
 /// A temporary directory removed on drop.
@@ -103,4 +103,20 @@ pub fn bin() -> &'static str {
 /// The repository's example directory.
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+/// Every tool_result block of a history, in order: (id, text, is_error).
+pub fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
+    messages
+        .iter()
+        .flat_map(|message| &message.content)
+        .filter_map(|block| match block {
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => Some((tool_use_id.to_string(), content.text(), *is_error)),
+            _ => None,
+        })
+        .collect()
 }

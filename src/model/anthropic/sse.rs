@@ -154,14 +154,7 @@ impl StreamAssembler {
                 });
             }
             "content_block_delta" => {
-                let index = data
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(u64::MAX);
-                let state = usize::try_from(index)
-                    .ok()
-                    .and_then(|index| self.blocks.get_mut(index))
-                    .ok_or_else(|| failure(format!("delta for unknown content block {index}")))?;
+                let state = self.block_at(&data)?;
                 let delta = data.get("delta").cloned().unwrap_or(Value::Null);
                 let piece = |key: &str| {
                     delta
@@ -187,14 +180,7 @@ impl StreamAssembler {
                 }
             }
             "content_block_stop" => {
-                let index = data
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(u64::MAX);
-                let state = usize::try_from(index)
-                    .ok()
-                    .and_then(|index| self.blocks.get_mut(index))
-                    .ok_or_else(|| failure(format!("stop for unknown content block {index}")))?;
+                let state = self.block_at(&data)?;
                 if state.block.get("type").and_then(Value::as_str) == Some("tool_use")
                     && !state.partial_json.is_empty()
                 {
@@ -231,6 +217,22 @@ impl StreamAssembler {
         Ok(())
     }
 
+    /// The block an event's `index` names; an index never started is a failure.
+    fn block_at(&mut self, data: &Value) -> Result<&mut BlockState, ModelFailure> {
+        let index = data
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(u64::MAX);
+        usize::try_from(index)
+            .ok()
+            .and_then(|index| self.blocks.get_mut(index))
+            .ok_or_else(|| {
+                failure(format!(
+                    "event for content block {index}, which was never started"
+                ))
+            })
+    }
+
     /// The assembled reply; a stream that ended before `message_stop` is a failure.
     pub fn finish(self) -> Result<ModelResponse, ModelFailure> {
         if !self.started || !self.stopped {
@@ -260,5 +262,77 @@ pub fn read_stream(
             Ok(None) => return assembler.finish(),
             Err(err) => return Err(failure(format!("reading the stream failed: {err}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn events(text: &str) -> Vec<SseEvent> {
+        let mut reader = SseReader::new(text.as_bytes());
+        let mut out = Vec::new();
+        while let Ok(Some(event)) = reader.next_event() {
+            out.push(event);
+        }
+        out
+    }
+
+    #[test]
+    fn the_parser_joins_data_lines_skips_comments_and_drops_a_cut_event() {
+        let parsed = events(
+            ": hello\r\nevent: a\r\ndata: one\r\ndata: two\r\n\r\n\n\ndata:x\n\nevent: cut\ndata: never",
+        );
+        assert_eq!(
+            parsed,
+            vec![
+                SseEvent {
+                    event: "a".into(),
+                    data: "one\ntwo".into()
+                },
+                SseEvent {
+                    event: String::new(),
+                    data: "x".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn deltas_for_blocks_never_started_are_failures() {
+        let mut assembler = StreamAssembler::new();
+        let delta = SseEvent {
+            event: "content_block_delta".into(),
+            data: r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"x"}}"#.into(),
+        };
+        let failure = assembler.push(&delta, &mut |_| {}).expect_err("no block 3");
+        assert!(
+            failure.message.contains("content block 3"),
+            "{}",
+            failure.message
+        );
+        let not_json = SseEvent {
+            event: "message_start".into(),
+            data: "{".into(),
+        };
+        assert!(StreamAssembler::new().push(&not_json, &mut |_| {}).is_err());
+    }
+
+    #[test]
+    fn broken_tool_input_json_stays_a_string_for_the_schema_check_to_refuse() {
+        let stream = [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"read_file","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"pa"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":2}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]
+        .iter()
+        .map(|data| format!("data: {data}\n\n"))
+        .collect::<String>();
+        let reply = read_stream(stream.as_bytes(), &mut |_| {}).expect("a reply");
+        let value = serde_json::to_value(&reply).expect("serializable");
+        assert_eq!(value["content"][0]["input"], "{\"pa");
     }
 }
