@@ -229,7 +229,7 @@ impl RunReport {
             .collect();
         let total = self.total_usage();
         let total_accounting = serde_json::json!({
-            "model_calls": self.outcome.calls + self.children.iter().map(|c| c.outcome.calls).sum::<u32>(),
+            "model_calls": self.children.iter().fold(u64::from(self.outcome.calls), |sum, c| sum.saturating_add(u64::from(c.outcome.calls))),
             "tool_calls": self.tools.len() + self.children.iter().map(|c| c.tools.len()).sum::<usize>(),
             "delegations": self.children.len(),
             "tokens": {"input": total.input_tokens, "output": total.output_tokens},

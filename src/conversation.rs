@@ -594,9 +594,10 @@ impl Conversation<AwaitingModel> {
             Ok(count) => count,
             Err(violation) => return self.reject(violation, reply),
         };
-        let text = join_text(reply.content.iter().filter_map(known));
+        let text = || join_text(reply.content.iter().filter_map(known));
         match reply.stop_reason {
             Some(StopReason::EndTurn) => {
+                let text = text();
                 if count > 0 {
                     self.reject(Violation::EndTurnWithCalls { count }, reply)
                 } else if text.trim().is_empty() {
@@ -630,6 +631,7 @@ impl Conversation<AwaitingModel> {
                 })
             }
             ref other => {
+                let text = text();
                 let reason = other.clone();
                 let mut message = match &reason {
                     Some(reason) => format!("model stopped: {reason}"),
