@@ -263,29 +263,37 @@ fn bench_context_economy() {
             .build()
     };
     // Delegated: one task; the child reads the five files and reports.
-    let child = vec![
-        Ok(ModelResponse::tool_calls(reads.clone())),
-        Ok(ModelResponse::answer(summary)),
-    ];
-    let mut parent = ScriptedModel::new(vec![
-        Ok(ModelResponse::tool_calls([(
-            "toolu_task",
-            "task",
-            json!({"task": "Read part1.txt to part5.txt and say what they hold."}),
-        )])),
-        Ok(ModelResponse::answer(summary)),
-    ]);
-    let delegated = build(ScriptedChildren(vec![child]))
-        .run(
-            "What do the parts hold?",
-            Budget::new(4).expect("budget"),
-            &mut parent,
-        )
-        .expect("run");
+    let delegate = |task: &str, summary: &str| {
+        let child = vec![
+            Ok(ModelResponse::tool_calls(reads.clone())),
+            Ok(ModelResponse::answer(summary)),
+        ];
+        let mut parent = ScriptedModel::new(vec![
+            Ok(ModelResponse::tool_calls([(
+                "toolu_task",
+                "task",
+                json!({"task": task}),
+            )])),
+            Ok(ModelResponse::answer("done")),
+        ]);
+        build(ScriptedChildren(vec![child]))
+            .run(
+                "What do the parts hold?",
+                Budget::new(4).expect("budget"),
+                &mut parent,
+            )
+            .expect("run")
+    };
+    let delegated = delegate(
+        "Read part1.txt to part5.txt and say what they hold.",
+        summary,
+    );
+    // The worst a delegation can add: a 600-character task and a summary at the 1200-character cap.
+    let worst = delegate(&"t".repeat(600), &"s".repeat(1200));
     // Direct: the parent reads them itself.
     let mut parent = ScriptedModel::new(vec![
         Ok(ModelResponse::tool_calls(reads)),
-        Ok(ModelResponse::answer(summary)),
+        Ok(ModelResponse::answer("done")),
     ]);
     let direct = build(ScriptedChildren::default())
         .run(
@@ -300,8 +308,9 @@ fn bench_context_economy() {
         .map(|c| history_bytes(&c.outcome.messages))
         .sum();
     println!(
-        "bench context_economy: delegation adds {} bytes to the parent's history (target <= 1536 per delegation); reading directly adds {} bytes; the child's own history held {} bytes",
+        "bench context_economy: delegation adds {} bytes to the parent's history (target <= 1536 per delegation; at worst, a 600-char task and a 1200-char summary, {} bytes); reading directly adds {} bytes; the child's own history held {} bytes",
         history_bytes(&delegated.outcome.messages),
+        history_bytes(&worst.outcome.messages),
         history_bytes(&direct.outcome.messages),
         child_read
     );

@@ -90,10 +90,10 @@ impl AgentBuilder {
     }
 
     /// The run-wide limits (tool calls per reply, delegations, deadline,
-    /// tokens) and the handle that cancels the run. Set them before
-    /// [`AgentBuilder::subagents`], so children share them.
-    pub fn limits(mut self, limits: Limits, cancel: CancelHandle) -> Self {
-        self.shared.guard = Arc::new(RunGuard::new(limits, cancel));
+    /// tokens) and the handle that cancels the run; the parent and every
+    /// child share them, whatever the order of the builder calls.
+    pub fn limits(self, limits: Limits, cancel: CancelHandle) -> Self {
+        self.shared.guard.configure(limits, cancel);
         self
     }
 
@@ -276,6 +276,14 @@ impl RunReport {
 }
 
 impl Agent {
+    /// A probe that says whether the run has been stopped (cancelled,
+    /// deadline passed, token budget spent): for models that can abandon a
+    /// request in flight, such as the live client.
+    pub fn stop_probe(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
+        let guard = Arc::clone(&self.shared.guard);
+        Arc::new(move || guard.interrupt().is_some())
+    }
+
     /// Runs the parent conversation on `question` with `budget` model requests.
     pub fn run(
         self,
@@ -313,7 +321,7 @@ impl Agent {
         });
         Ok(RunReport {
             elapsed: started.elapsed(),
-            limits: *self.shared.guard.limits(),
+            limits: self.shared.guard.limits(),
             outcome,
             usage_per_call,
             tools,

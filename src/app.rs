@@ -89,6 +89,8 @@ pub struct Settings {
     pub limits: Limits,
     /// Cancels the run from another thread (the CLI wires Ctrl-C to it).
     pub cancel: CancelHandle,
+    /// The workspace is a temporary copy made for this run: removed afterwards.
+    pub temporary_workspace: bool,
 }
 
 impl Settings {
@@ -106,6 +108,7 @@ impl Settings {
             progress: true,
             limits: Limits::default(),
             cancel: CancelHandle::new(),
+            temporary_workspace: false,
         }
     }
 
@@ -184,6 +187,8 @@ pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Resul
 /// Runs the parent on `models` and returns the report.
 pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
     let budget = Budget::new(settings.max_calls)?;
+    #[cfg(feature = "live")]
+    let mut live_client = None;
     let (mut parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
         Models::Script(script) => (
             Box::new(ScriptedModel::new(script.parent)),
@@ -193,6 +198,7 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
         #[cfg(feature = "live")]
         Models::Live(client) => {
             use crate::model::anthropic::AnthropicModel;
+            live_client = Some(Arc::clone(&client));
             let children = Arc::clone(&client);
             let child_models = move |_number: usize| -> Box<dyn Model + Send> {
                 Box::new(AnthropicModel::new(Arc::clone(&children)))
@@ -203,7 +209,19 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
             )
         }
     };
-    let agent = build_agent(settings, children)?;
+    let agent = build_agent(settings, children);
+    // A temporary workspace is removed afterwards, whatever happened.
+    let _cleanup = TemporaryWorkspace(
+        settings
+            .temporary_workspace
+            .then(|| settings.workspace.clone()),
+    );
+    let agent = agent?;
+    // A request in flight gives up as soon as the run is stopped.
+    #[cfg(feature = "live")]
+    if let Some(client) = live_client {
+        client.set_stop_probe(agent.stop_probe());
+    }
     Ok(agent.run(&settings.question, budget, &mut parent)?)
 }
 
@@ -211,19 +229,17 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
 /// or `examples/workspace` when run from the repository, or else a fresh
 /// temporary copy of the built-in files.
 pub fn demo_settings(workspace: Option<PathBuf>) -> Result<Settings, AppError> {
-    let workspace = match workspace {
-        Some(dir) => dir,
-        None => {
-            let local = Path::new("examples/workspace");
-            if local.join("main.py").is_file() && local.join("expected.txt").is_file() {
-                local.to_owned()
-            } else {
-                fresh_demo_workspace()?
-            }
+    let local = Path::new("examples/workspace");
+    let (workspace, temporary) = match workspace {
+        Some(dir) => (dir, false),
+        None if local.join("main.py").is_file() && local.join("expected.txt").is_file() => {
+            (local.to_owned(), false)
         }
+        None => (fresh_demo_workspace()?, true),
     };
     let mut settings = Settings::new(workspace);
     settings.question = DEMO_QUESTION.to_owned();
+    settings.temporary_workspace = temporary;
     Ok(settings)
 }
 
@@ -242,4 +258,15 @@ fn fresh_demo_workspace() -> Result<PathBuf, AppError> {
         std::fs::write(dir.join(name), text).map_err(fail)?;
     }
     Ok(dir)
+}
+
+/// Removes a temporary demo workspace when dropped.
+struct TemporaryWorkspace(Option<PathBuf>);
+
+impl Drop for TemporaryWorkspace {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }

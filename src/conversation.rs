@@ -568,6 +568,13 @@ impl Conversation<AwaitingModel> {
         }
     }
 
+    /// The request in flight was abandoned (or failed) while the run was
+    /// being stopped: finish with the stop's status; the request counts.
+    pub fn interrupt_in_flight(mut self, interrupt: Interrupt) -> Interrupted {
+        self.core.calls += 1;
+        self.interrupt(interrupt)
+    }
+
     /// The request failed: finish `model_error`. The failed request counts against the budget.
     pub fn model_failed(mut self, failure: ModelFailure) -> Conversation<Finished<ModelError>> {
         self.core.calls += 1;

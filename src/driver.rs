@@ -33,6 +33,19 @@ pub trait Executor {
     /// Runs one call and returns its output; the driver pairs it with the call's id.
     fn execute(&mut self, call: &ToolCall) -> ToolOutput;
 
+    /// Told when the driver answered `call` itself without running it
+    /// (the run was stopped), so the executor can record it.
+    fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
+        let _ = (call, output);
+    }
+
+    /// Whether `call` already ran in [`Executor::prepare`]: its result is
+    /// delivered even after an interrupt, since a result is never lost.
+    fn prepared(&self, call: &ToolCall) -> bool {
+        let _ = call;
+        false
+    }
+
     /// Asked at every turn boundary (before each model request and before
     /// each tool call): `Some` stops the run there. A tool that cannot start
     /// is answered `not executed:`; the conversation then finishes with the
@@ -110,10 +123,11 @@ pub fn run(
 ) -> Outcome {
     let mut sent = 0;
     let outcome = loop {
-        if let Some(interrupt) = executor.interrupt() {
+        let call = conversation.calls_made() + 1;
+        if let Some(mut interrupt) = executor.interrupt() {
+            interrupt.text = format!("{} (stopped before model request {call})", interrupt.text);
             break conversation.interrupt(interrupt).into_outcome();
         }
-        let call = conversation.calls_made() + 1;
         let attachment = executor.attachment();
         let reply = {
             let request = conversation.request(executor.definitions(), attachment.as_deref());
@@ -133,6 +147,15 @@ pub fn run(
                     call,
                     failure: &failure,
                 });
+                // A request abandoned because the run was stopped finishes
+                // with the stop's status, not as a model error.
+                if let Some(mut interrupt) = executor.interrupt() {
+                    interrupt.text = format!(
+                        "{} (model request {call} was abandoned: {failure})",
+                        interrupt.text
+                    );
+                    break conversation.interrupt_in_flight(interrupt).into_outcome();
+                }
                 break conversation.model_failed(failure).into_outcome();
             }
         };
@@ -150,11 +173,15 @@ pub fn run(
         let after = pending.answer_with(|call| {
             observer.on_event(&Event::ToolRequested { call });
             let output = match executor.interrupt() {
-                Some(interrupt) => ToolOutput::error(format!(
-                    "not executed: the run was stopped ({})",
-                    interrupt.text
-                )),
-                None => executor.execute(call),
+                Some(interrupt) if !executor.prepared(call) => {
+                    let output = ToolOutput::error(format!(
+                        "not executed: the run was stopped ({})",
+                        interrupt.text
+                    ));
+                    executor.skipped(call, &output);
+                    output
+                }
+                _ => executor.execute(call),
             };
             observer.on_event(&Event::ToolFinished {
                 call,

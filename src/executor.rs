@@ -39,6 +39,8 @@ pub enum CallDecision {
     Invalid,
     /// Past the run's limit of tool calls per reply; nothing ran.
     OverLimit,
+    /// The run was stopped (deadline, token budget, cancellation) before it started.
+    Stopped,
 }
 
 impl CallDecision {
@@ -53,6 +55,7 @@ impl CallDecision {
             Self::Unregistered => "unregistered",
             Self::Invalid => "invalid",
             Self::OverLimit => "over_limit",
+            Self::Stopped => "stopped",
         }
     }
 }
@@ -410,5 +413,21 @@ impl Executor for Toolbox<'_> {
 
     fn interrupt(&self) -> Option<Interrupt> {
         self.gate.guard.interrupt()
+    }
+
+    fn prepared(&self, call: &ToolCall) -> bool {
+        self.prepared.contains_key(call.id())
+    }
+
+    fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
+        self.audit(call, Phase::Before, None);
+        let answer = self.conclude(
+            call,
+            output.clone(),
+            CallDecision::Stopped,
+            false,
+            Vec::new(),
+        );
+        self.deliver(answer);
     }
 }

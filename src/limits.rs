@@ -16,7 +16,7 @@
 //! its result is recorded.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -83,12 +83,14 @@ impl CancelHandle {
     }
 
     /// A handle that Ctrl-C (SIGINT) triggers: the first Ctrl-C cancels the
-    /// run at its next turn boundary, a second one exits at once (status 130).
+    /// run at its next turn boundary, a second one kills the programs
+    /// `run_main` is running and exits at once (status 130).
     pub fn on_ctrl_c() -> Self {
         static CTRL_C: AtomicBool = AtomicBool::new(false);
         extern "C" fn on_sigint(_signal: libc::c_int) {
-            // Only async-signal-safe work here: an atomic swap, and _exit.
+            // Only async-signal-safe work here: atomics, kill and _exit.
             if CTRL_C.swap(true, Ordering::SeqCst) {
+                crate::tools::kill_running_groups();
                 // SAFETY: _exit is async-signal-safe and ends the process.
                 unsafe { libc::_exit(130) }
             }
@@ -114,8 +116,8 @@ impl CancelHandle {
 /// The shared state every conversation of a run consults at its turn boundaries.
 #[derive(Debug)]
 pub(crate) struct RunGuard {
-    limits: Limits,
-    cancel: CancelHandle,
+    limits: RwLock<Limits>,
+    cancel: RwLock<CancelHandle>,
     started: OnceLock<Instant>,
     tokens: AtomicU64,
     delegations: AtomicUsize,
@@ -124,16 +126,38 @@ pub(crate) struct RunGuard {
 impl RunGuard {
     pub(crate) fn new(limits: Limits, cancel: CancelHandle) -> Self {
         Self {
-            limits,
-            cancel,
+            limits: RwLock::new(limits),
+            cancel: RwLock::new(cancel),
             started: OnceLock::new(),
             tokens: AtomicU64::new(0),
             delegations: AtomicUsize::new(0),
         }
     }
 
-    pub(crate) fn limits(&self) -> &Limits {
-        &self.limits
+    /// Sets the limits and the cancel handle; everyone holding this guard sees them.
+    pub(crate) fn configure(&self, limits: Limits, cancel: CancelHandle) {
+        *self
+            .limits
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner()) = limits;
+        *self
+            .cancel
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner()) = cancel;
+    }
+
+    pub(crate) fn limits(&self) -> Limits {
+        *self
+            .limits
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .is_cancelled()
     }
 
     /// Starts the deadline's clock (the first call wins).
@@ -161,19 +185,20 @@ impl RunGuard {
     pub(crate) fn reserve_delegations(&self, count: usize) -> Vec<Option<usize>> {
         let first = self.delegations.fetch_add(count, Ordering::SeqCst);
         (first..first + count)
-            .map(|index| (index < self.limits.max_delegations).then_some(index + 1))
+            .map(|index| (index < self.limits().max_delegations).then_some(index + 1))
             .collect()
     }
 
     /// Whether the run must stop at this turn boundary, and why.
     pub(crate) fn interrupt(&self) -> Option<Interrupt> {
-        if self.cancel.is_cancelled() {
+        let limits = self.limits();
+        if self.cancelled() {
             return Some(Interrupt {
                 kind: InterruptKind::Cancelled,
                 text: "the run was cancelled; what was done so far is kept".to_owned(),
             });
         }
-        if let (Some(deadline), Some(started)) = (self.limits.deadline, self.started.get())
+        if let (Some(deadline), Some(started)) = (limits.deadline, self.started.get())
             && started.elapsed() >= deadline
         {
             return Some(Interrupt {
@@ -184,7 +209,7 @@ impl RunGuard {
                 ),
             });
         }
-        if let Some(max) = self.limits.max_tokens_total {
+        if let Some(max) = limits.max_tokens_total {
             let used = self.tokens();
             if used >= max {
                 return Some(Interrupt {

@@ -95,7 +95,8 @@ fn parse() -> Result<Option<Cli>, String> {
     let command = match parser.next().map_err(|err| err.to_string())? {
         Some(Value(word)) if word == "demo" => Command::Demo,
         Some(Value(word)) if word == "run" => Command::Run,
-        Some(Short('h') | Long("help")) | None => return Ok(None),
+        Some(Short('h') | Long("help")) => return Ok(None),
+        None => return Err("no command: use `subloop demo` or `subloop run`".to_owned()),
         Some(Value(word)) => return Err(format!("unknown command `{}`", word.to_string_lossy())),
         Some(other) => return Err(other.unexpected().to_string()),
     };
@@ -231,8 +232,14 @@ fn parse() -> Result<Option<Cli>, String> {
             || flags.max_tokens.is_some()
             || flags.retries.is_some()
             || flags.stream
+            || flags.connect.is_some()
+            || flags.read.is_some()
+            || flags.total.is_some()
         {
-            return Err("--model, --max-tokens, --retries and --stream go with --live".to_owned());
+            return Err(
+                "--model, --max-tokens, --retries, --stream and --timeout-* go with --live"
+                    .to_owned(),
+            );
         }
         None
     };
@@ -247,6 +254,7 @@ fn parse() -> Result<Option<Cli>, String> {
             let demo = app::demo_settings(workspace).map_err(|err| err.to_string())?;
             settings.workspace = demo.workspace;
             settings.question = demo.question;
+            settings.temporary_workspace = demo.temporary_workspace;
         }
         Command::Run => {
             settings.workspace = workspace.ok_or("run needs --workspace DIR")?;
@@ -254,6 +262,11 @@ fn parse() -> Result<Option<Cli>, String> {
                 return Err("run needs --script FILE (or --live)".to_owned());
             }
             if let Some(question) = question {
+                if question.trim().is_empty() {
+                    return Err(
+                        "--question is empty: give the parent something to answer".to_owned()
+                    );
+                }
                 settings.question = question;
             }
         }
@@ -340,7 +353,15 @@ fn main() -> ExitCode {
         _ => Models::Demo,
     };
     if matches!(cli.command, Command::Demo) && cli.settings.progress {
-        eprintln!("[demo] workspace: {}", cli.settings.workspace.display());
+        let note = if cli.settings.temporary_workspace {
+            " (a temporary copy of the built-in files, removed afterwards)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "[demo] workspace: {}{note}",
+            cli.settings.workspace.display()
+        );
     }
     let report = match app::execute(&cli.settings, models) {
         Ok(report) => report,

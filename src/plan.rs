@@ -13,6 +13,8 @@ use thiserror::Error;
 pub const MAX_ITEMS: usize = 20;
 /// Item text length bounds, in characters.
 pub const MAX_TEXT_CHARS: usize = 200;
+/// The longest item id, in characters.
+pub const MAX_ID_CHARS: usize = 64;
 
 /// The state of one plan item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,9 +46,12 @@ pub enum PlanError {
     /// More than [`MAX_ITEMS`] items.
     #[error("a plan holds at most {MAX_ITEMS} items (got {0})")]
     TooManyItems(usize),
-    /// An empty id.
-    #[error("item {0} has an empty id")]
+    /// An empty id, or one over [`MAX_ID_CHARS`].
+    #[error("item {0}: the id must be 1 to {MAX_ID_CHARS} characters")]
     EmptyId(usize),
+    /// Control characters (newlines included) in an id or a text.
+    #[error("item {0}: ids and texts may not hold control characters or line breaks")]
+    ControlCharacters(usize),
     /// An item text outside 1..=200 characters.
     #[error("item `{id}`: text must be 1 to {MAX_TEXT_CHARS} characters (got {chars})")]
     TextLength {
@@ -77,8 +82,16 @@ impl Plan {
         }
         let mut ids = HashSet::new();
         for (index, item) in items.iter().enumerate() {
-            if item.id.is_empty() {
+            if item.id.is_empty() || item.id.chars().count() > MAX_ID_CHARS {
                 return Err(PlanError::EmptyId(index));
+            }
+            if item
+                .id
+                .chars()
+                .chain(item.text.chars())
+                .any(char::is_control)
+            {
+                return Err(PlanError::ControlCharacters(index));
             }
             let chars = item.text.chars().count();
             if chars == 0 || chars > MAX_TEXT_CHARS || item.text.trim().is_empty() {

@@ -11,10 +11,34 @@ use crate::monitor::Monitor;
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StderrProgress;
 
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    let mut short: String = line.chars().take(100).collect();
-    if line.chars().count() > 100 || text.lines().nth(1).is_some() {
+/// Text from a model or a tool, made safe for a terminal: control
+/// characters (escape sequences, line breaks) are shown escaped.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A one-line preview of a tool's output; a `run_main` report shows its
+/// exit code and the start of its stdout.
+fn preview(text: &str) -> String {
+    let report: Option<serde_json::Value> = serde_json::from_str(text).ok();
+    let summary = match report
+        .as_ref()
+        .and_then(|r| Some((r.get("exit_code")?, r.get("stdout")?.as_str()?)))
+    {
+        Some((code, stdout)) => format!("exit code {code}, stdout: {stdout:?}"),
+        None => text.to_owned(),
+    };
+    let line = summary.lines().next().unwrap_or_default();
+    let mut short = printable(&line.chars().take(120).collect::<String>());
+    if line.chars().count() > 120 || summary.lines().nth(1).is_some() {
         short.push('…');
     }
     short
@@ -30,17 +54,24 @@ impl Monitor for StderrProgress {
                 )
             }
             Event::ModelFailed { call, failure } => {
-                format!("[{agent}] model call {call} failed: {failure}")
+                format!(
+                    "[{agent}] model call {call} failed: {}",
+                    printable(&failure.to_string())
+                )
             }
             Event::ToolRequested { call } => {
-                format!("[{agent}] tool {} ({})", call.name(), call.id())
+                format!(
+                    "[{agent}] tool {} ({})",
+                    printable(call.name()),
+                    printable(call.id().as_str())
+                )
             }
             Event::ToolFinished { call, output } => {
                 let mark = if output.is_error { "error" } else { "ok" };
                 format!(
                     "[{agent}]   {} -> {mark}: {}",
-                    call.name(),
-                    first_line(&output.content)
+                    printable(call.name()),
+                    preview(&output.content)
                 )
             }
             Event::Finished { outcome } => {
@@ -57,6 +88,10 @@ impl Monitor for StderrProgress {
     fn tool(&mut self, _agent: &AgentId, _record: &ToolRecord) {}
 
     fn warning(&mut self, agent: &AgentId, warning: &str) {
-        let _ = writeln!(std::io::stderr(), "[{agent}] warning: {warning}");
+        let _ = writeln!(
+            std::io::stderr(),
+            "[{agent}] warning: {}",
+            printable(warning)
+        );
     }
 }

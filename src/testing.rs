@@ -171,6 +171,7 @@ pub fn scripted_replies(
 struct Recorder<'e, E: ?Sized> {
     inner: &'e mut E,
     executed: Vec<ToolCall>,
+    skipped: Vec<ToolCall>,
 }
 
 impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
@@ -189,6 +190,20 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
     fn execute(&mut self, call: &ToolCall) -> ToolOutput {
         self.executed.push(call.clone());
         self.inner.execute(call)
+    }
+
+    fn interrupt(&self) -> Option<crate::conversation::Interrupt> {
+        self.inner.interrupt()
+    }
+
+    fn prepared(&self, call: &ToolCall) -> bool {
+        self.inner.prepared(call)
+    }
+
+    fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
+        // Answered by the driver without running: it counts as asked, not as run.
+        self.skipped.push(call.clone());
+        self.inner.skipped(call, output);
     }
 }
 
@@ -227,9 +242,16 @@ pub fn check_conversation<E: Executor + ?Sized>(
     let mut recorder = Recorder {
         inner: executor,
         executed: Vec::new(),
+        skipped: Vec::new(),
     };
     let outcome = driver::run(conversation, &mut model, &mut recorder, &mut Silent);
-    check_outcome(&outcome, budget.get(), model.seen, &recorder.executed)?;
+    check_outcome(
+        &outcome,
+        budget.get(),
+        model.seen,
+        &recorder.executed,
+        &recorder.skipped,
+    )?;
     Ok(outcome)
 }
 
@@ -262,8 +284,13 @@ fn check_outcome(
     budget: u32,
     requests: u32,
     executed: &[ToolCall],
+    skipped: &[ToolCall],
 ) -> Result<(), String> {
-    let asked = check_history(outcome, budget, requests)?;
+    // Calls the driver answered itself (the run was stopped) were never run.
+    let asked: Vec<(String, String, Value)> = check_history(outcome, budget, requests)?
+        .into_iter()
+        .filter(|(id, ..)| !skipped.iter().any(|call| call.id().as_str() == id))
+        .collect();
     let ran: Vec<(String, String, Value)> = executed
         .iter()
         .map(|call| {
@@ -276,7 +303,7 @@ fn check_outcome(
         .collect();
     if ran != asked {
         return Err(format!(
-            "the executor ran {} call(s), the history asked for {}",
+            "the executor ran {} call(s), the history asked for {} it did not skip",
             ran.len(),
             asked.len()
         ));
@@ -621,6 +648,15 @@ mod tests {
     use super::*;
     use crate::protocol::ToolResultContent;
 
+    fn check(
+        outcome: &Outcome,
+        budget: u32,
+        requests: u32,
+        executed: &[ToolCall],
+    ) -> Result<(), String> {
+        check_outcome(outcome, budget, requests, executed, &[])
+    }
+
     fn outcome(messages: Vec<Message>, status: StatusKind, calls: u32, text: &str) -> Outcome {
         Outcome {
             status,
@@ -660,7 +696,7 @@ mod tests {
             message(Role::User, vec![result("a"), result("b")]),
         ];
         assert!(
-            check_outcome(
+            check(
                 &outcome(good, StatusKind::CallLimit, 1, ""),
                 1,
                 1,
@@ -675,7 +711,7 @@ mod tests {
             message(Role::User, vec![result("b"), result("a")]),
         ];
         assert!(
-            check_outcome(
+            check(
                 &outcome(swapped, StatusKind::CallLimit, 1, ""),
                 1,
                 1,
@@ -685,7 +721,7 @@ mod tests {
         );
         let unanswered = vec![question.clone(), ask.clone()];
         assert!(
-            check_outcome(
+            check(
                 &outcome(unanswered, StatusKind::ModelError, 1, ""),
                 1,
                 1,
@@ -699,7 +735,7 @@ mod tests {
             message(Role::User, vec![result("a"), result("b")]),
         ];
         assert!(
-            check_outcome(
+            check(
                 &outcome(good.clone(), StatusKind::CallLimit, 1, ""),
                 1,
                 1,
@@ -708,7 +744,7 @@ mod tests {
             .is_err()
         );
         assert!(
-            check_outcome(
+            check(
                 &outcome(good.clone(), StatusKind::CallLimit, 2, ""),
                 1,
                 2,
@@ -717,7 +753,7 @@ mod tests {
             .is_err()
         );
         assert!(
-            check_outcome(
+            check(
                 &outcome(good, StatusKind::CallLimit, 1, ""),
                 3,
                 1,
@@ -727,7 +763,7 @@ mod tests {
         );
         let answered = vec![question, message(Role::Assistant, vec![Block::text("hi")])];
         assert!(
-            check_outcome(
+            check(
                 &outcome(answered.clone(), StatusKind::Answered, 1, "hi"),
                 2,
                 1,
@@ -736,7 +772,7 @@ mod tests {
             .is_ok()
         );
         assert!(
-            check_outcome(
+            check(
                 &outcome(answered, StatusKind::Answered, 1, "other"),
                 2,
                 1,

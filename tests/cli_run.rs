@@ -173,8 +173,10 @@ fn check_and_run_with_allow_runs_the_program() {
         .lines()
         .find(|line| line.contains("run_main -> ok:"))
         .unwrap();
-    assert!(run_line.contains(r#""stdout":"42\n""#), "{run_line}");
-    assert!(run_line.contains(r#""exit_code":0"#), "{run_line}");
+    assert!(
+        run_line.ends_with(r#"exit code 0, stdout: "42\n""#),
+        "{run_line}"
+    );
 
     let output = run_example("check_and_run.json", &["--decision", "allow", "--json"]);
     assert_eq!(output.status.code(), Some(0));
@@ -300,12 +302,21 @@ fn unusable_scripts_exit_2_and_run_nothing() {
         "bad_parent.json",
         r#"{"parent": {"stop_reason": "end_turn"}}"#,
     );
-    let cases: [(&str, &Path); 5] = [
+    let mut later_not_a_message = run_main_script();
+    later_not_a_message["parent"][1] = json!({"content": "oops", "stop_reason": "end_turn"});
+    let later_not_a_message = dir.write("not_a_message.json", later_not_a_message.to_string());
+    let child_not_a_message = dir.write(
+        "child_not_a_message.json",
+        json!({"parent": run_main_script()["parent"], "children": [[{"foo": 1}]]}).to_string(),
+    );
+    let cases: [(&str, &Path); 7] = [
         ("missing file", &missing),
         ("a directory", dir.path()),
         ("invalid JSON", &not_json),
         ("no parent", &no_parent),
         ("parent not a list", &parent_not_list),
+        ("a later reply that is not a message", &later_not_a_message),
+        ("a child reply that is not a message", &child_not_a_message),
     ];
     for (what, script) in cases {
         let output = subloop(&[
@@ -336,6 +347,17 @@ fn unusable_scripts_exit_2_and_run_nothing() {
         missing.to_str().unwrap(),
     ]));
     assert!(err.contains("no-such-script.json"), "{err}");
+    let err = stderr(&subloop(&[
+        "run",
+        "--workspace",
+        path,
+        "--script",
+        later_not_a_message.to_str().unwrap(),
+    ]));
+    assert!(
+        err.contains("parent[1]") && err.contains("not a message"),
+        "{err}"
+    );
 }
 
 #[test]

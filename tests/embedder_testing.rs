@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 use subloop::testing::{
     check_conversation, check_executor, hostile_reply, scripted_replies, tool_call,
 };
-use subloop::{Executor, StatusKind, ToolCall, ToolDefinition, ToolOutput};
+use subloop::{
+    Executor, Interrupt, InterruptKind, StatusKind, ToolCall, ToolDefinition, ToolOutput,
+};
 
 /// A host's own executor: a key-value store with `get` and `put` tools and
 /// its own refusal for anything else.
@@ -104,7 +106,48 @@ proptest! {
     }
 
     #[test]
-    fn generated_tool_calls_carry_ids_and_names(call in tool_call(&["get"])) {
-        prop_assert!(call.id().as_str().starts_with("toolu_"));
+    fn a_host_that_stops_the_run_keeps_the_invariants(script in scripted_replies(&["get", "put"], 8), budget in 1u32..6) {
+        let mut host = Stopping { store: KvStore::new(), after: 2 };
+        let outcome = check_conversation(&mut host, script, budget).map_err(TestCaseError::fail)?;
+        prop_assert!(host.store.ran <= 2, "ran {} calls after asking to stop", host.store.ran);
+        if host.store.ran == 2 {
+            // Its second call ended a tool round: the next boundary is the stop,
+            // unless that round also spent the budget.
+            prop_assert!(
+                matches!(outcome.status, StatusKind::Cancelled | StatusKind::CallLimit),
+                "status {} after the host asked to stop",
+                outcome.status
+            );
+        }
+    }
+
+    #[test]
+    fn generated_calls_never_panic_the_host(call in tool_call(&["get", "put"])) {
+        let mut store = KvStore::new();
+        let output = store.execute(&call);
+        prop_assert_eq!(output.is_error, !matches!(call.name(), "get" | "put"));
+    }
+}
+
+/// The key-value host with a limit of its own: it stops the run after `after` calls.
+struct Stopping {
+    store: KvStore,
+    after: usize,
+}
+
+impl Executor for Stopping {
+    fn definitions(&self) -> &[ToolDefinition] {
+        self.store.definitions()
+    }
+
+    fn execute(&mut self, call: &ToolCall) -> ToolOutput {
+        self.store.execute(call)
+    }
+
+    fn interrupt(&self) -> Option<Interrupt> {
+        (self.store.ran >= self.after).then(|| Interrupt {
+            kind: InterruptKind::Cancelled,
+            text: "the host's own limit".to_owned(),
+        })
     }
 }

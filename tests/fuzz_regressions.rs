@@ -1,5 +1,6 @@
 //! The fuzz target's checks on its seeds and on inputs kept from fuzzing:
 //! any crash input the fuzzer finds goes into `REGRESSIONS` below.
+#![cfg(feature = "testing")]
 
 use std::path::Path;
 

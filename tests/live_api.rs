@@ -555,6 +555,34 @@ fn a_stalled_server_trips_the_read_timeout() {
 }
 
 #[test]
+fn a_stall_in_the_middle_of_a_body_is_retried() {
+    let mut first = true;
+    let server = MockServer::start(move |_| {
+        if std::mem::take(&mut first) {
+            Reply::StallBody {
+                declared: 500,
+                sent: br#"{"content": [{"type": "te"#.to_vec(),
+                stall: Duration::from_secs(5),
+            }
+        } else {
+            Reply::json(
+                200,
+                json!({"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
+            )
+        }
+    });
+    let mut config = config(&server.url);
+    config.timeouts.read = Duration::from_millis(300);
+    let (client, sleeps) = client(config);
+    assert_eq!(
+        one_request(&client).expect("retried after the stall"),
+        ModelResponse::answer("ok")
+    );
+    assert_eq!(server.recorded().len(), 2);
+    assert_eq!(sleeps.lock().unwrap().len(), 1);
+}
+
+#[test]
 fn a_dropped_connection_is_retried() {
     let mut first = true;
     let server = MockServer::start(move |_| {
@@ -741,4 +769,47 @@ fn the_key_never_appears_in_failures() {
     })]);
     let failure = one_request(&client).expect_err("transport error");
     assert!(!failure.message.contains(KEY));
+}
+
+#[test]
+fn a_deadline_abandons_a_request_in_flight() {
+    let server = MockServer::start(|_| Reply::Stall(Duration::from_secs(20)));
+    let (client, _) = client(config(&server.url));
+    let mut settings =
+        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+    settings.progress = false;
+    settings.limits.deadline = Some(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    // Well before the 10 s read timeout of `config`.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.outcome.status, StatusKind::Deadline);
+    assert_eq!(report.outcome.calls, 1);
+    assert!(
+        report.outcome.text.contains("abandoned"),
+        "{}",
+        report.outcome.text
+    );
+}
+
+#[test]
+fn cancelling_abandons_a_request_in_flight() {
+    let server = MockServer::start(|_| Reply::Stall(Duration::from_secs(20)));
+    let (client, _) = client(config(&server.url));
+    let mut settings =
+        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+    settings.progress = false;
+    let cancel = settings.cancel.clone();
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        cancel.cancel();
+    });
+    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    canceller.join().unwrap();
+    assert_eq!(report.outcome.status, StatusKind::Cancelled);
+    assert_eq!(server.recorded().len(), 1, "no retry after the cancel");
 }

@@ -202,6 +202,21 @@ fn refused_plans() -> Vec<(&'static str, Value, &'static str)> {
             json!({"items": [item("", "one", "pending")]}),
             "input.items[0].id: must have at least 1 characters (got 0)",
         ),
+        (
+            "65-char id",
+            json!({"items": [item(&"i".repeat(65), "one", "pending")]}),
+            "input.items[0].id: must have at most 64 characters (got 65)",
+        ),
+        (
+            "a line break in a text (a forged plan line)",
+            json!({"items": [item("a", "one\n[x] fake: done", "pending")]}),
+            "item 0: ids and texts may not hold control characters or line breaks",
+        ),
+        (
+            "an escape sequence in an id",
+            json!({"items": [item("a\u{1b}[31m", "one", "pending")]}),
+            "item 0: ids and texts may not hold control characters or line breaks",
+        ),
     ]
 }
 

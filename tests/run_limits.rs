@@ -593,7 +593,7 @@ fn run_case(report: &RunReport, limits: &Limits) -> Result<(), TestCaseError> {
         let ran = records
             .by_ref()
             .take(calls)
-            .filter(|r| r.decision != CallDecision::OverLimit)
+            .filter(|r| !matches!(r.decision, CallDecision::OverLimit | CallDecision::Stopped))
             .count();
         prop_assert!(ran <= limits.max_tools_per_reply);
     }
@@ -670,5 +670,179 @@ proptest! {
         let mut model = ScriptedModel::new(parent.into_iter().map(Ok).collect());
         let report = agent.run("go", Budget::new(6).unwrap(), &mut model).unwrap();
         run_case(&report, &limits)?;
+    }
+}
+
+/// Children that take `delay` before answering.
+struct Slow(Duration);
+
+impl ChildModels for Slow {
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        Box::new(SlowModel(self.0, number))
+    }
+}
+
+struct SlowModel(Duration, usize);
+
+impl Model for SlowModel {
+    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        std::thread::sleep(self.0);
+        Ok(ModelResponse::answer(format!("child {} finished", self.1)))
+    }
+}
+
+#[test]
+fn parallel_children_that_finished_keep_their_reports_when_the_deadline_passes() {
+    let dir = workspace();
+    let limits = Limits {
+        deadline: Some(Duration::from_millis(150)),
+        ..Limits::default()
+    };
+    let children: Arc<dyn ChildModels> = Arc::new(Slow(Duration::from_millis(400)));
+    let agent = agent(&dir, limits, CancelHandle::new(), children).build();
+    let two = ModelResponse::tool_calls([
+        ("p1", "task", json!({"task": "first"})),
+        ("p2", "task", json!({"task": "second"})),
+    ]);
+    let mut model = ScriptedModel::new(vec![Ok(two), Ok(ModelResponse::answer("never reached"))]);
+    let report = agent
+        .run("delegate", Budget::new(3).unwrap(), &mut model)
+        .unwrap();
+    assert_eq!(report.outcome.status, StatusKind::Deadline);
+    let results = results_after(&report.outcome.messages, 1);
+    for (i, (id, text, is_error)) in results.iter().enumerate() {
+        assert_eq!(id, &format!("p{}", i + 1));
+        let body = report_of(text);
+        assert_eq!(
+            body["status"], "answered",
+            "the child's finished report is kept: {text}"
+        );
+        assert_eq!(body["summary"], format!("child {} finished", i + 1));
+        assert!(!is_error);
+    }
+    assert_eq!(report.tools.len(), 2, "both calls are on record");
+}
+
+#[test]
+fn tools_answered_because_the_run_stopped_are_on_record() {
+    let dir = workspace();
+    let limits = Limits {
+        max_tokens_total: Some(10),
+        ..Limits::default()
+    };
+    let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
+    let mut model = ScriptedModel::new(vec![Ok(with_usage(reads("t", 3), 50, 5))]);
+    let report = agent
+        .run("read", Budget::new(3).unwrap(), &mut model)
+        .unwrap();
+    assert_eq!(report.outcome.status, StatusKind::TokenLimit);
+    let decisions: Vec<CallDecision> = report.tools.iter().map(|r| r.decision).collect();
+    assert_eq!(decisions, vec![CallDecision::Stopped; 3]);
+    assert_eq!(
+        report.audit.len(),
+        6,
+        "a before and an after entry per call"
+    );
+    assert!(
+        report
+            .outcome
+            .text
+            .contains("stopped before model request 2"),
+        "{}",
+        report.outcome.text
+    );
+}
+
+#[test]
+fn limits_set_after_subagents_still_bind_the_children() {
+    let dir = workspace();
+    let limits = Limits {
+        max_delegations: 1,
+        ..Limits::default()
+    };
+    // `.limits()` after `.subagents()`: the task tool must see the same guard.
+    let agent = agent(
+        &dir,
+        Limits::default(),
+        CancelHandle::new(),
+        child_answers(3),
+    )
+    .limits(limits, CancelHandle::new())
+    .build();
+    let three =
+        ModelResponse::tool_calls((0..3).map(|i| (format!("p{i}"), "task", json!({"task": "go"}))));
+    let mut model = ScriptedModel::new(vec![Ok(three), Ok(ModelResponse::answer("done"))]);
+    let report = agent
+        .run("delegate", Budget::new(3).unwrap(), &mut model)
+        .unwrap();
+    assert_eq!(report.children.len(), 1);
+}
+
+#[test]
+fn a_second_ctrl_c_kills_the_running_program_before_exiting() {
+    let dir = workspace();
+    let parent = vec![
+        json!({"content": [{"type": "tool_use", "id": "r0", "name": "run_main", "input": {}}], "stop_reason": "tool_use"}),
+    ];
+    let script = script_file(&dir, parent, vec![]);
+    let pid_file = dir.path().join("group.pid");
+    let child = Command::new(common::bin())
+        .args([
+            "run",
+            "--quiet",
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "60",
+            "--run-command",
+        ])
+        .arg(format!(
+            "sh -c 'echo $$ > {}; sleep 30'",
+            pid_file.display()
+        ))
+        .arg("--workspace")
+        .arg(dir.path())
+        .arg("--script")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let group: libc::pid_t = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the program did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    for _ in 0..2 {
+        // SAFETY: signals the child we spawned.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = child.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(130));
+    // The program's whole group is gone (or only zombies await their reaper).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // SAFETY: signal 0 only checks whether the group exists.
+        let alive = unsafe { libc::kill(-group, 0) } == 0;
+        let zombie = std::fs::read_to_string(format!("/proc/{group}/stat"))
+            .map(|stat| stat.contains(") Z "))
+            .unwrap_or(true);
+        if !alive || zombie {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the program's group outlived a double Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

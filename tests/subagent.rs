@@ -1326,3 +1326,69 @@ fn children_are_numbered_across_the_run() {
         );
     }
 }
+
+/// Children that meet at a rendezvous on their first request: each records
+/// whether all of its siblings were running at the same time.
+struct Rendezvous {
+    arrived: Arc<std::sync::atomic::AtomicUsize>,
+    met: Arc<Mutex<Vec<bool>>>,
+    expected: usize,
+}
+
+struct RendezvousModel {
+    arrived: Arc<std::sync::atomic::AtomicUsize>,
+    met: Arc<Mutex<Vec<bool>>>,
+    expected: usize,
+}
+
+impl ChildModels for Rendezvous {
+    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(RendezvousModel {
+            arrived: self.arrived.clone(),
+            met: self.met.clone(),
+            expected: self.expected,
+        })
+    }
+}
+
+impl Model for RendezvousModel {
+    fn respond(&mut self, _request: &subloop::Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        use std::sync::atomic::Ordering;
+        self.arrived.fetch_add(1, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.arrived.load(Ordering::SeqCst) < self.expected
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let all_there = self.arrived.load(Ordering::SeqCst) >= self.expected;
+        self.met.lock().unwrap().push(all_there);
+        Ok(ModelResponse::answer("met"))
+    }
+}
+
+#[test]
+fn several_task_calls_in_one_reply_really_run_at_the_same_time() {
+    let ws = TempDir::new("rendezvous");
+    let met = Arc::new(Mutex::new(Vec::new()));
+    let children = Rendezvous {
+        arrived: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+        met: met.clone(),
+        expected: 3,
+    };
+    let parent = RecordingModel::new(vec![
+        Ok(ModelResponse::tool_calls((1..=3).map(|i| {
+            (format!("p{i}"), "task", json!({"task": format!("job {i}")}))
+        }))),
+        Ok(ModelResponse::answer("done")),
+    ]);
+    let report = run(
+        ws.path(),
+        Arc::new(DenyAll),
+        SubagentConfig::new(Arc::new(children), Hooks::none()),
+        &parent,
+    );
+    assert_eq!(report.children.len(), 3);
+    // Run one after another, the first child would wait alone until its 5 s ran out.
+    assert_eq!(*met.lock().unwrap(), vec![true, true, true]);
+}

@@ -27,7 +27,7 @@ fn sigkill_mid_run_loses_no_trace_line() {
             "--max-calls",
             "401",
         ])
-        .args(["--run-command", "sh -c 'sleep 0.02'"])
+        .args(["--run-command", "sh -c 'echo ran >> marks; sleep 0.02'"])
         .arg("--workspace")
         .arg(dir.path())
         .arg("--script")
@@ -54,6 +54,9 @@ fn sigkill_mid_run_loses_no_trace_line() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
+    // Let a few more turns happen after the snapshot, so that anything a
+    // writer kept in a buffer would be lost by the kill.
+    std::thread::sleep(Duration::from_millis(200));
     child.kill().expect("SIGKILL");
     let status = child.wait().expect("reap");
     assert_eq!(
@@ -76,6 +79,18 @@ fn sigkill_mid_run_loses_no_trace_line() {
         kinds.push(value["kind"].as_str().unwrap_or_default().to_owned());
     }
     assert!(kinds.len() >= 40);
+    // Every program that ran before the kill has its `tool` line, except
+    // perhaps the one the kill interrupted: nothing sat in a buffer.
+    let ran = std::fs::read_to_string(dir.path().join("marks"))
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let recorded = kinds.iter().filter(|kind| kind.as_str() == "tool").count();
+    assert!(ran >= 10, "only {ran} programs ran");
+    assert!(
+        recorded + 1 >= ran,
+        "{ran} programs ran but only {recorded} tool lines reached the trace"
+    );
     assert!(
         !kinds.contains(&"outcome".to_owned()),
         "the run was not cut short"

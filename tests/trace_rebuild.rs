@@ -336,16 +336,16 @@ fn a_cut_last_line_is_an_error_naming_it() {
     assert!(err.starts_with(&format!("line {count}:")), "{err}");
 }
 
+/// (That no API key reaches a trace is checked on a `--live` run against
+/// the mock API, in `tests/live_api.rs`: the offline demo never reads one.)
 #[test]
-fn the_api_key_never_reaches_the_trace() {
-    const KEY: &str = "sk-test-SECRET";
-    let dir = TempDir::new("trace-key");
+fn the_binary_s_trace_rebuilds_the_seven_demo_requests() {
+    let dir = TempDir::new("trace-binary");
     let path = dir.path().join("trace.jsonl");
     let output = Command::new(common::bin())
         .args(["demo", "--decision", "allow", "--trace"])
         .arg(&path)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("ANTHROPIC_API_KEY", KEY)
         .stdin(Stdio::null())
         .output()
         .expect("run subloop");
@@ -359,12 +359,6 @@ fn the_api_key_never_reaches_the_trace() {
             .count(),
         7
     );
-    for line in trace.lines() {
-        assert!(!line.contains(KEY), "the key leaked: {line}");
-        assert!(!line.contains("SECRET"), "the key leaked: {line}");
-    }
-    assert!(!String::from_utf8_lossy(&output.stdout).contains(KEY));
-    assert!(!String::from_utf8_lossy(&output.stderr).contains(KEY));
     // The binary's trace rebuilds into the same seven requests.
     let rebuilt = rebuild_requests(&trace).unwrap();
     let agents: Vec<(&str, u64)> = rebuilt.iter().map(|r| (r.agent.as_str(), r.call)).collect();

@@ -9,8 +9,8 @@
 //! `REPLY` is a Messages API response object (`stop_reason`, `content`; other
 //! fields such as `id`, `model`, `usage` are accepted) or `{"error": "text"}`
 //! for a failed request (an API error body `{"type": "error", "error":
-//! {"type", "message"}}` also counts). A reply that is a JSON object but not a
-//! message replays as a model failure, as a live API would. `children[i]` is
+//! {"type", "message"}}` also counts). A reply that is neither makes the
+//! whole script invalid, before anything runs. `children[i]` is
 //! the script of the i-th delegation of the run.
 
 use std::path::Path;
@@ -109,9 +109,12 @@ fn reply(value: Value) -> Result<ScriptedReply, String> {
         };
         return Ok(Err(failure));
     }
-    Ok(ModelResponse::from_value(value).map_err(|err| {
-        ModelFailure::with_kind("invalid_response", format!("reply is not a message: {err}"))
-    }))
+    // A reply that is not a message makes the script invalid (exit 2 before
+    // anything runs); hostile but well-shaped replies stay, for the
+    // conversation to judge.
+    ModelResponse::from_value(value)
+        .map(Ok)
+        .map_err(|err| format!("not a message: {err}"))
 }
 
 /// Replays a list of replies, one per request; running out is a model failure.

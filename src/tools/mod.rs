@@ -13,7 +13,7 @@ mod todo;
 
 pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, ReadError, ReadFile};
 pub use registry::{ReadOnlyRegistry, Registry};
-pub use run_main::{RunMain, RunSettings, split_command};
+pub use run_main::{RunMain, RunSettings, kill_running_groups, split_command};
 pub use todo::TodoWrite;
 
 use serde_json::Value;

@@ -9,7 +9,7 @@
 //! `limit + 4` bytes are read; a longer file is cut at a character boundary
 //! with a last line saying how much is shown.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -24,6 +24,9 @@ use crate::error::SetupError;
 
 /// The default read limit: 64 KiB.
 pub const DEFAULT_READ_LIMIT: usize = 64 * 1024;
+
+/// The largest read limit accepted: 1 GiB.
+pub const MAX_READ_LIMIT: usize = 1 << 30;
 
 /// The longest path accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -49,6 +52,9 @@ pub enum ReadError {
     /// A symlink leads out of the workspace.
     #[error("the path resolves outside the workspace (through a symlink)")]
     OutsideWorkspace,
+    /// Too many levels of symlinks (a loop), or a symlink swapped in while opening.
+    #[error("too many levels of symbolic links (a symlink loop?)")]
+    SymlinkLoop,
     /// Nothing is there.
     #[error("no such file")]
     NotFound,
@@ -74,10 +80,12 @@ impl ReadFile {
     /// A reader confined to `workspace` (which must be a directory), showing at most `limit` bytes.
     pub fn new(workspace: &Path, limit: usize) -> Result<Self, SetupError> {
         let root = workspace_root(workspace)?;
-        if limit == 0 {
+        if !(1..=MAX_READ_LIMIT).contains(&limit) {
             return Err(SetupError::Workspace {
                 path: workspace.to_owned(),
-                message: "the read limit must be at least 1 byte".to_owned(),
+                message: format!(
+                    "the read limit must be 1 to {MAX_READ_LIMIT} bytes (got {limit})"
+                ),
             });
         }
         Ok(Self { root, limit })
@@ -164,7 +172,7 @@ pub(crate) fn workspace_root(workspace: &Path) -> Result<PathBuf, SetupError> {
 fn io_error(err: std::io::Error) -> ReadError {
     match err.kind() {
         std::io::ErrorKind::NotFound => ReadError::NotFound,
-        _ if err.raw_os_error() == Some(libc::ELOOP) => ReadError::OutsideWorkspace,
+        _ if err.raw_os_error() == Some(libc::ELOOP) => ReadError::SymlinkLoop,
         _ => ReadError::Io(err.to_string()),
     }
 }
@@ -185,10 +193,12 @@ fn not_regular(kind: &std::fs::FileType) -> Option<&'static str> {
     }
 }
 
-fn read_capped(file: File, limit: usize, size: u64) -> Result<String, ReadError> {
+/// Reads at most `limit + 4` bytes from `source` (whose full size is `size`).
+fn read_capped(source: impl Read, limit: usize, size: u64) -> Result<String, ReadError> {
     let mut buf = Vec::new();
-    let cap = limit as u64 + 4;
-    file.take(cap)
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(4);
+    source
+        .take(cap)
         .read_to_end(&mut buf)
         .map_err(|err| ReadError::Io(err.to_string()))?;
     if buf.len() <= limit {
@@ -259,13 +269,75 @@ impl ReadOnlyTool for ReadFile {}
 
 /// The first 120 characters of `text`, for error messages, with control characters escaped.
 fn shorten(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .take(120)
-        .flat_map(char::escape_default)
-        .collect();
+    let mut out = String::new();
+    for c in text.chars().take(120) {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
     if text.chars().count() > 120 {
         out.push('…');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An endless source that fails if asked for more than `allowed` bytes.
+    struct Endless {
+        served: u64,
+        allowed: u64,
+    }
+
+    impl Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.served + buf.len() as u64 > self.allowed {
+                return Err(std::io::Error::other(format!(
+                    "asked for {} bytes past {} already served; the cap is {}",
+                    buf.len(),
+                    self.served,
+                    self.allowed
+                )));
+            }
+            buf.fill(b'a');
+            self.served += buf.len() as u64;
+            Ok(buf.len())
+        }
+    }
+
+    #[test]
+    fn never_reads_more_than_the_limit_plus_four_bytes() {
+        for limit in [1usize, 7, 4096, 65_536] {
+            let source = Endless {
+                served: 0,
+                allowed: limit as u64 + 4,
+            };
+            let text = read_capped(source, limit, 1 << 40).expect("capped read");
+            let (shown, note) = text.rsplit_once('\n').expect("a note line");
+            assert_eq!(shown.len(), limit);
+            assert_eq!(
+                note,
+                format!(
+                    "[read_file: showing {limit} of 1099511627776 bytes; the rest is past the read limit]"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn error_paths_escape_only_control_characters() {
+        assert_eq!(shorten("é\n\u{1b}[31m"), "é\\n\\u{1b}[31m");
+    }
+
+    #[test]
+    fn read_limits_outside_one_byte_to_a_gibibyte_are_refused() {
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        assert!(ReadFile::new(here, 0).is_err());
+        assert!(ReadFile::new(here, MAX_READ_LIMIT + 1).is_err());
+        assert!(ReadFile::new(here, MAX_READ_LIMIT).is_ok());
+    }
 }

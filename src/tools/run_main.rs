@@ -3,7 +3,9 @@
 //! The command is split without a shell. The program runs in its own process
 //! group with stdin closed; when it exits or its timeout passes, the whole
 //! group is killed, so neither an endless loop nor a sleeping grandchild
-//! outlives the call. stdout and stderr are each capped: the bytes past the
+//! outlives the call. (A descendant that leaves the group with `setsid`
+//! escapes this; its output is collected for at most 500 ms more.) A second
+//! Ctrl-C in the CLI kills running groups before exiting. stdout and stderr are each capped: the bytes past the
 //! cap are counted and dropped. The result is a JSON object with the exit
 //! code, the captured text and the dropped byte counts.
 
@@ -11,6 +13,7 @@ use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -187,7 +190,8 @@ impl RunMain {
                 return ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"));
             }
         };
-        let group = child.id() as libc::pid_t;
+        let group = libc::pid_t::try_from(child.id()).unwrap_or(0);
+        let slot = register(group);
         let cap = self.settings.output_cap;
         let stdout = child.stdout.take().map(|pipe| spawn_capture(pipe, cap));
         let stderr = child.stderr.take().map(|pipe| spawn_capture(pipe, cap));
@@ -212,6 +216,9 @@ impl RunMain {
         };
         // Whatever the program left behind in its group goes too, so the pipes close.
         kill_group(group);
+        if let Some(slot) = slot {
+            slot.store(0, Ordering::SeqCst);
+        }
         let grace = Instant::now() + Duration::from_millis(500);
         let stdout = collect(stdout, grace);
         let stderr = collect(stderr, grace);
@@ -248,6 +255,30 @@ impl RunMain {
             ToolOutput::ok(content)
         } else {
             ToolOutput::error(content)
+        }
+    }
+}
+
+/// Process groups of programs running right now, so that a second Ctrl-C
+/// can kill them before the process exits (see [`kill_running_groups`]).
+static RUNNING: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
+
+/// Remembers a running group; `None` when every slot is taken (the group is
+/// then still killed on exit and timeout, only not by a second Ctrl-C).
+fn register(group: libc::pid_t) -> Option<&'static AtomicI32> {
+    RUNNING.iter().find(|slot| {
+        slot.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    })
+}
+
+/// Kills every program `run_main` is running. Async-signal-safe (atomic
+/// loads and `kill`), so a signal handler may call it before `_exit`.
+pub fn kill_running_groups() {
+    for slot in &RUNNING {
+        let group = slot.load(Ordering::SeqCst);
+        if group > 0 {
+            kill_group(group);
         }
     }
 }

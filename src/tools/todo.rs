@@ -4,7 +4,9 @@ use serde_json::{Value, json};
 
 use super::{Capability, Tool, ToolContext};
 use crate::conversation::ToolOutput;
-use crate::plan::{ItemStatus, MAX_ITEMS, MAX_TEXT_CHARS, Plan, PlanItem, SharedPlan};
+use crate::plan::{
+    ItemStatus, MAX_ID_CHARS, MAX_ITEMS, MAX_TEXT_CHARS, Plan, PlanItem, SharedPlan,
+};
 
 /// The `todo_write` tool.
 #[derive(Debug, Clone)]
@@ -38,7 +40,7 @@ impl Tool for TodoWrite {
                     "items": {
                         "type": "object",
                         "properties": {
-                            "id": {"type": "string", "minLength": 1},
+                            "id": {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS},
                             "text": {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS},
                             "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}
                         },

@@ -49,6 +49,12 @@ pub enum Reply {
     },
     /// Read the request, then say nothing for this long and close.
     Stall(Duration),
+    /// Send headers announcing `declared` body bytes, send `sent`, then stall and close.
+    StallBody {
+        declared: usize,
+        sent: Vec<u8>,
+        stall: Duration,
+    },
     /// Close the connection without answering.
     Hangup,
 }
@@ -198,6 +204,20 @@ fn serve(
             }
             Reply::Stall(duration) => {
                 std::thread::sleep(duration);
+                return;
+            }
+            Reply::StallBody {
+                declared,
+                sent,
+                stall,
+            } => {
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {declared}\r\n\r\n"
+                );
+                let _ = writer.write_all(head.as_bytes());
+                let _ = writer.write_all(&sent);
+                let _ = writer.flush();
+                std::thread::sleep(stall);
                 return;
             }
             Reply::Hangup => return,

@@ -15,7 +15,7 @@ pub mod sse;
 pub mod transport;
 
 use std::io::{BufReader, Read};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
@@ -37,6 +37,20 @@ pub const API_VERSION: &str = "2023-06-01";
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// The largest non-streaming body read (32 MiB).
 const MAX_BODY: u64 = 32 * 1024 * 1024;
+/// The largest event stream read (64 MiB).
+const MAX_STREAM: u64 = 64 * 1024 * 1024;
+
+fn is_stream(response: &HttpResponse) -> bool {
+    response
+        .header("content-type")
+        .is_some_and(|kind| kind.starts_with("text/event-stream"))
+}
+
+fn read_body(response: HttpResponse) -> std::io::Result<String> {
+    let mut bytes = Vec::new();
+    response.body.take(MAX_BODY).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
 
 /// An API key. It has no `Display`, and `Debug` hides it.
 #[derive(Clone, PartialEq, Eq)]
@@ -131,7 +145,11 @@ pub struct Client {
     transport: Arc<dyn Transport>,
     sleep: Sleeper,
     on_text: Option<TextSink>,
+    stop: OnceLock<StopProbe>,
 }
+
+/// Says whether the run was stopped (cancelled, deadline passed, tokens spent).
+pub type StopProbe = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -155,7 +173,20 @@ impl Client {
             transport,
             sleep: Arc::new(std::thread::sleep),
             on_text: None,
+            stop: OnceLock::new(),
         }
+    }
+
+    /// Lets the run stop a request in flight: once `probe` says so, a
+    /// waiting [`AnthropicModel`] gives up on its request (the connection is
+    /// left to its own timeout on a worker thread) and no retry starts. The
+    /// first probe set wins.
+    pub fn set_stop_probe(&self, probe: StopProbe) {
+        let _ = self.stop.set(probe);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.get().is_some_and(|probe| probe())
     }
 
     /// Replaces how the client waits between retries (tests record instead of sleeping).
@@ -226,12 +257,28 @@ impl Client {
 
     /// Sends one request, retrying what is worth retrying.
     pub fn send(&self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
-        let body = serde_json::to_vec(&self.request_body(request)).map_err(|err| {
+        let body = self.body_bytes(request)?;
+        self.send_body(&body)
+    }
+
+    fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
+        serde_json::to_vec(&self.request_body(request)).map_err(|err| {
             self.fail(
                 "invalid_request",
                 format!("cannot serialize the request: {err}"),
             )
-        })?;
+        })
+    }
+
+    fn abandoned(&self) -> ModelFailure {
+        self.fail(
+            "cancelled",
+            "the request was abandoned because the run was stopped".to_owned(),
+        )
+    }
+
+    /// Sends a serialized request body, retrying what is worth retrying.
+    pub fn send_body(&self, body: &[u8]) -> Result<ModelResponse, ModelFailure> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let accept = if self.config.stream {
             "text/event-stream"
@@ -247,9 +294,32 @@ impl Client {
         let policy = self.config.retry;
         let mut retry = 0;
         loop {
-            let delay = match self.transport.post(&url, &headers, &body) {
+            let delay = match self.transport.post(&url, &headers, body) {
                 Ok(response) if (200..300).contains(&response.status) => {
-                    return self.read_success(response);
+                    if is_stream(&response) {
+                        return self.read_stream(response);
+                    }
+                    // The body is read inside the loop: a timeout or a reset
+                    // while reading it is retried like one before the headers.
+                    match read_body(response) {
+                        Ok(text) => return self.parse_body(&text),
+                        Err(err) => {
+                            let kind = match err.kind() {
+                                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                                    "timeout_error"
+                                }
+                                _ => "connection_error",
+                            };
+                            if retry >= policy.max_retries {
+                                let attempts = retry + 1;
+                                return Err(self.fail(
+                                    kind,
+                                    format!("{kind}: reading the response failed: {err} (after {attempts} attempt(s))"),
+                                ));
+                            }
+                            policy.delay(retry, None, None, SystemTime::now())
+                        }
+                    }
                 }
                 Ok(mut response) => {
                     let failure = self.error_response(&mut response, retry);
@@ -280,6 +350,9 @@ impl Client {
                     policy.delay(retry, None, None, SystemTime::now())
                 }
             };
+            if self.stopped() {
+                return Err(self.abandoned());
+            }
             (self.sleep)(delay);
             retry += 1;
         }
@@ -317,35 +390,25 @@ impl Client {
         }
     }
 
-    fn read_success(&self, response: HttpResponse) -> Result<ModelResponse, ModelFailure> {
-        let is_stream = response
-            .header("content-type")
-            .is_some_and(|kind| kind.starts_with("text/event-stream"));
-        if is_stream {
-            let sink = self.on_text.clone();
-            let mut on_text = |text: &str| {
-                if let Some(sink) = &sink {
-                    sink(text);
-                }
-            };
-            return sse::read_stream(BufReader::new(response.body), &mut on_text).map_err(
-                |failure| {
-                    self.fail(
-                        failure.kind.as_deref().unwrap_or("stream_error"),
-                        failure.message,
-                    )
-                },
-            );
-        }
-        let mut text = String::new();
-        response
-            .body
-            .take(MAX_BODY)
-            .read_to_string(&mut text)
-            .map_err(|err| {
-                self.fail("read_error", format!("reading the response failed: {err}"))
-            })?;
-        let value: Value = serde_json::from_str(&text).map_err(|err| {
+    fn read_stream(&self, response: HttpResponse) -> Result<ModelResponse, ModelFailure> {
+        let sink = self.on_text.clone();
+        let mut on_text = |text: &str| {
+            if let Some(sink) = &sink {
+                sink(text);
+            }
+        };
+        // A hostile stream cannot grow without bound: past the cap it just ends.
+        let body = BufReader::new(response.body.take(MAX_STREAM));
+        sse::read_stream(body, &mut on_text).map_err(|failure| {
+            self.fail(
+                failure.kind.as_deref().unwrap_or("stream_error"),
+                failure.message,
+            )
+        })
+    }
+
+    fn parse_body(&self, text: &str) -> Result<ModelResponse, ModelFailure> {
+        let value: Value = serde_json::from_str(text).map_err(|err| {
             let snippet: String = text.chars().take(200).collect();
             self.fail(
                 "invalid_response",
@@ -386,7 +449,33 @@ impl AnthropicModel {
 }
 
 impl Model for AnthropicModel {
+    /// Without a stop probe, sends on this thread. With one, the request
+    /// runs on a worker thread while this one checks the probe every 20 ms,
+    /// so cancelling or a deadline does not wait for the HTTP timeouts.
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
-        self.client.send(request)
+        if self.client.stop.get().is_none() {
+            return self.client.send(request);
+        }
+        let body = self.client.body_bytes(request)?;
+        let client = Arc::clone(&self.client);
+        let (sender, receiver) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(client.send_body(&body));
+        });
+        loop {
+            match receiver.recv_timeout(Duration::from_millis(20)) {
+                Ok(result) => return result,
+                Err(mpsc::RecvTimeoutError::Timeout) if self.client.stopped() => {
+                    return Err(self.client.abandoned());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(self.client.fail(
+                        "request_error",
+                        "the request's worker thread died".to_owned(),
+                    ));
+                }
+            }
+        }
     }
 }

@@ -61,32 +61,30 @@ impl RetryPolicy {
     }
 }
 
-/// A delay the server asked for, when it is between 0 and 60 s.
+/// A delay the server asked for, when it is more than 0 and at most 60 s
+/// (as the official SDKs do; anything else falls back to backoff).
 pub fn server_delay(
     retry_after_ms: Option<&str>,
     retry_after: Option<&str>,
     now: SystemTime,
 ) -> Option<Duration> {
-    let limit = Duration::from_secs(60);
-    if let Some(ms) = retry_after_ms.and_then(|text| text.trim().parse::<f64>().ok())
-        && ms.is_finite()
-        && ms >= 0.0
+    let usable = |secs: f64| {
+        (secs.is_finite() && secs > 0.0 && secs <= 60.0).then(|| Duration::from_secs_f64(secs))
+    };
+    if let Some(delay) = retry_after_ms
+        .and_then(|text| text.trim().parse::<f64>().ok())
+        .and_then(|ms| usable(ms / 1000.0))
     {
-        let delay = Duration::from_secs_f64(ms / 1000.0);
-        if delay <= limit {
-            return Some(delay);
-        }
+        return Some(delay);
     }
     let text = retry_after?.trim();
-    let delay = match text.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::from_secs_f64(secs),
-        Ok(_) => return None,
+    match text.parse::<f64>() {
+        Ok(secs) => usable(secs),
         Err(_) => {
             let at = parse_http_date(text)?;
-            at.duration_since(now).unwrap_or(Duration::ZERO)
+            usable(at.duration_since(now).ok()?.as_secs_f64())
         }
-    };
-    (delay <= limit).then_some(delay)
+    }
 }
 
 /// A number in `[0, 1)` from the clock's nanoseconds: enough spread for
@@ -124,6 +122,9 @@ pub fn parse_http_date(text: &str) -> Option<SystemTime> {
         _ => return None,
     };
     let year: i64 = parts.next()?.parse().ok()?;
+    if !(1970..=9999).contains(&year) {
+        return None;
+    }
     let mut clock = parts.next()?.split(':').map(|n| n.parse::<u64>().ok());
     let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
     if parts.next()? != "GMT" || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60
@@ -171,6 +172,22 @@ mod tests {
         );
         assert_eq!(server_delay(None, Some("61"), now), None);
         assert_eq!(server_delay(None, Some("-1"), now), None);
+        assert_eq!(
+            server_delay(None, Some("0"), now),
+            None,
+            "0 falls back to backoff"
+        );
+        assert_eq!(server_delay(Some("1e300"), Some("1e300"), now), None);
+        assert_eq!(server_delay(Some("NaN"), Some("inf"), now), None);
+        assert_eq!(
+            server_delay(None, Some("Sun, 06 Nov 1994 08:49:00 GMT"), now),
+            None,
+            "a past date"
+        );
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 999999999999999 08:49:37 GMT"),
+            None
+        );
         assert_eq!(
             server_delay(None, Some("Sun, 06 Nov 1994 08:49:37 GMT"), now),
             Some(Duration::from_secs(7))

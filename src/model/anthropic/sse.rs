@@ -184,9 +184,14 @@ impl StreamAssembler {
                 if state.block.get("type").and_then(Value::as_str) == Some("tool_use")
                     && !state.partial_json.is_empty()
                 {
-                    // Broken JSON stays a string: the registry then refuses it as invalid input.
-                    let input = serde_json::from_str(&state.partial_json)
-                        .unwrap_or_else(|_| Value::String(state.partial_json.clone()));
+                    // Broken input JSON would be sent back in the history and
+                    // refused by the API, so it fails the request here.
+                    let input: Value =
+                        serde_json::from_str(&state.partial_json).map_err(|err| {
+                            failure(format!(
+                                "the streamed tool_use input is not valid JSON: {err}"
+                            ))
+                        })?;
                     if let Some(object) = state.block.as_object_mut() {
                         object.insert("input".to_owned(), input);
                     }
@@ -319,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn broken_tool_input_json_stays_a_string_for_the_schema_check_to_refuse() {
+    fn broken_tool_input_json_fails_the_request() {
         let stream = [
             r#"{"type":"message_start","message":{"usage":{"input_tokens":1}}}"#,
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"read_file","input":{}}}"#,
@@ -331,8 +336,12 @@ mod tests {
         .iter()
         .map(|data| format!("data: {data}\n\n"))
         .collect::<String>();
-        let reply = read_stream(stream.as_bytes(), &mut |_| {}).expect("a reply");
-        let value = serde_json::to_value(&reply).expect("serializable");
-        assert_eq!(value["content"][0]["input"], "{\"pa");
+        let failure = read_stream(stream.as_bytes(), &mut |_| {}).expect_err("broken input");
+        assert_eq!(failure.kind.as_deref(), Some("stream_error"));
+        assert!(
+            failure.message.contains("not valid JSON"),
+            "{}",
+            failure.message
+        );
     }
 }
