@@ -40,6 +40,15 @@ const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest event stream read (64 MiB).
 const MAX_STREAM: u64 = 64 * 1024 * 1024;
 
+/// The `error.type` and `error.message` of an API error body (or event).
+pub(crate) fn api_error(body: &Value) -> (&str, &str) {
+    let field = |path| body.pointer(path).and_then(Value::as_str);
+    (
+        field("/error/type").unwrap_or("api_error"),
+        field("/error/message").unwrap_or("(no message)"),
+    )
+}
+
 fn is_stream(response: &HttpResponse) -> bool {
     response
         .header("content-type")
@@ -367,14 +376,7 @@ impl Client {
         let status = response.status;
         match serde_json::from_str::<Value>(&text) {
             Ok(body) if body.pointer("/error/type").is_some() => {
-                let kind = body
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("api_error");
-                let message = body
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+                let (kind, message) = api_error(&body);
                 self.fail(
                     kind,
                     format!("HTTP {status} {kind}: {message} (after {attempts} attempt(s))"),
@@ -416,14 +418,7 @@ impl Client {
             )
         })?;
         if value.get("type").and_then(Value::as_str) == Some("error") {
-            let kind = value
-                .pointer("/error/type")
-                .and_then(Value::as_str)
-                .unwrap_or("api_error");
-            let message = value
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let (kind, message) = api_error(&value);
             return Err(self.fail(kind, format!("{kind}: {message}")));
         }
         ModelResponse::from_value(value).map_err(|err| {

@@ -207,14 +207,7 @@ impl StreamAssembler {
             }
             "message_stop" => self.stopped = true,
             "error" => {
-                let kind = data
-                    .pointer("/error/type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("api_error");
-                let message = data
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("error event in stream");
+                let (kind, message) = super::api_error(&data);
                 return Err(ModelFailure::with_kind(kind, format!("{kind}: {message}")));
             }
             _ => {}
