@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{MARKER, marker_workspace, pairs, tools};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -65,39 +67,6 @@ fn one_object(output: &Output) -> Value {
         assert!(value.get(key).is_some(), "missing `{key}` in {value}");
     }
     value
-}
-
-fn tools(value: &Value) -> Vec<(String, String)> {
-    value["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|tool| {
-            (
-                tool["name"].as_str().unwrap().to_owned(),
-                tool["decision"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
-        .collect()
-}
-
-const MARKER: &str = "marker.txt";
-
-/// A workspace whose main.py leaves a marker, with the check_and_run script's files.
-fn marker_workspace() -> TempDir {
-    let dir = TempDir::new("cli-run");
-    dir.write(
-        "main.py",
-        format!("open('{MARKER}', 'w').write('ran')\nprint(6 * 7)\n"),
-    );
-    dir.write("expected.txt", "42\n");
-    dir
 }
 
 fn marker(dir: &TempDir) -> PathBuf {

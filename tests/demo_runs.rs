@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::{MARKER, marker_workspace, pairs, tools};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -45,40 +47,6 @@ fn demo_json_in(dir: &Path, args: &[&str]) -> (Option<i32>, Value, String) {
 
 fn demo_json(args: &[&str]) -> (Option<i32>, Value, String) {
     demo_json_in(Path::new(env!("CARGO_MANIFEST_DIR")), args)
-}
-
-/// `(name, decision)` of every tool call of the parent.
-fn tools(value: &Value) -> Vec<(String, String)> {
-    value["tools"]
-        .as_array()
-        .expect("tools is an array")
-        .iter()
-        .map(|tool| {
-            (
-                tool["name"].as_str().unwrap().to_owned(),
-                tool["decision"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
-
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
-        .collect()
-}
-
-const MARKER: &str = "marker.txt";
-
-/// A copy of the demo workspace whose main.py also leaves a marker file.
-fn marker_workspace() -> TempDir {
-    let dir = TempDir::new("demo-marker");
-    dir.write(
-        "main.py",
-        format!("open('{MARKER}', 'w').write('ran')\nprint(6 * 7)\n"),
-    );
-    dir.write("expected.txt", "42\n");
-    dir
 }
 
 fn only_child(value: &Value) -> &Value {

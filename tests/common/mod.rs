@@ -120,3 +120,39 @@ pub fn tool_results(messages: &[Message]) -> Vec<(String, String, bool)> {
         })
         .collect()
 }
+
+/// `(name, decision)` of every tool call of the parent in a `--json` object.
+pub fn tools(value: &serde_json::Value) -> Vec<(String, String)> {
+    value["tools"]
+        .as_array()
+        .expect("tools is an array")
+        .iter()
+        .map(|tool| {
+            (
+                tool["name"].as_str().unwrap_or_default().to_owned(),
+                tool["decision"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Owned `(a, b)` pairs, to compare with [`tools`].
+pub fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+/// The file a marker workspace's main.py leaves when it runs.
+pub const MARKER: &str = "marker.txt";
+
+/// A copy of the demo workspace whose main.py also leaves [`MARKER`].
+pub fn marker_workspace() -> TempDir {
+    let dir = TempDir::new("marker");
+    dir.write(
+        "main.py",
+        format!("open('{MARKER}', 'w').write('ran')\nprint(6 * 7)\n"),
+    );
+    dir.write("expected.txt", "42\n");
+    dir
+}
