@@ -72,6 +72,11 @@ impl Budget {
             .ok_or(InputError::ZeroBudget)
     }
 
+    /// A budget from a count that cannot be zero.
+    pub const fn from_nonzero(max_calls: NonZeroU32) -> Self {
+        Self(max_calls)
+    }
+
     /// The number of model requests allowed.
     pub fn get(self) -> u32 {
         self.0.get()

@@ -17,6 +17,7 @@
 //! child_tool::<subloop::subagent::TaskTool>(); // TaskTool is not read-only
 //! ```
 
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -76,7 +77,11 @@ impl ChildBudget {
 
 impl Default for ChildBudget {
     fn default() -> Self {
-        Self(Budget::new(Self::DEFAULT).unwrap_or_else(|_| unreachable!("4 is not zero")))
+        const FOUR: NonZeroU32 = match NonZeroU32::new(ChildBudget::DEFAULT) {
+            Some(four) => four,
+            None => panic!("the default child budget is not zero"),
+        };
+        Self(Budget::from_nonzero(FOUR))
     }
 }
 
