@@ -186,9 +186,12 @@ pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Resul
 
 /// Runs the parent on `models` and returns the report.
 pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
+    // A temporary workspace is removed afterwards, whatever happens.
+    let _cleanup = TemporaryWorkspace::for_settings(settings);
     let budget = Budget::new(settings.max_calls)?;
+    // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
-    let mut live_client = None;
+    let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
     let (mut parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
         Models::Script(script) => (
             Box::new(ScriptedModel::new(script.parent)),
@@ -198,30 +201,23 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
         #[cfg(feature = "live")]
         Models::Live(client) => {
             use crate::model::anthropic::AnthropicModel;
-            live_client = Some(Arc::clone(&client));
             let children = Arc::clone(&client);
+            let child_slot = Arc::clone(&stop_slot);
             let child_models = move |_number: usize| -> Box<dyn Model + Send> {
-                Box::new(AnthropicModel::new(Arc::clone(&children)))
+                Box::new(AnthropicModel::with_stop(
+                    Arc::clone(&children),
+                    Arc::clone(&child_slot),
+                ))
             };
             (
-                Box::new(AnthropicModel::new(client)),
+                Box::new(AnthropicModel::with_stop(client, Arc::clone(&stop_slot))),
                 Arc::new(child_models),
             )
         }
     };
-    let agent = build_agent(settings, children);
-    // A temporary workspace is removed afterwards, whatever happened.
-    let _cleanup = TemporaryWorkspace(
-        settings
-            .temporary_workspace
-            .then(|| settings.workspace.clone()),
-    );
-    let agent = agent?;
-    // A request in flight gives up as soon as the run is stopped.
+    let agent = build_agent(settings, children)?;
     #[cfg(feature = "live")]
-    if let Some(client) = live_client {
-        client.set_stop_probe(agent.stop_probe());
-    }
+    let _ = stop_slot.set(agent.stop_probe());
     Ok(agent.run(&settings.question, budget, &mut parent)?)
 }
 
@@ -260,8 +256,21 @@ fn fresh_demo_workspace() -> Result<PathBuf, AppError> {
     Ok(dir)
 }
 
-/// Removes a temporary demo workspace when dropped.
-struct TemporaryWorkspace(Option<PathBuf>);
+/// Removes a temporary demo workspace when dropped (hosts and the CLI hold
+/// one from the moment the copy exists, so no exit path leaves it behind).
+#[derive(Debug)]
+pub struct TemporaryWorkspace(Option<PathBuf>);
+
+impl TemporaryWorkspace {
+    /// A guard for `settings`' workspace if it is a temporary copy; else one that does nothing.
+    pub fn for_settings(settings: &Settings) -> Self {
+        Self(
+            settings
+                .temporary_workspace
+                .then(|| settings.workspace.clone()),
+        )
+    }
+}
 
 impl Drop for TemporaryWorkspace {
     fn drop(&mut self) {

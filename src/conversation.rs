@@ -350,6 +350,17 @@ pub enum InterruptKind {
     Cancelled,
 }
 
+impl InterruptKind {
+    /// The status a conversation stopped this way finishes with.
+    pub fn status(self) -> StatusKind {
+        match self {
+            Self::Deadline => StatusKind::Deadline,
+            Self::TokenLimit => StatusKind::TokenLimit,
+            Self::Cancelled => StatusKind::Cancelled,
+        }
+    }
+}
+
 /// A host's reason to stop at a turn boundary, with a readable text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interrupt {

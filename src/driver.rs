@@ -170,6 +170,7 @@ pub fn run(
         if executor.interrupt().is_none() {
             executor.prepare(pending.calls());
         }
+        let mut stopped = None;
         let after = pending.answer_with(|call| {
             observer.on_event(&Event::ToolRequested { call });
             let output = match executor.interrupt() {
@@ -179,6 +180,7 @@ pub fn run(
                         interrupt.text
                     ));
                     executor.skipped(call, &output);
+                    stopped = Some(interrupt);
                     output
                 }
                 _ => executor.execute(call),
@@ -191,7 +193,16 @@ pub fn run(
         });
         match after {
             AfterTools::Continue(next) => conversation = next,
-            AfterTools::CallLimit(done) => break done.into_outcome(),
+            AfterTools::CallLimit(done) => {
+                // Calls of the last budgeted round were refused because the
+                // run was stopped: the stop, not the budget, ended it.
+                let mut outcome = done.into_outcome();
+                if let Some(interrupt) = stopped {
+                    outcome.status = interrupt.kind.status();
+                    outcome.text = interrupt.text;
+                }
+                break outcome;
+            }
         }
     };
     observer.on_event(&Event::Finished { outcome: &outcome });

@@ -309,7 +309,8 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
     }
     let mut client = Client::new(config);
     if flags.stream && progress {
-        client = client.with_text_sink(|text| eprint!("{text}"));
+        client =
+            client.with_text_sink(|text| eprint!("{}", subloop::progress::printable_lines(text)));
     }
     Ok(Models::Live(Arc::new(client)))
 }
@@ -334,6 +335,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let _cleanup = app::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {

@@ -14,9 +14,19 @@ pub struct StderrProgress;
 /// Text from a model or a tool, made safe for a terminal: control
 /// characters (escape sequences, line breaks) are shown escaped.
 fn printable(text: &str) -> String {
+    escape_controls(text, false)
+}
+
+/// Like the progress lines' escaping, but line breaks are kept: for model
+/// text streamed to the terminal as it arrives.
+pub fn printable_lines(text: &str) -> String {
+    escape_controls(text, true)
+}
+
+fn escape_controls(text: &str, keep_newlines: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() {
+        if c.is_control() && !(keep_newlines && c == '\n') {
             out.extend(c.escape_default());
         } else {
             out.push(c);
@@ -92,6 +102,21 @@ impl Monitor for StderrProgress {
             std::io::stderr(),
             "[{agent}] warning: {}",
             printable(warning)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_text_cannot_forge_lines_or_send_escape_sequences() {
+        let hostile = "ok\u{1b}[31m\r[parent] forged\nnext";
+        assert_eq!(printable(hostile), "ok\\u{1b}[31m\\r[parent] forged\\nnext");
+        assert_eq!(
+            printable_lines(hostile),
+            "ok\\u{1b}[31m\\r[parent] forged\nnext"
         );
     }
 }

@@ -236,3 +236,26 @@ fn bad_flags_exit_2_with_one_line_and_no_stdout() {
     let err = stderr(&subloop(&["frobnicate"]));
     assert!(err.contains("frobnicate"), "{err}");
 }
+
+#[test]
+fn a_demo_that_stops_before_running_leaves_no_temporary_workspace() {
+    let dir = TempDir::new("demo-no-key");
+    let child = Command::new(common::bin())
+        .args(["demo", "--live"])
+        .current_dir(dir.path())
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let prefix = format!("subloop-demo-{}-", child.id());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

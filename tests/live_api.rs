@@ -799,17 +799,51 @@ fn a_deadline_abandons_a_request_in_flight() {
 #[test]
 fn cancelling_abandons_a_request_in_flight() {
     let server = MockServer::start(|_| Reply::Stall(Duration::from_secs(20)));
-    let (client, _) = client(config(&server.url));
+    let mut config = config(&server.url);
+    // The worker's request times out after 1.5 s; it must not retry once stopped.
+    config.timeouts.read = Duration::from_millis(1500);
+    let (client, _) = client(config);
     let mut settings =
         app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.progress = false;
     let cancel = settings.cancel.clone();
     let canceller = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(200));
         cancel.cancel();
     });
+    let started = std::time::Instant::now();
     let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
     canceller.join().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(450),
+        "waited for the HTTP timeout: {:?}",
+        started.elapsed()
+    );
     assert_eq!(report.outcome.status, StatusKind::Cancelled);
+    std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(server.recorded().len(), 1, "no retry after the cancel");
+}
+
+#[test]
+fn a_client_reused_after_a_cancelled_run_serves_the_next_run() {
+    let server = MockServer::start(demo_handler());
+    let (client, _) = client(config(&server.url));
+    let client = Arc::new(client);
+    let mut settings =
+        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+    settings.progress = false;
+    settings.decision = DecisionMode::Allow;
+    let first = settings.clone();
+    first.cancel.cancel();
+    let cancelled = app::execute(&first, Models::Live(Arc::clone(&client))).expect("first run");
+    assert_eq!(cancelled.outcome.status, StatusKind::Cancelled);
+    settings.cancel = subloop::limits::CancelHandle::new();
+    let second = app::execute(&settings, Models::Live(client)).expect("second run");
+    assert_eq!(
+        second.outcome.status,
+        StatusKind::Answered,
+        "{}",
+        second.outcome.text
+    );
+    assert_eq!(second.outcome.calls, 4);
 }

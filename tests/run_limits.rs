@@ -846,3 +846,25 @@ fn a_second_ctrl_c_kills_the_running_program_before_exiting() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_stop_during_the_last_budgeted_round_reports_the_stop_not_the_budget() {
+    let dir = workspace();
+    let limits = Limits {
+        max_tokens_total: Some(10),
+        ..Limits::default()
+    };
+    let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
+    let mut model = ScriptedModel::new(vec![Ok(with_usage(reads("t", 2), 50, 5))]);
+    let report = agent
+        .run("read", Budget::new(1).unwrap(), &mut model)
+        .unwrap();
+    assert_eq!(
+        report.outcome.status,
+        StatusKind::TokenLimit,
+        "{}",
+        report.outcome.text
+    );
+    let decisions: Vec<CallDecision> = report.tools.iter().map(|r| r.decision).collect();
+    assert_eq!(decisions, vec![CallDecision::Stopped; 2]);
+}

@@ -154,7 +154,6 @@ pub struct Client {
     transport: Arc<dyn Transport>,
     sleep: Sleeper,
     on_text: Option<TextSink>,
-    stop: OnceLock<StopProbe>,
 }
 
 /// Says whether the run was stopped (cancelled, deadline passed, tokens spent).
@@ -182,20 +181,7 @@ impl Client {
             transport,
             sleep: Arc::new(std::thread::sleep),
             on_text: None,
-            stop: OnceLock::new(),
         }
-    }
-
-    /// Lets the run stop a request in flight: once `probe` says so, a
-    /// waiting [`AnthropicModel`] gives up on its request (the connection is
-    /// left to its own timeout on a worker thread) and no retry starts. The
-    /// first probe set wins.
-    pub fn set_stop_probe(&self, probe: StopProbe) {
-        let _ = self.stop.set(probe);
-    }
-
-    fn stopped(&self) -> bool {
-        self.stop.get().is_some_and(|probe| probe())
     }
 
     /// Replaces how the client waits between retries (tests record instead of sleeping).
@@ -267,7 +253,7 @@ impl Client {
     /// Sends one request, retrying what is worth retrying.
     pub fn send(&self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         let body = self.body_bytes(request)?;
-        self.send_body(&body)
+        self.send_body(&body, None)
     }
 
     fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
@@ -286,8 +272,13 @@ impl Client {
         )
     }
 
-    /// Sends a serialized request body, retrying what is worth retrying.
-    pub fn send_body(&self, body: &[u8]) -> Result<ModelResponse, ModelFailure> {
+    /// Sends a serialized request body, retrying what is worth retrying;
+    /// no retry starts once `stop` says the run was stopped.
+    pub fn send_body(
+        &self,
+        body: &[u8],
+        stop: Option<&StopProbe>,
+    ) -> Result<ModelResponse, ModelFailure> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let accept = if self.config.stream {
             "text/event-stream"
@@ -359,7 +350,7 @@ impl Client {
                     policy.delay(retry, None, None, SystemTime::now())
                 }
             };
-            if self.stopped() {
+            if stop.is_some_and(|probe| probe()) {
                 return Err(self.abandoned());
             }
             (self.sleep)(delay);
@@ -430,16 +421,39 @@ impl Client {
     }
 }
 
+/// Where a run puts its [`StopProbe`] once it exists; one slot per run.
+pub type StopSlot = Arc<OnceLock<StopProbe>>;
+
 /// A [`Model`] over a shared [`Client`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct AnthropicModel {
     client: Arc<Client>,
+    stop: Option<StopSlot>,
+}
+
+impl std::fmt::Debug for AnthropicModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicModel")
+            .field("client", &self.client)
+            .finish_non_exhaustive()
+    }
 }
 
 impl AnthropicModel {
     /// A model that sends through `client`.
     pub fn new(client: Arc<Client>) -> Self {
-        Self { client }
+        Self { client, stop: None }
+    }
+
+    /// A model whose requests the run can stop in flight: once the probe in
+    /// `slot` says so, the model gives up waiting (the connection is left to
+    /// its own timeout on a worker thread) and no retry starts. Each run
+    /// gives its own slot, so a shared client carries no stop of its own.
+    pub fn with_stop(client: Arc<Client>, slot: StopSlot) -> Self {
+        Self {
+            client,
+            stop: Some(slot),
+        }
     }
 }
 
@@ -448,19 +462,20 @@ impl Model for AnthropicModel {
     /// runs on a worker thread while this one checks the probe every 20 ms,
     /// so cancelling or a deadline does not wait for the HTTP timeouts.
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
-        if self.client.stop.get().is_none() {
+        let Some(probe) = self.stop.as_ref().and_then(|slot| slot.get()).cloned() else {
             return self.client.send(request);
-        }
+        };
         let body = self.client.body_bytes(request)?;
         let client = Arc::clone(&self.client);
+        let worker_probe = Arc::clone(&probe);
         let (sender, receiver) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = sender.send(client.send_body(&body));
+            let _ = sender.send(client.send_body(&body, Some(&worker_probe)));
         });
         loop {
             match receiver.recv_timeout(Duration::from_millis(20)) {
                 Ok(result) => return result,
-                Err(mpsc::RecvTimeoutError::Timeout) if self.client.stopped() => {
+                Err(mpsc::RecvTimeoutError::Timeout) if probe() => {
                     return Err(self.client.abandoned());
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}

@@ -2,7 +2,7 @@
 //! 5xx (529 "overloaded" included), connection failures and timeouts are
 //! retried with exponential backoff and jitter, about `min(0.5 · 2^n, 8)` s,
 //! unless the server says otherwise with `retry-after-ms`, `retry-after`
-//! (seconds or an HTTP date, honoured when 0–60 s) or `x-should-retry`.
+//! (seconds or an HTTP date, honoured when more than 0 and at most 60 s) or `x-should-retry`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
