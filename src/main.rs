@@ -83,9 +83,22 @@ fn seconds(parser: &mut lexopt::Parser, flag: &str) -> Result<f64, String> {
     Ok(secs)
 }
 
-fn number<T: std::str::FromStr>(parser: &mut lexopt::Parser, flag: &str) -> Result<T, String> {
+/// The next value as text (a non-UTF-8 value is an error).
+fn text(parser: &mut lexopt::Parser) -> Result<String, String> {
     let value = parser.value().map_err(|err| err.to_string())?;
-    let text = value.string().map_err(|err| err.to_string())?;
+    value.string().map_err(|err| err.to_string())
+}
+
+/// The next value as a path.
+fn path(parser: &mut lexopt::Parser) -> Result<PathBuf, String> {
+    parser
+        .value()
+        .map(PathBuf::from)
+        .map_err(|err| err.to_string())
+}
+
+fn number<T: std::str::FromStr>(parser: &mut lexopt::Parser, flag: &str) -> Result<T, String> {
+    let text = text(parser)?;
     text.parse()
         .map_err(|_| format!("{flag} takes a number, got `{text}`"))
 }
@@ -109,27 +122,11 @@ fn parse() -> Result<Option<Cli>, String> {
     let mut flags = LiveFlags::default();
     while let Some(arg) = parser.next().map_err(|err| err.to_string())? {
         match arg {
-            Long("workspace") => {
-                workspace = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
-            }
-            Long("script") => {
-                script = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
-            }
-            Long("question") => {
-                question = Some(
-                    parser
-                        .value()
-                        .map_err(|e| e.to_string())?
-                        .string()
-                        .map_err(|e| e.to_string())?,
-                )
-            }
+            Long("workspace") => workspace = Some(path(&mut parser)?),
+            Long("script") => script = Some(path(&mut parser)?),
+            Long("question") => question = Some(text(&mut parser)?),
             Long("decision") => {
-                let text = parser
-                    .value()
-                    .map_err(|e| e.to_string())?
-                    .string()
-                    .map_err(|e| e.to_string())?;
+                let text = text(&mut parser)?;
                 settings.decision = DecisionMode::parse(&text)
                     .ok_or_else(|| format!("--decision takes allow, deny or ask, got `{text}`"))?;
             }
@@ -150,11 +147,7 @@ fn parse() -> Result<Option<Cli>, String> {
                 }
             }
             Long("run-command") => {
-                let text = parser
-                    .value()
-                    .map_err(|e| e.to_string())?
-                    .string()
-                    .map_err(|e| e.to_string())?;
+                let text = text(&mut parser)?;
                 settings.run.command =
                     split_command(&text).map_err(|err| format!("--run-command: {err}"))?;
             }
@@ -167,9 +160,7 @@ fn parse() -> Result<Option<Cli>, String> {
                 }
                 settings = settings.run_timeout(secs);
             }
-            Long("trace") => {
-                settings.trace = Some(PathBuf::from(parser.value().map_err(|e| e.to_string())?))
-            }
+            Long("trace") => settings.trace = Some(path(&mut parser)?),
             Long("max-tools-per-reply") => {
                 settings.limits.max_tools_per_reply = number(&mut parser, "--max-tools-per-reply")?;
                 if settings.limits.max_tools_per_reply == 0 {
@@ -194,15 +185,7 @@ fn parse() -> Result<Option<Cli>, String> {
             }
             Long("json") => json = true,
             Long("live") => live = true,
-            Long("model") => {
-                flags.model = Some(
-                    parser
-                        .value()
-                        .map_err(|e| e.to_string())?
-                        .string()
-                        .map_err(|e| e.to_string())?,
-                )
-            }
+            Long("model") => flags.model = Some(text(&mut parser)?),
             Long("max-tokens") => {
                 let n: u32 = number(&mut parser, "--max-tokens")?;
                 if n == 0 {
