@@ -24,8 +24,11 @@ pub trait Executor {
     }
 
     /// Called once per tool reply, before [`Executor::execute`] is called for
-    /// each call in order; lets an executor run independent calls concurrently
-    /// ahead of time. The default does nothing.
+    /// each call in order; lets an executor plan the reply (e.g. group
+    /// consecutive independent calls into one concurrent batch, started when
+    /// the batch's first call is executed). Effects must stay in call order:
+    /// a call may not start before every earlier call of the reply has
+    /// finished. The default does nothing.
     fn prepare(&mut self, calls: &[ToolCall]) {
         let _ = calls;
     }
@@ -39,8 +42,9 @@ pub trait Executor {
         let _ = (call, output);
     }
 
-    /// Whether `call` already ran in [`Executor::prepare`]: its result is
-    /// delivered even after an interrupt, since a result is never lost.
+    /// Whether `call` already ran, in a batch started by an earlier call of
+    /// the same reply: its result is delivered even after an interrupt,
+    /// since a result is never lost.
     fn prepared(&self, call: &ToolCall) -> bool {
         let _ = call;
         false

@@ -100,7 +100,10 @@ pub(crate) struct Toolbox<'a> {
     plan: Option<&'a SharedPlan>,
     records: Vec<ToolRecord>,
     warnings: Vec<Warning>,
+    /// Answers of batched calls that ran ahead of their turn, by id.
     prepared: HashMap<ToolUseId, Answer>,
+    /// The batches of the current reply, by the id of each one's first call.
+    batches: HashMap<ToolUseId, Vec<ToolCall>>,
     over_limit: HashSet<ToolUseId>,
 }
 
@@ -133,6 +136,7 @@ impl<'a> Toolbox<'a> {
             records: Vec::new(),
             warnings: Vec::new(),
             prepared: HashMap::new(),
+            batches: HashMap::new(),
             over_limit: HashSet::new(),
         }
     }
@@ -302,6 +306,55 @@ impl<'a> Toolbox<'a> {
         }
     }
 
+    /// Runs one batch: consecutive calls to one delegating tool. Admission
+    /// runs in call order; the admitted calls then run together through
+    /// [`Tool::run_batch`]; every answer waits in `prepared` for its turn.
+    fn run_batch(&mut self, run: &[ToolCall]) {
+        let mut admitted: Vec<(&ToolCall, &dyn Tool, CallDecision, Vec<String>)> = Vec::new();
+        for call in run {
+            let mut warnings = Vec::new();
+            match self.admit(call, &mut warnings) {
+                Admission::Refused(output, decision) => {
+                    let answer = self.conclude(call, output, decision, false, warnings);
+                    self.prepared.insert(call.id().clone(), answer);
+                }
+                Admission::Admitted(tool, decision) => {
+                    admitted.push((call, tool, decision, warnings));
+                }
+            }
+        }
+        let Some((first, tool, ..)) = admitted.first() else {
+            return;
+        };
+        let (name, tool) = (first.name(), *tool);
+        let contexts: Vec<ToolContext<'_>> = admitted
+            .iter()
+            .map(|(call, ..)| ToolContext {
+                agent: &self.agent,
+                call,
+            })
+            .collect();
+        let outputs = catch_unwind(AssertUnwindSafe(|| tool.run_batch(&contexts))).unwrap_or_else(
+            |payload| {
+                let text = format!(
+                    "{name} failed: the tool panicked: {}",
+                    panic_text(&*payload)
+                );
+                vec![ToolOutput::error(text); contexts.len()]
+            },
+        );
+        let mut outputs = outputs.into_iter();
+        for (call, _, decision, warnings) in admitted {
+            let output = outputs.next().unwrap_or_else(|| {
+                ToolOutput::error(format!(
+                    "{name} failed: the batch returned no result for this call"
+                ))
+            });
+            let answer = self.conclude(call, output, decision, true, warnings);
+            self.prepared.insert(call.id().clone(), answer);
+        }
+    }
+
     fn deliver(&mut self, answer: Answer) -> ToolOutput {
         for text in answer.warnings {
             self.gate.monitor.warning(&self.agent, &text);
@@ -325,8 +378,11 @@ impl Executor for Toolbox<'_> {
         self.plan.map(SharedPlan::render)
     }
 
-    /// Several delegating calls in one reply run as one batch (concurrently,
-    /// for `task`); everything else runs one by one in [`Executor::execute`].
+    /// Plans the reply: each run of two or more *consecutive* calls to one
+    /// delegating tool (such as `task`) becomes a batch, started when
+    /// [`Executor::execute`] reaches the run's first call, so every earlier
+    /// call of the reply has finished and every later one waits for it.
+    /// Everything else runs one by one, in call order.
     fn prepare(&mut self, calls: &[ToolCall]) {
         let limit = self.gate.guard.limits().max_tools_per_reply;
         self.over_limit = calls
@@ -334,76 +390,25 @@ impl Executor for Toolbox<'_> {
             .skip(limit)
             .map(|call| call.id().clone())
             .collect();
-        let delegating: Vec<&ToolCall> = calls
-            .iter()
-            .take(limit)
-            .filter(|call| {
-                self.gate
-                    .registry
-                    .get(call.name())
-                    .is_some_and(|tool| tool.capability() == Capability::Delegates)
-            })
-            .collect();
-        if delegating.len() < 2 {
-            return;
-        }
-        // Admission runs in call order; then each tool runs its admitted calls as one batch.
-        let mut admitted: Vec<(&ToolCall, &dyn Tool, CallDecision, Vec<String>)> = Vec::new();
-        for call in delegating {
-            let mut warnings = Vec::new();
-            match self.admit(call, &mut warnings) {
-                Admission::Refused(output, decision) => {
-                    let answer = self.conclude(call, output, decision, false, warnings);
-                    self.prepared.insert(call.id().clone(), answer);
-                }
-                Admission::Admitted(tool, decision) => {
-                    admitted.push((call, tool, decision, warnings))
-                }
-            }
-        }
-        let mut names: Vec<&str> = Vec::new();
-        for (call, ..) in &admitted {
-            if !names.contains(&call.name()) {
-                names.push(call.name());
-            }
-        }
-        for name in names {
-            let group: Vec<_> = admitted
-                .iter()
-                .filter(|(call, ..)| call.name() == name)
-                .collect();
-            let Some((_, tool, ..)) = group.first() else {
-                continue;
-            };
-            let contexts: Vec<ToolContext<'_>> = group
-                .iter()
-                .map(|(call, ..)| ToolContext {
-                    agent: &self.agent,
-                    call,
-                })
-                .collect();
-            let outputs = catch_unwind(AssertUnwindSafe(|| tool.run_batch(&contexts)))
-                .unwrap_or_else(|payload| {
-                    let text = format!(
-                        "{name} failed: the tool panicked: {}",
-                        panic_text(&*payload)
-                    );
-                    vec![ToolOutput::error(text); contexts.len()]
-                });
-            let mut outputs = outputs.into_iter();
-            for (call, _, decision, warnings) in group {
-                let output = outputs.next().unwrap_or_else(|| {
-                    ToolOutput::error(format!(
-                        "{name} failed: the batch returned no result for this call"
-                    ))
-                });
-                let answer = self.conclude(call, output, *decision, true, warnings.clone());
-                self.prepared.insert(call.id().clone(), answer);
+        self.batches.clear();
+        let admitted = calls.get(..limit).unwrap_or(calls);
+        for run in admitted.chunk_by(|a, b| a.name() == b.name()) {
+            let [first, _, ..] = run else { continue };
+            let delegates = self
+                .gate
+                .registry
+                .get(first.name())
+                .is_some_and(|tool| tool.capability() == Capability::Delegates);
+            if delegates {
+                self.batches.insert(first.id().clone(), run.to_vec());
             }
         }
     }
 
     fn execute(&mut self, call: &ToolCall) -> ToolOutput {
+        if let Some(run) = self.batches.remove(call.id()) {
+            self.run_batch(&run);
+        }
         let answer = match self.prepared.remove(call.id()) {
             Some(answer) => answer,
             None => self.process(call),
@@ -420,6 +425,8 @@ impl Executor for Toolbox<'_> {
     }
 
     fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
+        // A batch whose first call cannot start does not start at all.
+        self.batches.remove(call.id());
         self.audit(call, Phase::Before, None);
         let answer = self.conclude(
             call,

@@ -450,9 +450,11 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
         }
     }
 
-    /// Several delegations of one reply run concurrently, one thread each;
-    /// numbers are given in call order and reports come back in call order,
-    /// so the transcript is the same as a sequential run's.
+    /// Consecutive delegations of one reply run concurrently, one thread
+    /// each (the executor batches only a run of consecutive `task` calls,
+    /// after every earlier call of the reply has finished); numbers are
+    /// given in call order and reports come back in call order, so the
+    /// transcript is the same as a sequential run's.
     fn run_batch(&self, calls: &[ToolContext<'_>]) -> Vec<ToolOutput> {
         let checked: Vec<Result<&str, ToolOutput>> = calls
             .iter()

@@ -69,9 +69,10 @@ pub trait Tool: Send + Sync {
     /// Runs one call with checked arguments.
     fn run(&self, input: &Value, context: &ToolContext<'_>) -> ToolOutput;
 
-    /// Runs several calls of one reply; outputs in call order. The default
-    /// runs them one after another; a tool whose calls are independent (such
-    /// as `task`) may run them concurrently.
+    /// Runs several consecutive calls of one reply (the executor batches
+    /// consecutive calls of a delegating tool only); outputs in call order.
+    /// The default runs them one after another; a tool whose calls are
+    /// independent (such as `task`) may run them concurrently.
     fn run_batch(&self, calls: &[ToolContext<'_>]) -> Vec<ToolOutput> {
         calls
             .iter()
