@@ -71,6 +71,10 @@ pub struct ToolRecord {
     pub decision: CallDecision,
     /// Whether the result is an error.
     pub is_error: bool,
+    /// The result's text exactly as sent to the model (after the tool's own
+    /// caps and the after hooks), so the record holds every result, also of
+    /// a last round no request carried.
+    pub content: String,
 }
 
 /// A warning raised by a hook.
@@ -269,6 +273,7 @@ impl<'a> Toolbox<'a> {
             id: call.id().clone(),
             decision,
             is_error: output.is_error,
+            content: output.content.clone(),
         };
         Answer {
             output,

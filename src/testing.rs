@@ -603,6 +603,26 @@ fn fuzz_agent(replies: Vec<ScriptedReply>, args: &Value) {
         report.tools.len(),
         "a call without a record, or a record without a call"
     );
+    // Each record holds exactly the result the model got, in call order.
+    let results = report
+        .outcome
+        .messages
+        .iter()
+        .flat_map(|message| &message.content)
+        .filter_map(|block| match block {
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => Some((tool_use_id, content.text(), *is_error)),
+            _ => None,
+        });
+    for (record, (id, content, is_error)) in report.tools.iter().zip(results) {
+        assert!(
+            &record.id == id && record.content == content && record.is_error == is_error,
+            "the record of {id} differs from the result the model got"
+        );
+    }
     for child in &report.children {
         assert!(child.outcome.calls <= 2, "child exceeded its budget");
         assert!(

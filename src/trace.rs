@@ -9,12 +9,14 @@
 //! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` |
 //! | `response` | `call`, `response` (the reply as received) |
 //! | `model_failed` | `call`, `error` |
-//! | `tool` | `name`, `id`, `decision`, `is_error` |
+//! | `tool` | `name`, `id`, `decision`, `is_error`, `content` (the result exactly as sent to the model) |
 //! | `warning` | `text` |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
 //!
 //! Each message is written once, so the trace grows linearly; [`rebuild_requests`]
-//! replays a trace into every request exactly as it was sent. No credential
+//! replays a trace into every request exactly as it was sent. A `tool` line
+//! is written the moment its result exists, so the results of a last round
+//! that no later request carried (the run stopped after it) are on record too. No credential
 //! is ever part of a request or a reply, so none can reach the trace.
 
 use std::collections::HashMap;
