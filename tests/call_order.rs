@@ -12,14 +12,17 @@ use std::time::{Duration, Instant};
 use common::{TempDir, tool_results};
 use serde_json::{Value, json};
 use subloop::driver::Event;
-use subloop::executor::ToolRecord;
+use subloop::executor::{CallDecision, ToolRecord};
+use subloop::limits::{CancelHandle, Limits};
 use subloop::monitor::Monitor;
 use subloop::permission::AllowAll;
 use subloop::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{
+    Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
+};
 use subloop::{
     AgentBuilder, AgentId, Budget, Hooks, Model, ModelFailure, ModelResponse, Request, RunReport,
-    ScriptedModel, ScriptedReply, StatusKind,
+    ScriptedModel, ScriptedReply, StatusKind, ToolOutput,
 };
 
 /// The file main.py writes, and what it writes there.
@@ -395,5 +398,72 @@ fn the_cli_prints_run_main_s_progress_before_the_children_s() {
     for child in children {
         assert_eq!(child["status"], "answered", "{child}");
         assert_eq!(child["tools"][0]["is_error"], false, "{child}");
+    }
+}
+
+/// A tool that cancels the run it is part of.
+struct CancelRun(CancelHandle);
+
+impl Tool for CancelRun {
+    fn name(&self) -> &str {
+        "cancel_run"
+    }
+    fn description(&self) -> &str {
+        "Cancels the run."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn capability(&self) -> Capability {
+        Capability::ReadOnly
+    }
+    fn run(&self, _input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
+        self.0.cancel();
+        ToolOutput::ok("cancel requested")
+    }
+}
+
+#[test]
+fn a_stop_during_an_earlier_call_keeps_the_batch_after_it_from_starting() {
+    let dir = workspace();
+    let cancel = CancelHandle::new();
+    let agent = AgentBuilder::new(Arc::new(AllowAll))
+        .limits(Limits::default(), cancel.clone())
+        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .unwrap()
+        .tool(CancelRun(cancel))
+        .unwrap()
+        .subagents(SubagentConfig::new(reading_children(2), Hooks::none()))
+        .unwrap()
+        .build();
+    let mut model = ScriptedModel::new(vec![
+        Ok(ModelResponse::tool_calls([
+            ("c1".to_owned(), "cancel_run".to_owned(), json!({})),
+            task("t1", 1),
+            task("t2", 2),
+        ])),
+        Ok(ModelResponse::answer("never asked")),
+    ]);
+    let report = agent
+        .run("Stop, then delegate.", Budget::new(4).unwrap(), &mut model)
+        .unwrap();
+    assert_eq!(report.outcome.status, StatusKind::Cancelled);
+    assert!(
+        report.children.is_empty(),
+        "no child started after the stop"
+    );
+    let decisions: Vec<CallDecision> = report.tools.iter().map(|t| t.decision).collect();
+    assert_eq!(
+        decisions,
+        [
+            CallDecision::NotRequired,
+            CallDecision::Stopped,
+            CallDecision::Stopped
+        ]
+    );
+    let results = tool_results(&report.outcome.messages);
+    assert_eq!(results.len(), 3);
+    for (_, content, is_error) in &results[1..] {
+        assert!(content.starts_with("not executed: the run was stopped") && *is_error);
     }
 }
