@@ -17,6 +17,7 @@ use crate::model::demo::{DEMO_QUESTION, DemoParent};
 use crate::model::{Model, Script, ScriptedModel};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
+use crate::signals;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 use crate::trace::TraceWriter;
@@ -174,6 +175,8 @@ pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Resul
     if settings.progress {
         builder = builder.monitor(StderrProgress);
     }
+    // Lets the first Ctrl-C say which tool the run waits for.
+    builder = builder.monitor(signals::ToolWatch);
     if let Some(path) = &settings.trace {
         let writer = TraceWriter::create(path).map_err(|source| AppError::Trace {
             path: path.clone(),
@@ -257,24 +260,28 @@ fn fresh_demo_workspace() -> Result<PathBuf, AppError> {
 }
 
 /// Removes a temporary demo workspace when dropped (hosts and the CLI hold
-/// one from the moment the copy exists, so no exit path leaves it behind).
+/// one from the moment the copy exists, so no exit path leaves it behind),
+/// or when a signal ends the process (see [`crate::signals`]).
 #[derive(Debug)]
-pub struct TemporaryWorkspace(Option<PathBuf>);
+pub struct TemporaryWorkspace(Option<(PathBuf, signals::Registration)>);
 
 impl TemporaryWorkspace {
     /// A guard for `settings`' workspace if it is a temporary copy; else one that does nothing.
     pub fn for_settings(settings: &Settings) -> Self {
-        Self(
-            settings
-                .temporary_workspace
-                .then(|| settings.workspace.clone()),
-        )
+        Self(settings.temporary_workspace.then(|| {
+            let dir = settings.workspace.clone();
+            let on_exit = dir.clone();
+            let registration = signals::on_termination(move |_| {
+                let _ = std::fs::remove_dir_all(&on_exit);
+            });
+            (dir, registration)
+        }))
     }
 }
 
 impl Drop for TemporaryWorkspace {
     fn drop(&mut self) {
-        if let Some(dir) = &self.0 {
+        if let Some((dir, _)) = &self.0 {
             let _ = std::fs::remove_dir_all(dir);
         }
     }

@@ -94,6 +94,7 @@ pub mod permission;
 pub mod plan;
 pub mod progress;
 pub mod protocol;
+pub mod signals;
 pub mod subagent;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -13,7 +13,7 @@ pub struct StderrProgress;
 
 /// Text from a model or a tool, made safe for a terminal: control
 /// characters (escape sequences, line breaks) are shown escaped.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     escape_controls(text, false)
 }
 
