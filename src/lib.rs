@@ -90,6 +90,7 @@ pub mod hooks;
 pub mod limits;
 pub mod model;
 pub mod monitor;
+pub mod output;
 pub mod permission;
 pub mod plan;
 pub mod progress;
