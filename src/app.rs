@@ -24,6 +24,7 @@ use crate::signals;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 use crate::trace::{TraceStatus, TraceWriter};
+use crate::trace_target::{self, TraceTargetError};
 
 /// The built-in demo workspace files, for runs outside the repository.
 pub const DEMO_FILES: [(&str, &str); 2] = [
@@ -85,8 +86,11 @@ pub struct Settings {
     pub run: RunSettings,
     /// The child's call budget.
     pub child_budget: u32,
-    /// Where to write the JSON Lines trace, if anywhere.
+    /// Where to write the JSON Lines trace, if anywhere (never the script,
+    /// never inside the workspace, never a FIFO: see [`crate::trace_target`]).
     pub trace: Option<PathBuf>,
+    /// The script file the run replays, if any: the trace may not overwrite it.
+    pub script: Option<PathBuf>,
     /// Whether to print progress lines on stderr.
     pub progress: bool,
     /// Run-wide limits: tool calls per reply, delegations, deadline, tokens.
@@ -109,6 +113,7 @@ impl Settings {
             run: RunSettings::default(),
             child_budget: ChildBudget::DEFAULT,
             trace: None,
+            script: None,
             progress: true,
             limits: Limits::default(),
             cancel: CancelHandle::new(),
@@ -147,14 +152,9 @@ pub enum AppError {
     /// The question or budget is unusable.
     #[error(transparent)]
     Input(#[from] InputError),
-    /// The trace file could not be created.
-    #[error("cannot create trace file {path}: {source}")]
-    Trace {
-        /// The path.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    /// The trace file was refused or could not be created.
+    #[error(transparent)]
+    Trace(#[from] TraceTargetError),
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -190,10 +190,9 @@ fn assemble(
     builder = builder.monitor(signals::ToolWatch);
     let mut status = None;
     if let Some(path) = &settings.trace {
-        let writer = TraceWriter::create(path).map_err(|source| AppError::Trace {
-            path: path.clone(),
-            source,
-        })?;
+        let protected: Vec<&Path> = settings.script.iter().map(PathBuf::as_path).collect();
+        let writer =
+            TraceWriter::from_file(trace_target::open(path, &settings.workspace, &protected)?);
         status = Some(writer.status());
         builder = builder.monitor(writer);
     }

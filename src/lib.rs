@@ -101,6 +101,7 @@ pub mod subagent;
 pub mod testing;
 pub mod tools;
 pub mod trace;
+pub mod trace_target;
 
 pub use agent::{Agent, AgentBuilder, RunReport};
 pub use agent_id::AgentId;

@@ -319,6 +319,7 @@ fn main() -> ExitCode {
     };
     let _cleanup = app::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
+    cli.settings.script = cli.script.clone();
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
             Ok(models) => models,

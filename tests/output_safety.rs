@@ -281,3 +281,136 @@ fn stderr_shows_bidi_and_zero_width_characters_escaped() {
         "{stderr}"
     );
 }
+
+/// Runs the answer script with `--trace TRACE`; the script lives in `outside`.
+fn traced(ws: &TempDir, script: &PathBuf, trace: &std::path::Path, extra: &[&str]) -> Output {
+    let child = subloop(ws, script, &["--quiet"])
+        .arg("--trace")
+        .arg(trace)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // A FIFO must not block the open: a generous bound, not a timing test.
+    output_within(child, Duration::from_secs(20))
+}
+
+fn assert_refused(output: &Output, what: &str) {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{what}: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+    assert!(
+        stderr.starts_with("subloop: the trace file"),
+        "{what}: {stderr}"
+    );
+    assert!(output.stdout.is_empty(), "{what}: nothing runs");
+}
+
+#[test]
+fn a_trace_onto_the_script_or_into_the_workspace_is_refused_and_nothing_is_touched() {
+    let ws = TempDir::new("trace-ws");
+    let outside = TempDir::new("trace-out");
+    let main = ws.write("main.py", "print(42)\n");
+    let script = script(&outside, vec![answer("hello")]);
+    let script_text = std::fs::read(&script).unwrap();
+
+    let output = traced(&ws, &script, &script, &[]);
+    assert_refused(&output, "the script");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is the script"));
+    assert_eq!(std::fs::read(&script).unwrap(), script_text);
+
+    let output = traced(&ws, &script, &main, &[]);
+    assert_refused(&output, "main.py");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("inside the workspace"));
+    assert_eq!(std::fs::read(&main).unwrap(), b"print(42)\n");
+
+    ws.write("sub/keep", "");
+    let fresh = ws.path().join("sub").join("..").join("trace.jsonl");
+    let output = traced(&ws, &script, &fresh, &[]);
+    assert_refused(&output, "a new file in the workspace");
+    assert!(!ws.path().join("trace.jsonl").exists(), "created anyway");
+
+    // A symbolic link outside that leads into the workspace.
+    let link = outside.path().join("link.jsonl");
+    std::os::unix::fs::symlink(&main, &link).unwrap();
+    let output = traced(&ws, &script, &link, &[]);
+    assert_refused(&output, "a link to main.py");
+    assert_eq!(std::fs::read(&main).unwrap(), b"print(42)\n");
+
+    // A hard link outside of a workspace file.
+    let hard = outside.path().join("hard.jsonl");
+    std::fs::hard_link(&main, &hard).unwrap();
+    let output = traced(&ws, &script, &hard, &[]);
+    assert_refused(&output, "a hard link of main.py");
+    assert_eq!(std::fs::read(&main).unwrap(), b"print(42)\n");
+
+    // The script given under another name (a symbolic link to it).
+    let alias = outside.path().join("alias.json");
+    std::os::unix::fs::symlink(&script, &alias).unwrap();
+    let output = traced(&ws, &script, &alias, &[]);
+    assert_refused(&output, "the script under another name");
+    assert_eq!(std::fs::read(&script).unwrap(), script_text);
+}
+
+#[test]
+fn a_trace_onto_a_fifo_is_refused_without_blocking() {
+    let ws = TempDir::new("trace-fifo");
+    let outside = TempDir::new("trace-fifo-out");
+    let script = script(&outside, vec![answer("hello")]);
+    let fifo = outside.path().join("trace.fifo");
+    let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+    let output = traced(&ws, &script, &fifo, &[]);
+    assert_refused(&output, "a FIFO");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("a FIFO"));
+}
+
+#[test]
+fn a_trace_to_dev_null_or_a_fresh_file_outside_is_fine() {
+    let ws = TempDir::new("trace-ok");
+    let outside = TempDir::new("trace-ok-out");
+    let script = script(&outside, vec![answer("hello")]);
+    let output = traced(&ws, &script, std::path::Path::new("/dev/null"), &[]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    // An existing trace outside is replaced, not appended to.
+    let trace = outside.write("trace.jsonl", "old line\n".repeat(100));
+    let output = traced(&ws, &script, &trace, &[]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(!text.contains("old line"), "{text}");
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["kind"], "outcome");
+}
+
+#[test]
+fn a_failed_trace_write_is_reported_once_and_exits_1_even_when_answered() {
+    let ws = TempDir::new("trace-full");
+    let outside = TempDir::new("trace-full-out");
+    let script = script(
+        &outside,
+        vec![
+            json!({"content": [{"type": "tool_use", "id": "t1", "name": "todo_write", "input": {"items": []}}], "stop_reason": "tool_use"}),
+            answer("hello"),
+        ],
+    );
+    let output = traced(&ws, &script, std::path::Path::new("/dev/full"), &["--json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.matches("writing the trace failed").count(),
+        1,
+        "{stderr}"
+    );
+    let json: Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(json["status"], "answered");
+    let warnings = json["warnings"].as_array().expect("warnings");
+    assert_eq!(warnings.len(), 1, "{json}");
+    assert_eq!(warnings[0]["agent"], "parent");
+    let text = warnings[0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("/dev/full") && text.contains("incomplete"),
+        "{text}"
+    );
+}
