@@ -13,6 +13,11 @@
 //! | `warning` | `text` |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
 //!
+//! A write that fails stops the trace (one line on stderr; [`TraceStatus`]
+//! tells the host afterwards). When [`crate::signals`] ends the process, the
+//! trace still ends with an `outcome` line, status `cancelled`, for every
+//! agent that had not finished.
+//!
 //! Each message is written once, so the trace grows linearly; [`rebuild_requests`]
 //! replays a trace into every request exactly as it was sent. No credential
 //! is ever part of a request or a reply, so none can reach the trace.
