@@ -496,7 +496,9 @@ fn ctrl_c_cancels_the_cli_run_and_the_trace_ends_with_an_outcome() {
         .map(|i| json!({"content": [{"type": "tool_use", "id": format!("r{i}"), "name": "run_main", "input": {}}], "stop_reason": "tool_use"}))
         .collect();
     let script = script_file(&dir, parent, vec![]);
-    let trace = dir.path().join("trace.jsonl");
+    // The trace may not live in the workspace, where the program could read it.
+    let outside = TempDir::new("limits-trace");
+    let trace = outside.path().join("trace.jsonl");
     let child = Command::new(common::bin())
         .args([
             "run",
