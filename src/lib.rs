@@ -20,7 +20,9 @@
 //! deadline, a token budget) and cancels it from another thread.
 //! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
 //! driver calls for the parent and every child; [`trace`] writes a JSON Lines
-//! record of every request and reply; [`app`] is what the CLI runs.
+//! record of every request and reply, in a place [`trace_target`] allows;
+//! [`app`] is what the CLI runs, [`output`] how it prints the answer, and
+//! [`signals`] how it ends on Ctrl-C, `SIGTERM` and `SIGHUP`.
 //!
 //! ## Invariants, and the tests that guard them
 //!
