@@ -357,7 +357,15 @@ impl Watchdog {
     }
 
     /// Kills the whole group (the watchdog with it), then reaps the watchdog.
-    fn finish(mut self) {
+    fn finish(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Watchdog {
+    /// On every path out of a run, an unwinding one included: the group is
+    /// killed first, then its leader is reaped, so the id is not reused in between.
+    fn drop(&mut self) {
         kill_group(self.pid);
         self.alive = None;
         let mut status = 0;
