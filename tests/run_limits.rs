@@ -518,6 +518,7 @@ fn ctrl_c_cancels_the_cli_run_and_the_trace_ends_with_an_outcome() {
         .arg(&trace)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -808,6 +809,7 @@ fn a_second_ctrl_c_kills_the_running_program_before_exiting() {
         .arg(&script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
