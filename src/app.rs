@@ -2,6 +2,7 @@
 //! it on a model, and hands back the report. `main.rs` only parses flags and
 //! prints.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,17 +10,21 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::agent::{Agent, AgentBuilder, RunReport};
+use crate::agent_id::AgentId;
 use crate::conversation::Budget;
 use crate::error::{InputError, ScriptError, SetupError};
+use crate::executor::Warning;
 use crate::hooks::Hooks;
 use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
 use crate::model::{Model, Script, ScriptedModel};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
+use crate::signals;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
-use crate::trace::TraceWriter;
+use crate::trace::{TraceStatus, TraceWriter};
+use crate::trace_target::{self, TraceTargetError};
 
 /// The built-in demo workspace files, for runs outside the repository.
 pub const DEMO_FILES: [(&str, &str); 2] = [
@@ -81,8 +86,11 @@ pub struct Settings {
     pub run: RunSettings,
     /// The child's call budget.
     pub child_budget: u32,
-    /// Where to write the JSON Lines trace, if anywhere.
+    /// Where to write the JSON Lines trace, if anywhere (never the script,
+    /// never inside the workspace, never a FIFO: see [`crate::trace_target`]).
     pub trace: Option<PathBuf>,
+    /// The script file the run replays, if any: the trace may not overwrite it.
+    pub script: Option<PathBuf>,
     /// Whether to print progress lines on stderr.
     pub progress: bool,
     /// Run-wide limits: tool calls per reply, delegations, deadline, tokens.
@@ -105,6 +113,7 @@ impl Settings {
             run: RunSettings::default(),
             child_budget: ChildBudget::DEFAULT,
             trace: None,
+            script: None,
             progress: true,
             limits: Limits::default(),
             cancel: CancelHandle::new(),
@@ -143,14 +152,9 @@ pub enum AppError {
     /// The question or budget is unusable.
     #[error(transparent)]
     Input(#[from] InputError),
-    /// The trace file could not be created.
-    #[error("cannot create trace file {path}: {source}")]
-    Trace {
-        /// The path.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
+    /// The trace file was refused or could not be created.
+    #[error(transparent)]
+    Trace(#[from] TraceTargetError),
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -164,6 +168,14 @@ pub enum AppError {
 /// Builds the full agent: `read_file`, `run_main`, `todo_write` and `task`
 /// (children get `read_file` only), with the settings' gate.
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
+    assemble(settings, children).map(|(agent, _)| agent)
+}
+
+/// The agent, and the status of its trace if it writes one.
+fn assemble(
+    settings: &Settings,
+    children: Arc<dyn ChildModels>,
+) -> Result<(Agent, Option<TraceStatus>), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let mut builder = AgentBuilder::new(settings.decision.approver())
         .limits(settings.limits, settings.cancel.clone())
@@ -174,18 +186,59 @@ pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Resul
     if settings.progress {
         builder = builder.monitor(StderrProgress);
     }
+    // Lets the first Ctrl-C say which tool the run waits for.
+    builder = builder.monitor(signals::ToolWatch);
+    let mut status = None;
     if let Some(path) = &settings.trace {
-        let writer = TraceWriter::create(path).map_err(|source| AppError::Trace {
-            path: path.clone(),
-            source,
-        })?;
+        let protected: Vec<&Path> = settings.script.iter().map(PathBuf::as_path).collect();
+        let writer =
+            TraceWriter::from_file(trace_target::open(path, &settings.workspace, &protected)?);
+        status = Some(writer.status());
         builder = builder.monitor(writer);
     }
-    Ok(builder.build())
+    Ok((builder.build(), status))
+}
+
+/// A finished CLI run: the report, and whether its record is complete.
+#[derive(Debug)]
+pub struct Run {
+    /// What the run produced; a failed trace write is one of its `warnings`.
+    pub report: RunReport,
+    /// The first trace write error, if writing the trace failed.
+    pub trace_error: Option<String>,
+}
+
+impl Run {
+    /// Prints the answer (or, with `json`, the JSON object) on stdout and
+    /// says how the process exits: 0 when the status is `answered` and the
+    /// trace (if any) is complete, else 1; an output that cannot be written
+    /// is one line on stderr and 1, a reader that went away is not an error.
+    pub fn finish(&self, json: bool) -> std::process::ExitCode {
+        let text = if json {
+            self.report.to_json().to_string()
+        } else {
+            self.report.outcome.text.clone()
+        };
+        if let Err(err) = crate::output::print_stdout(&text, json) {
+            let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
+            return std::process::ExitCode::from(1);
+        }
+        if self.report.outcome.status == crate::StatusKind::Answered && self.trace_error.is_none() {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::from(1)
+        }
+    }
 }
 
 /// Runs the parent on `models` and returns the report.
 pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
+    run(settings, models).map(|run| run.report)
+}
+
+/// Runs the parent on `models`: the report, with a failed trace write
+/// added to its warnings, and the trace's write error.
+pub fn run(settings: &Settings, models: Models) -> Result<Run, AppError> {
     // A temporary workspace is removed afterwards, whatever happens.
     let _cleanup = TemporaryWorkspace::for_settings(settings);
     let budget = Budget::new(settings.max_calls)?;
@@ -215,10 +268,24 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
             )
         }
     };
-    let agent = build_agent(settings, children)?;
+    let (agent, trace) = assemble(settings, children)?;
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
-    Ok(agent.run(&settings.question, budget, &mut parent)?)
+    let mut report = agent.run(&settings.question, budget, &mut parent)?;
+    let trace_error = trace.and_then(|status| status.error());
+    if let (Some(error), Some(path)) = (&trace_error, &settings.trace) {
+        report.warnings.push(Warning {
+            agent: AgentId::Parent,
+            text: format!(
+                "writing the trace {} failed: {error}; the trace is incomplete",
+                path.display()
+            ),
+        });
+    }
+    Ok(Run {
+        report,
+        trace_error,
+    })
 }
 
 /// Settings for `subloop demo`: the demo question, and the workspace given,
@@ -257,24 +324,28 @@ fn fresh_demo_workspace() -> Result<PathBuf, AppError> {
 }
 
 /// Removes a temporary demo workspace when dropped (hosts and the CLI hold
-/// one from the moment the copy exists, so no exit path leaves it behind).
+/// one from the moment the copy exists, so no exit path leaves it behind),
+/// or when a signal ends the process (see [`crate::signals`]).
 #[derive(Debug)]
-pub struct TemporaryWorkspace(Option<PathBuf>);
+pub struct TemporaryWorkspace(Option<(PathBuf, signals::Registration)>);
 
 impl TemporaryWorkspace {
     /// A guard for `settings`' workspace if it is a temporary copy; else one that does nothing.
     pub fn for_settings(settings: &Settings) -> Self {
-        Self(
-            settings
-                .temporary_workspace
-                .then(|| settings.workspace.clone()),
-        )
+        Self(settings.temporary_workspace.then(|| {
+            let dir = settings.workspace.clone();
+            let on_exit = dir.clone();
+            let registration = signals::on_termination(move |_| {
+                let _ = std::fs::remove_dir_all(&on_exit);
+            });
+            (dir, registration)
+        }))
     }
 }
 
 impl Drop for TemporaryWorkspace {
     fn drop(&mut self) {
-        if let Some(dir) = &self.0 {
+        if let Some((dir, _)) = &self.0 {
             let _ = std::fs::remove_dir_all(dir);
         }
     }

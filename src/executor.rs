@@ -193,10 +193,19 @@ impl<'a> Toolbox<'a> {
                 call,
                 action: &action,
             };
-            match self.gate.approver.decide(&request) {
-                Decision::Allow => decision = CallDecision::Allowed,
-                Decision::Deny => {
+            // An approver that panics fails closed, like a hook: denied, with a warning.
+            match catch_unwind(AssertUnwindSafe(|| self.gate.approver.decide(&request))) {
+                Ok(Decision::Allow) => decision = CallDecision::Allowed,
+                Ok(Decision::Deny) => {
                     return Admission::Refused(refusal("permission denied"), CallDecision::Denied);
+                }
+                Err(payload) => {
+                    warnings.push(format!(
+                        "the approver panicked deciding {}: {}",
+                        call.name(),
+                        panic_text(&*payload)
+                    ));
+                    return Admission::Refused(refusal("approval failed"), CallDecision::Denied);
                 }
             }
         }

@@ -20,7 +20,9 @@
 //! deadline, a token budget) and cancels it from another thread.
 //! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
 //! driver calls for the parent and every child; [`trace`] writes a JSON Lines
-//! record of every request and reply; [`app`] is what the CLI runs.
+//! record of every request and reply, in a place [`trace_target`] allows;
+//! [`app`] is what the CLI runs, [`output`] how it prints the answer, and
+//! [`signals`] how it ends on Ctrl-C, `SIGTERM` and `SIGHUP`.
 //!
 //! ## Invariants, and the tests that guard them
 //!
@@ -90,15 +92,18 @@ pub mod hooks;
 pub mod limits;
 pub mod model;
 pub mod monitor;
+pub mod output;
 pub mod permission;
 pub mod plan;
 pub mod progress;
 pub mod protocol;
+pub mod signals;
 pub mod subagent;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;
 pub mod trace;
+pub mod trace_target;
 
 pub use agent::{Agent, AgentBuilder, RunReport};
 pub use agent_id::AgentId;

@@ -82,24 +82,14 @@ impl CancelHandle {
         }
     }
 
-    /// A handle that Ctrl-C (SIGINT) triggers: the first Ctrl-C cancels the
-    /// run at its next turn boundary, a second one kills the programs
-    /// `run_main` is running and exits at once (status 130).
+    /// A handle that Ctrl-C (SIGINT), `SIGTERM` and `SIGHUP` trigger (see
+    /// [`crate::signals`]): the first Ctrl-C cancels the run at its next
+    /// turn boundary and says on stderr what it waits for; a second one, or
+    /// `SIGTERM` / `SIGHUP`, kills the programs `run_main` is running, lets
+    /// the trace write its `outcome` line, removes a temporary demo
+    /// workspace and exits (130, 143, 129).
     pub fn on_ctrl_c() -> Self {
-        static CTRL_C: AtomicBool = AtomicBool::new(false);
-        extern "C" fn on_sigint(_signal: libc::c_int) {
-            // Only async-signal-safe work here: atomics, kill and _exit.
-            if CTRL_C.swap(true, Ordering::SeqCst) {
-                crate::tools::kill_running_groups();
-                // SAFETY: _exit is async-signal-safe and ends the process.
-                unsafe { libc::_exit(130) }
-            }
-        }
-        // SAFETY: installs a handler that only touches an atomic and calls _exit.
-        unsafe {
-            libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
-        }
-        Self::from_static(&CTRL_C)
+        crate::signals::install()
     }
 
     /// Asks the run to stop at its next turn boundary.

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use lexopt::prelude::*;
-use subloop::StatusKind;
 use subloop::app::{self, DecisionMode, Models, Settings};
 use subloop::tools::split_command;
 
@@ -320,6 +319,7 @@ fn main() -> ExitCode {
     };
     let _cleanup = app::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
+    cli.settings.script = cli.script.clone();
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
             Ok(models) => models,
@@ -348,21 +348,11 @@ fn main() -> ExitCode {
             cli.settings.workspace.display()
         );
     }
-    let report = match app::execute(&cli.settings, models) {
-        Ok(report) => report,
+    match app::run(&cli.settings, models) {
+        Ok(run) => run.finish(cli.json),
         Err(err) => {
             eprintln!("subloop: {err}");
-            return ExitCode::from(2);
+            ExitCode::from(2)
         }
-    };
-    if cli.json {
-        println!("{}", report.to_json());
-    } else {
-        println!("{}", report.outcome.text);
-    }
-    if report.outcome.status == StatusKind::Answered {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
     }
 }

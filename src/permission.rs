@@ -59,7 +59,8 @@ impl Approver for DenyAll {
 
 /// Asks on the terminal: a `y/N` prompt on stderr, the answer from stdin.
 ///
-/// A stdin that is not a terminal, closed, or unreadable counts as "no".
+/// A stdin that is not a terminal, closed, or unreadable counts as "no",
+/// and so does a stderr the prompt cannot be written to.
 #[derive(Debug, Default)]
 pub struct AskTerminal {
     lock: Mutex<()>,
@@ -79,20 +80,30 @@ impl Approver for AskTerminal {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
         let stdin = std::io::stdin();
+        let mut stderr = std::io::stderr().lock();
         if !stdin.is_terminal() {
-            eprintln!(
+            // Denied either way; a broken stderr only loses the explanation.
+            let _ = writeln!(
+                stderr,
                 "[permission] {} wants to run `{}`: denied, stdin is not a terminal (use --decision allow to allow)",
-                request.agent, request.action
+                request.agent,
+                crate::progress::printable(request.action)
             );
             return Decision::Deny;
         }
-        eprint!(
+        // Nobody can see a prompt that cannot be written: deny without asking.
+        let prompt = write!(
+            stderr,
             "[permission] {} wants to run `{}` ({}). Allow? [y/N] ",
             request.agent,
-            request.action,
-            request.call.name()
-        );
-        let _ = std::io::stderr().flush();
+            crate::progress::printable(request.action),
+            crate::progress::printable(request.call.name())
+        )
+        .and_then(|()| stderr.flush());
+        if prompt.is_err() {
+            return Decision::Deny;
+        }
+        drop(stderr);
         let mut line = String::new();
         match stdin.lock().read_line(&mut line) {
             Ok(n) if n > 0 && matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => {

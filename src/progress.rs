@@ -12,8 +12,9 @@ use crate::monitor::Monitor;
 pub struct StderrProgress;
 
 /// Text from a model or a tool, made safe for a terminal: control
-/// characters (escape sequences, line breaks) are shown escaped.
-fn printable(text: &str) -> String {
+/// characters (escape sequences, line breaks), bidi controls and
+/// zero-width characters are shown escaped.
+pub(crate) fn printable(text: &str) -> String {
     escape_controls(text, false)
 }
 
@@ -23,11 +24,20 @@ pub fn printable_lines(text: &str) -> String {
     escape_controls(text, true)
 }
 
+/// Bidi controls (U+202A–U+202E, U+2066–U+2069) and zero-width characters
+/// (U+200B–U+200F, U+2060, U+FEFF): invisible, yet they change how text
+/// around them reads, so a terminal is shown them escaped.
+pub fn is_hidden_format(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200b}'..='\u{200f}' | '\u{2060}' | '\u{feff}')
+}
+
 fn escape_controls(text: &str, keep_newlines: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if c.is_control() && !(keep_newlines && c == '\n') {
             out.extend(c.escape_default());
+        } else if is_hidden_format(c) {
+            out.extend(c.escape_unicode());
         } else {
             out.push(c);
         }
@@ -118,5 +128,15 @@ mod tests {
             printable_lines(hostile),
             "ok\\u{1b}[31m\\r[parent] forged\nnext"
         );
+    }
+
+    #[test]
+    fn bidi_controls_and_zero_width_characters_are_shown_escaped() {
+        let hostile = "a\u{202e}b\u{2066}c\u{200b}d\u{2060}e\u{feff}f\u{200f}g";
+        assert_eq!(
+            printable(hostile),
+            "a\\u{202e}b\\u{2066}c\\u{200b}d\\u{2060}e\\u{feff}f\\u{200f}g"
+        );
+        assert_eq!(printable("plain é ü 日本"), "plain é ü 日本");
     }
 }

@@ -13,6 +13,11 @@
 //! | `warning` | `text` |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
 //!
+//! A write that fails stops the trace (one line on stderr; [`TraceStatus`]
+//! tells the host afterwards). When [`crate::signals`] ends the process, the
+//! trace still ends with an `outcome` line, status `cancelled`, for every
+//! agent that had not finished.
+//!
 //! Each message is written once, so the trace grows linearly; [`rebuild_requests`]
 //! replays a trace into every request exactly as it was sent. A `tool` line
 //! is written the moment its result exists, so the results of a last round
@@ -23,6 +28,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
@@ -30,48 +37,171 @@ use crate::agent_id::AgentId;
 use crate::driver::Event;
 use crate::executor::ToolRecord;
 use crate::monitor::Monitor;
-use crate::protocol::{Message, ToolDefinition};
+use crate::protocol::{Message, ToolDefinition, Usage};
+use crate::signals::{self, Termination};
 
 /// Writes the trace; each line goes to the file in one write.
+///
+/// If the process is ended by a signal [`crate::signals`] handles
+/// (`SIGTERM`, `SIGHUP`, a second Ctrl-C), the trace still ends with an
+/// `outcome` line, status `cancelled`, for every agent that had not
+/// finished (children first, the parent last).
 #[derive(Debug)]
 pub struct TraceWriter {
+    shared: Arc<Mutex<TraceFile>>,
+    _termination: signals::Registration,
+}
+
+/// Whether the trace was written completely: a handle a host keeps after
+/// giving the writer to an agent.
+#[derive(Debug, Clone)]
+pub struct TraceStatus(Arc<Mutex<TraceFile>>);
+
+impl TraceStatus {
+    /// The first write error, if a write failed (no line was written after it).
+    pub fn error(&self) -> Option<String> {
+        lock(&self.0).error.clone()
+    }
+}
+
+#[derive(Debug)]
+struct TraceFile {
     file: File,
     error: Option<String>,
+    /// Set once the process is ending: no line may follow the last outcome.
+    closed: bool,
+    /// Agents that sent a request and have not finished: (agent, calls, usage).
+    open: Vec<(AgentId, u32, Usage)>,
+}
+
+fn lock(shared: &Mutex<TraceFile>) -> MutexGuard<'_, TraceFile> {
+    shared.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// One trace line: `agent`, `kind`, `parent_tool_use_id` for a child, then `fields`.
+fn render(agent: &AgentId, kind: &str, fields: Value) -> String {
+    let mut object = Map::new();
+    object.insert("agent".into(), json!(agent));
+    object.insert("kind".into(), json!(kind));
+    if let Some(id) = agent.parent_tool_use_id() {
+        object.insert("parent_tool_use_id".into(), json!(id));
+    }
+    if let Value::Object(fields) = fields {
+        object.extend(fields);
+    }
+    let mut text = Value::Object(object).to_string();
+    text.push('\n');
+    text
+}
+
+impl TraceFile {
+    fn write(&mut self, text: &str) {
+        if self.error.is_some() || self.closed {
+            return;
+        }
+        if let Err(err) = self.file.write_all(text.as_bytes()) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "subloop: writing the trace failed; it is incomplete from here on: {err}"
+            );
+            self.error = Some(err.to_string());
+        }
+    }
+
+    /// The process is ending: an `outcome` line for every unfinished agent, then nothing more.
+    fn terminate(&mut self, termination: &Termination) {
+        let open = std::mem::take(&mut self.open);
+        let (parent, children): (Vec<_>, Vec<_>) = open
+            .into_iter()
+            .partition(|(agent, ..)| *agent == AgentId::Parent);
+        for (agent, calls, usage) in children.into_iter().chain(parent) {
+            let text = format!(
+                "cancelled by {}: subloop was stopped before this agent finished; the programs run_main was running were killed",
+                termination.cause()
+            );
+            let fields =
+                json!({"status": "cancelled", "text": text, "calls": calls, "usage": usage});
+            self.write(&render(&agent, "outcome", fields));
+        }
+        self.closed = true;
+    }
+
+    /// Keeps track of which agents are running, for [`TraceFile::terminate`].
+    fn track(&mut self, agent: &AgentId, event: &Event<'_>) {
+        let index = self.open.iter().position(|(who, ..)| who == agent);
+        match (event, index) {
+            (Event::Request { call, .. }, Some(index)) => {
+                if let Some(open) = self.open.get_mut(index) {
+                    open.1 = *call;
+                }
+            }
+            (Event::Request { call, .. }, None) => {
+                self.open.push((agent.clone(), *call, Usage::default()));
+            }
+            (Event::Response { response, .. }, Some(index)) => {
+                if let (Some(open), Some(usage)) = (self.open.get_mut(index), &response.usage) {
+                    open.2.add(usage);
+                }
+            }
+            (Event::Finished { .. }, Some(index)) => {
+                self.open.remove(index);
+            }
+            _ => {}
+        }
+    }
 }
 
 impl TraceWriter {
     /// Creates (or truncates) the trace file.
     pub fn create(path: &Path) -> std::io::Result<Self> {
-        Ok(Self {
-            file: File::create(path)?,
+        Ok(Self::from_file(File::create(path)?))
+    }
+
+    /// A writer on a file already opened for writing.
+    pub fn from_file(file: File) -> Self {
+        let shared = Arc::new(Mutex::new(TraceFile {
+            file,
             error: None,
-        })
+            closed: false,
+            open: Vec::new(),
+        }));
+        let on_exit = Arc::clone(&shared);
+        let termination = signals::on_termination(move |termination| {
+            // The run may hold the lock for a moment; never wait long.
+            let until = Instant::now() + Duration::from_secs(1);
+            loop {
+                match on_exit.try_lock() {
+                    Ok(mut file) => break file.terminate(termination),
+                    Err(std::sync::TryLockError::Poisoned(poison)) => {
+                        break poison.into_inner().terminate(termination);
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => break,
+                }
+            }
+        });
+        Self {
+            shared,
+            _termination: termination,
+        }
+    }
+
+    /// A handle that tells afterwards whether every line was written.
+    pub fn status(&self) -> TraceStatus {
+        TraceStatus(Arc::clone(&self.shared))
     }
 
     fn line(&mut self, agent: &AgentId, kind: &str, fields: Value) {
-        if self.error.is_some() {
-            return;
-        }
-        let mut object = Map::new();
-        object.insert("agent".into(), json!(agent));
-        object.insert("kind".into(), json!(kind));
-        if let Some(id) = agent.parent_tool_use_id() {
-            object.insert("parent_tool_use_id".into(), json!(id));
-        }
-        if let Value::Object(fields) = fields {
-            object.extend(fields);
-        }
-        let mut text = Value::Object(object).to_string();
-        text.push('\n');
-        if let Err(err) = self.file.write_all(text.as_bytes()) {
-            eprintln!("[trace] writing the trace failed, no more lines will be written: {err}");
-            self.error = Some(err.to_string());
-        }
+        let text = render(agent, kind, fields);
+        lock(&self.shared).write(&text);
     }
 }
 
 impl Monitor for TraceWriter {
     fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
+        lock(&self.shared).track(agent, event);
         match event {
             Event::Request {
                 call,

@@ -582,3 +582,50 @@ fn hook_payloads_carry_the_agent_and_the_call() {
     assert_eq!(seen[1].output, Some(ToolOutput::ok("count ran")));
     assert_eq!(counter.runs(), 2);
 }
+
+/// An approver that panics on every call.
+struct PanickingApprover;
+
+impl Approver for PanickingApprover {
+    fn decide(&self, _request: &ApprovalRequest<'_>) -> Decision {
+        panic!("approval service unreachable")
+    }
+}
+
+#[test]
+fn an_approver_that_panics_fails_closed_and_the_run_goes_on() {
+    let counter = Counting::new("exec", Capability::Executes);
+    let reader = Counting::new("look", Capability::ReadOnly);
+    let builder = with_counter(Arc::new(PanickingApprover), &counter, Hooks::none())
+        .tool(reader.clone())
+        .unwrap();
+    let report = run(
+        builder,
+        vec![("c1", "exec", json!({})), ("c2", "look", json!({}))],
+    );
+
+    assert_eq!(report.outcome.text, "done");
+    let results = tool_results(&report.outcome.messages);
+    assert_eq!(
+        results[0],
+        (
+            "c1".to_owned(),
+            "not executed: approval failed".to_owned(),
+            true
+        )
+    );
+    assert_eq!(counter.runs(), 0, "the call ran without approval");
+    assert_eq!(report.tools[0].decision, CallDecision::Denied);
+    // The next call of the same reply still runs.
+    assert_eq!(reader.runs(), 1);
+    assert!(!results[1].2);
+    assert_eq!(report.warnings.len(), 1, "{:?}", report.warnings);
+    assert_eq!(report.warnings[0].agent, AgentId::Parent);
+    assert!(
+        report.warnings[0]
+            .text
+            .contains("approval service unreachable"),
+        "{:?}",
+        report.warnings
+    );
+}

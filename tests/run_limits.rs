@@ -496,7 +496,9 @@ fn ctrl_c_cancels_the_cli_run_and_the_trace_ends_with_an_outcome() {
         .map(|i| json!({"content": [{"type": "tool_use", "id": format!("r{i}"), "name": "run_main", "input": {}}], "stop_reason": "tool_use"}))
         .collect();
     let script = script_file(&dir, parent, vec![]);
-    let trace = dir.path().join("trace.jsonl");
+    // The trace may not live in the workspace, where the program could read it.
+    let outside = TempDir::new("limits-trace");
+    let trace = outside.path().join("trace.jsonl");
     let child = Command::new(common::bin())
         .args([
             "run",
@@ -516,6 +518,7 @@ fn ctrl_c_cancels_the_cli_run_and_the_trace_ends_with_an_outcome() {
         .arg(&trace)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -806,6 +809,7 @@ fn a_second_ctrl_c_kills_the_running_program_before_exiting() {
         .arg(&script)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -17,7 +17,9 @@ fn sigkill_mid_run_loses_no_trace_line() {
         .collect();
     parent.push(json!({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}));
     let script = dir.write("script.json", json!({"parent": parent}).to_string());
-    let trace = dir.path().join("trace.jsonl");
+    // The trace may not live in the workspace, where the program could read it.
+    let outside = common::TempDir::new("crash-trace");
+    let trace = outside.path().join("trace.jsonl");
     let mut child = Command::new(common::bin())
         .args([
             "run",

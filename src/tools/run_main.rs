@@ -3,9 +3,21 @@
 //! The command is split without a shell. The program runs in its own process
 //! group with stdin closed; when it exits or its timeout passes, the whole
 //! group is killed, so neither an endless loop nor a sleeping grandchild
-//! outlives the call. (A descendant that leaves the group with `setsid`
-//! escapes this; its output is collected for at most 500 ms more.) A second
-//! Ctrl-C in the CLI kills running groups before exiting. stdout and stderr are each capped: the bytes past the
+//! outlives the call. (A descendant that leaves the group with `setsid` or
+//! `setpgid` escapes this; its output is collected for at most 500 ms more.)
+//!
+//! The group does not depend on subloop staying alive to be killed. Its
+//! leader is a tiny watchdog forked before the program starts: it holds the
+//! read end of a pipe whose write end only subloop holds, and when that pipe
+//! reaches end-of-file — subloop exited or was killed, even by `SIGKILL` —
+//! it kills the group (itself included). The program joins the watchdog's
+//! group, so the group exists and is watched before the program's first
+//! instruction. subloop kills the group before it reaps the watchdog, so the
+//! group id cannot be reused by another process in between. The CLI also
+//! kills running groups on a second Ctrl-C, `SIGTERM` and `SIGHUP` (see
+//! [`crate::signals`]).
+//!
+//! stdout and stderr are each capped: the bytes past the
 //! cap are counted and dropped. The result is a JSON object with the exit
 //! code, the captured text and the dropped byte counts.
 
@@ -171,6 +183,13 @@ impl RunMain {
             Some(split) => split,
             None => return ToolOutput::error("run_main: the command is empty"),
         };
+        let watchdog = match Watchdog::spawn() {
+            Ok(watchdog) => watchdog,
+            Err(err) => {
+                return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
+            }
+        };
+        let group = watchdog.group();
         let mut command = Command::new(program);
         command
             .args(args)
@@ -178,19 +197,19 @@ impl RunMain {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0);
+            .process_group(group);
         let mut child = match command.spawn() {
             Ok(child) => child,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return ToolOutput::error(format!(
-                    "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
-                ));
-            }
             Err(err) => {
+                watchdog.finish();
+                if err.kind() == std::io::ErrorKind::NotFound {
+                    return ToolOutput::error(format!(
+                        "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
+                    ));
+                }
                 return ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"));
             }
         };
-        let group = libc::pid_t::try_from(child.id()).unwrap_or(0);
         let slot = register(group);
         let cap = self.settings.output_cap;
         let stdout = child.stdout.take().map(|pipe| spawn_capture(pipe, cap));
@@ -214,11 +233,12 @@ impl RunMain {
                 }
             }
         };
-        // Whatever the program left behind in its group goes too, so the pipes close.
-        kill_group(group);
         if let Some(slot) = slot {
             slot.store(0, Ordering::SeqCst);
         }
+        // Whatever the program left behind in its group goes too, so the
+        // pipes close; then the watchdog, the group's leader, is reaped.
+        watchdog.finish();
         let grace = Instant::now() + Duration::from_millis(500);
         let stdout = collect(stdout, grace);
         let stderr = collect(stderr, grace);
@@ -288,6 +308,143 @@ fn kill_group(group: libc::pid_t) {
         // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
         unsafe {
             libc::kill(-group, libc::SIGKILL);
+        }
+    }
+}
+
+/// The leader of a program's process group: a forked process that kills
+/// the group once the pipe it reads reaches end-of-file, that is, once
+/// subloop has closed the write end or is gone.
+struct Watchdog {
+    pid: libc::pid_t,
+    /// Held only by subloop (close-on-exec, so the program never gets it).
+    alive: Option<std::io::PipeWriter>,
+}
+
+impl Watchdog {
+    /// Forks the watchdog as the leader of a new, empty process group.
+    fn spawn() -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let (reader, writer) = std::io::pipe()?;
+        let read_fd = reader.as_raw_fd();
+        let highest_fd = highest_fd();
+        // SAFETY: fork(2); the child only makes async-signal-safe calls
+        // (see `watch`) and never returns.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: in the forked child, with descriptors valid in it.
+            unsafe { watch(read_fd, highest_fd) }
+        }
+        drop(reader);
+        // The child makes itself a group leader too; doing it here as well
+        // means the group exists before the program is spawned into it.
+        // SAFETY: setpgid(2) on our own child.
+        unsafe {
+            libc::setpgid(pid, pid);
+        }
+        Ok(Self {
+            pid,
+            alive: Some(writer),
+        })
+    }
+
+    /// The process group the program joins.
+    fn group(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Kills the whole group (the watchdog with it), then reaps the watchdog.
+    fn finish(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Watchdog {
+    /// On every path out of a run, an unwinding one included: the group is
+    /// killed first, then its leader is reaped, so the id is not reused in between.
+    fn drop(&mut self) {
+        kill_group(self.pid);
+        self.alive = None;
+        let mut status = 0;
+        // SAFETY: waitpid(2) on our own child; retried when interrupted.
+        while unsafe { libc::waitpid(self.pid, &mut status, 0) } < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+    }
+}
+
+/// The highest descriptor a forked watchdog may have inherited (computed
+/// before the fork: the child must not allocate).
+fn highest_fd() -> libc::c_int {
+    // SAFETY: sysconf(3) has no preconditions.
+    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
+    libc::c_int::try_from(max.clamp(64, 65_536)).unwrap_or(65_536)
+}
+
+/// The watchdog's whole life, in the forked child: only async-signal-safe
+/// calls (no allocation, no locks). Holds nothing but the pipe's read end;
+/// ignores the terminal's and supervisors' polite signals; when the pipe
+/// reaches end-of-file (or fails), kills its group, itself included.
+unsafe fn watch(read_fd: libc::c_int, highest_fd: libc::c_int) -> ! {
+    // SAFETY: plain system calls on this process, as documented above.
+    unsafe {
+        libc::setpgid(0, 0);
+        let mut mask: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut mask);
+        libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+        for signal in [
+            libc::SIGINT,
+            libc::SIGHUP,
+            libc::SIGTERM,
+            libc::SIGQUIT,
+            libc::SIGPIPE,
+        ] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        if read_fd != 0 {
+            libc::dup2(read_fd, 0);
+        }
+        close_from(1, highest_fd);
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(0, (&raw mut byte).cast(), 1);
+            if n > 0 {
+                continue;
+            }
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            // End-of-file: subloop is gone (or done). The group goes.
+            libc::kill(-libc::getpid(), libc::SIGKILL);
+            libc::_exit(0);
+        }
+    }
+}
+
+/// Closes every descriptor from `first` on (async-signal-safe).
+unsafe fn close_from(first: libc::c_int, highest_fd: libc::c_int) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: close_range(2) only closes descriptors of this process.
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                libc::c_uint::try_from(first).unwrap_or(1),
+                libc::c_uint::MAX,
+                0 as libc::c_uint,
+            )
+        } == 0;
+        if done {
+            return;
+        }
+    }
+    for fd in first..=highest_fd {
+        // SAFETY: closing a descriptor number of this process; EBADF is harmless.
+        unsafe {
+            libc::close(fd);
         }
     }
 }

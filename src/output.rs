@@ -1,0 +1,91 @@
+//! The final answer on stdout, written without a panic and without letting
+//! model text drive the terminal.
+//!
+//! * Piped or redirected, stdout gets the text byte for byte.
+//! * On a terminal, control characters (escape sequences, carriage
+//!   returns; not line breaks) are shown escaped, as on stderr, and so are
+//!   bidi controls (U+202A–U+202E, U+2066–U+2069) and zero-width characters
+//!   (U+200B–U+200F, U+2060, U+FEFF), which could make the text read
+//!   differently from what it is. JSON output stays valid JSON: those
+//!   characters become `\uXXXX` escapes of the same value.
+//! * A reader that went away (`subloop … | head -c1`, `| true`) ends the
+//!   output quietly, as ripgrep does; any other write error (`> /dev/full`)
+//!   is one line on stderr and exit code 1.
+
+use std::io::{IsTerminal, Write};
+
+use crate::progress::{is_hidden_format, printable_lines};
+
+/// Writes `text` and a line break to stdout; `json` says the text is JSON.
+///
+/// A broken pipe is not an error: the reader chose to stop reading.
+pub fn print_stdout(text: &str, json: bool) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let shown = if stdout.is_terminal() {
+        terminal_safe(text, json)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    };
+    let mut out = stdout.lock();
+    let written = out
+        .write_all(shown.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match written {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// `text` as shown on a terminal (see the module docs).
+pub fn terminal_safe(text: &str, json: bool) -> std::borrow::Cow<'_, str> {
+    if json {
+        // serde_json escapes C0 controls but not DEL, C1 controls or the
+        // hidden-format characters; none of those is JSON whitespace, so they
+        // only stand inside strings, where `\uXXXX` means the same.
+        let unsafe_in_json = |c: char| {
+            (c.is_control() && !matches!(c, '\n' | '\r' | '\t' | ' ')) || is_hidden_format(c)
+        };
+        if !text.chars().any(unsafe_in_json) {
+            return std::borrow::Cow::Borrowed(text);
+        }
+        let mut out = String::with_capacity(text.len() + 16);
+        for c in text.chars() {
+            if unsafe_in_json(c) {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            } else {
+                out.push(c);
+            }
+        }
+        std::borrow::Cow::Owned(out)
+    } else {
+        std::borrow::Cow::Owned(printable_lines(text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_terminal_sees_escapes_and_hidden_characters_escaped() {
+        let hostile = "ok\u{1b}[2J\r\u{202e}evil\u{200b}\nnext";
+        assert_eq!(
+            terminal_safe(hostile, false),
+            "ok\\u{1b}[2J\\r\\u{202e}evil\\u{200b}\nnext"
+        );
+    }
+
+    #[test]
+    fn json_for_the_terminal_is_the_same_value() {
+        let value = serde_json::json!({"text": "a\u{202e}b\u{feff}c\u{1b}d\u{9b}e\n"});
+        let text = value.to_string();
+        let shown = terminal_safe(&text, true);
+        assert!(
+            !shown.chars().any(|c| c.is_control() || is_hidden_format(c)),
+            "{shown}"
+        );
+        let parsed: serde_json::Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(parsed, value);
+    }
+}

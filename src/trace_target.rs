@@ -1,0 +1,205 @@
+//! Where a trace may be written: never onto the script, never inside the
+//! workspace (a program run there could read the record, and `--trace
+//! ws/main.py` would overwrite the program), never a FIFO or a socket
+//! (opening one blocks). Regular files outside the workspace and character
+//! devices such as `/dev/null` are fine.
+//!
+//! Every check happens before the file is changed: a refused path is left
+//! exactly as it was (not created, not truncated). The file is opened with
+//! `O_NONBLOCK`, so a path swapped for a FIFO after the checks cannot block
+//! the open, and the opened handle is checked again.
+
+use std::fs::{File, Metadata};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+/// Why a trace path was refused.
+#[derive(Debug, Error)]
+pub enum TraceTargetError {
+    /// The path names a file the run reads, such as the script.
+    #[error(
+        "the trace file {path} is the script {protected}: writing the trace would overwrite it"
+    )]
+    Protected {
+        /// The trace path.
+        path: PathBuf,
+        /// The file it is the same as.
+        protected: PathBuf,
+    },
+    /// The path is inside the workspace.
+    #[error(
+        "the trace file {path} is inside the workspace {workspace}: a program run there could read or change it; write the trace outside the workspace"
+    )]
+    InWorkspace {
+        /// The trace path.
+        path: PathBuf,
+        /// The workspace.
+        workspace: PathBuf,
+    },
+    /// The path is not a regular file or a character device.
+    #[error("the trace file {path} is {kind}: give a regular file (or /dev/null)")]
+    NotAFile {
+        /// The trace path.
+        path: PathBuf,
+        /// What it is instead (`a FIFO`, `a socket`, ...).
+        kind: &'static str,
+    },
+    /// The file has other names, one of which may be inside the workspace.
+    #[error(
+        "the trace file {path} has {links} hard links: it may be another name of a workspace file; give a fresh file"
+    )]
+    Linked {
+        /// The trace path.
+        path: PathBuf,
+        /// Its link count.
+        links: u64,
+    },
+    /// A symbolic link that points nowhere (creating the trace would create its target).
+    #[error("the trace file {path} is a dangling symbolic link")]
+    Dangling {
+        /// The trace path.
+        path: PathBuf,
+    },
+    /// The path changed between the checks and the open.
+    #[error("the trace file {path} changed while it was being opened")]
+    Changed {
+        /// The trace path.
+        path: PathBuf,
+    },
+    /// The file could not be inspected or opened.
+    #[error("cannot create trace file {path}: {source}")]
+    Io {
+        /// The trace path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// What a file type is, when a trace may not be written to it.
+fn refused_kind(meta: &Metadata) -> Option<&'static str> {
+    let kind = meta.file_type();
+    if kind.is_file() || kind.is_char_device() {
+        None
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+fn same_file(a: &Metadata, b: &Metadata) -> bool {
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+/// Opens `path` for a trace after checking that it is none of `protected`
+/// (compared by device and inode) and not inside `workspace` (compared as
+/// canonical paths), and that it is a regular file or a character device.
+/// A regular file is truncated only after every check passed.
+pub fn open(path: &Path, workspace: &Path, protected: &[&Path]) -> Result<File, TraceTargetError> {
+    let io = |source| TraceTargetError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let workspace_root = std::fs::canonicalize(workspace).map_err(io)?;
+    let inside = |candidate: &Path| -> Result<(), TraceTargetError> {
+        match std::fs::canonicalize(candidate) {
+            Ok(real) if real.starts_with(&workspace_root) => Err(TraceTargetError::InWorkspace {
+                path: path.to_owned(),
+                workspace: workspace.to_owned(),
+            }),
+            Ok(_) => Ok(()),
+            Err(source) => Err(io(source)),
+        }
+    };
+    let before = match std::fs::metadata(path) {
+        Ok(meta) => {
+            if let Some(kind) = refused_kind(&meta) {
+                return Err(TraceTargetError::NotAFile {
+                    path: path.to_owned(),
+                    kind,
+                });
+            }
+            for file in protected {
+                if std::fs::metadata(file).is_ok_and(|other| same_file(&meta, &other)) {
+                    return Err(TraceTargetError::Protected {
+                        path: path.to_owned(),
+                        protected: file.to_path_buf(),
+                    });
+                }
+            }
+            inside(path)?;
+            if meta.is_file() && meta.nlink() > 1 {
+                return Err(TraceTargetError::Linked {
+                    path: path.to_owned(),
+                    links: meta.nlink(),
+                });
+            }
+            Some(meta)
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Err(TraceTargetError::Dangling {
+                    path: path.to_owned(),
+                });
+            }
+            let parent = match path.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            };
+            inside(parent)?;
+            None
+        }
+        Err(err) => return Err(io(err)),
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    let opened = file.metadata().map_err(io)?;
+    if let Some(kind) = refused_kind(&opened) {
+        return Err(TraceTargetError::NotAFile {
+            path: path.to_owned(),
+            kind,
+        });
+    }
+    match &before {
+        Some(before) if !same_file(before, &opened) => {
+            return Err(TraceTargetError::Changed {
+                path: path.to_owned(),
+            });
+        }
+        Some(_) => {}
+        // Created just now: make sure the name did not lead into the workspace after all.
+        None => {
+            if let Err(err) = inside(path) {
+                let _ = std::fs::remove_file(path);
+                return Err(err);
+            }
+        }
+    }
+    if opened.is_file() {
+        file.set_len(0).map_err(io)?;
+    }
+    // Writes block as usual from here on.
+    // SAFETY: fcntl(2) on a descriptor this function owns.
+    unsafe {
+        let fd = file.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(io(std::io::Error::last_os_error()));
+        }
+    }
+    Ok(file)
+}
