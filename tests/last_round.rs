@@ -356,9 +356,12 @@ fn the_cli_keeps_run_main_s_output_when_the_budget_is_spent() {
         {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}],
          "stop_reason": "tool_use"}
     ]});
-    let script_path = dir.path().join("script.json");
+    // The script and the trace live outside the workspace (a trace inside
+    // it is refused).
+    let outside = workspace();
+    let script_path = outside.path().join("script.json");
     std::fs::write(&script_path, script.to_string()).unwrap();
-    let trace_path: PathBuf = dir.path().join("trace.jsonl");
+    let trace_path: PathBuf = outside.path().join("trace.jsonl");
     let output = Command::new(common::bin())
         .args([
             "run",
