@@ -11,6 +11,8 @@
 //! where `openat2` exists. Neither strategy uses `/proc` (see
 //! `read_file_syscalls.rs`), so these runs stand for "no `/proc`" as well.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::ffi::CString;
