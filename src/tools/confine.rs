@@ -54,6 +54,8 @@ const DIR_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOE
 #[derive(Debug)]
 pub(crate) struct Workspace {
     dir: OwnedFd,
+    /// As asked for; only Linux has a choice to make.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     resolution: Resolution,
     /// Under [`Resolution::Auto`]: whether `openat2` is (still) usable.
     #[cfg(target_os = "linux")]
