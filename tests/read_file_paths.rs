@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::TempDir;
 use serde_json::json;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadError, ReadFile, Tool, ToolContext};
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadError, ReadFile, Resolution, Tool, ToolContext};
 use subloop::{AgentId, ToolCall};
 
 /// A workspace `ws/` inside a temp dir, with `outside/secret.txt` next to it.
@@ -400,4 +400,187 @@ fn a_bad_workspace_or_zero_limit_is_a_setup_error() {
     assert!(ReadFile::new(&fx.ws().join("hello.txt"), 10).is_err());
     assert!(ReadFile::new(&fx.tmp.path().join("missing"), 10).is_err());
     assert!(ReadFile::new(&fx.ws(), 0).is_err());
+}
+
+/// The readers to test: the component walk, and `openat2` where the kernel has it.
+fn both_resolutions(ws: &Path) -> Vec<(Resolution, ReadFile)> {
+    let mut readers = vec![(
+        Resolution::Walk,
+        ReadFile::with_resolution(ws, DEFAULT_READ_LIMIT, Resolution::Walk).unwrap(),
+    )];
+    match ReadFile::with_resolution(ws, DEFAULT_READ_LIMIT, Resolution::Openat2) {
+        Ok(reader) => readers.push((Resolution::Openat2, reader)),
+        Err(err) => eprintln!("openat2 cases skipped: {err}"),
+    }
+    readers
+}
+
+#[test]
+fn the_walk_and_openat2_give_the_same_answers() {
+    let fx = Fixture::new("rf-both");
+    let ws = fx.ws();
+    symlink("hello.txt", ws.join("alias.txt")).unwrap();
+    symlink("alias.txt", ws.join("chain")).unwrap();
+    symlink("sub", ws.join("subalias")).unwrap();
+    symlink("../hello.txt", ws.join("sub/up")).unwrap();
+    symlink("sub/..", ws.join("dotdir")).unwrap();
+    symlink(".", ws.join("self")).unwrap();
+    symlink(fx.outside().join("secret.txt"), ws.join("leak.txt")).unwrap();
+    symlink("../outside/secret.txt", ws.join("leak2.txt")).unwrap();
+    symlink(fx.outside(), ws.join("link")).unwrap();
+    symlink("../../outside", ws.join("sub/deep")).unwrap();
+    // Pointing back inside, but by leaving first: refused (see the README).
+    symlink(ws.join("hello.txt"), ws.join("absolute-in")).unwrap();
+    symlink("../ws/hello.txt", ws.join("round-trip")).unwrap();
+    symlink("loop2", ws.join("loop1")).unwrap();
+    symlink("loop1", ws.join("loop2")).unwrap();
+    symlink("gone.txt", ws.join("dangling")).unwrap();
+    mkfifo(&ws.join("pipe"));
+    symlink("pipe", ws.join("pipe-alias")).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind(ws.join("sock")).unwrap();
+    symlink("sock", ws.join("sock-alias")).unwrap();
+
+    let hello = || Ok("hello\n".to_owned());
+    let inner = || Ok("inner\n".to_owned());
+    let ten_hops = "self/".repeat(10) + "hello.txt";
+    let too_many_hops = "self/".repeat(41) + "hello.txt";
+    let cases: Vec<(&str, Result<String, ReadError>)> = vec![
+        ("hello.txt", hello()),
+        ("./sub/inner.txt", inner()),
+        ("sub/../hello.txt", hello()),
+        ("alias.txt", hello()),
+        ("chain", hello()),
+        ("subalias/inner.txt", inner()),
+        ("subalias/../hello.txt", hello()),
+        ("sub/up", hello()),
+        ("link/../hello.txt", hello()),
+        (&ten_hops, hello()),
+        ("leak.txt", Err(ReadError::OutsideWorkspace)),
+        ("leak2.txt", Err(ReadError::OutsideWorkspace)),
+        ("link/secret.txt", Err(ReadError::OutsideWorkspace)),
+        ("sub/deep/secret.txt", Err(ReadError::OutsideWorkspace)),
+        ("absolute-in", Err(ReadError::OutsideWorkspace)),
+        ("round-trip", Err(ReadError::OutsideWorkspace)),
+        ("loop1", Err(ReadError::SymlinkLoop)),
+        (&too_many_hops, Err(ReadError::SymlinkLoop)),
+        ("sub", Err(ReadError::NotRegular("a directory"))),
+        ("dotdir", Err(ReadError::NotRegular("a directory"))),
+        ("pipe", Err(ReadError::NotRegular("a FIFO"))),
+        ("pipe-alias", Err(ReadError::NotRegular("a FIFO"))),
+        ("sock", Err(ReadError::NotRegular("a socket"))),
+        ("sock-alias", Err(ReadError::NotRegular("a socket"))),
+        ("nope.txt", Err(ReadError::NotFound)),
+        ("sub/nope/deeper.txt", Err(ReadError::NotFound)),
+        ("dangling", Err(ReadError::NotFound)),
+        (
+            "hello.txt/x",
+            Err(ReadError::Io(
+                std::io::Error::from_raw_os_error(libc::ENOTDIR).to_string(),
+            )),
+        ),
+        ("../outside/secret.txt", Err(ReadError::Escapes)),
+        ("/etc/passwd", Err(ReadError::Absolute)),
+    ];
+    for (resolution, reader) in both_resolutions(&ws) {
+        assert_eq!(reader.resolution(), resolution);
+        for (path, expected) in &cases {
+            assert_eq!(
+                &read_within(&reader, path),
+                expected,
+                "{resolution:?}: {path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_default_resolution_is_openat2_where_the_kernel_has_it() {
+    let fx = Fixture::new("rf-default");
+    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let kernel = ReadFile::with_resolution(&fx.ws(), 16, Resolution::Openat2).is_ok();
+    let expected = if kernel {
+        Resolution::Openat2
+    } else {
+        Resolution::Walk
+    };
+    assert_eq!(reader.resolution(), expected);
+}
+
+/// Makes `openat2` fail with `errno` on the calling thread (and threads it starts).
+#[cfg(target_os = "linux")]
+fn refuse_openat2_on_this_thread(errno: u32) {
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let mut filter = [
+        // Load the syscall number (offset 0 of `seccomp_data`).
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_openat2 as u32,
+        },
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ERRNO | errno),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_mut_ptr(),
+    };
+    // SAFETY: plain prctl calls; `program` points at `filter`, both alive for the call.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &program as *const libc::sock_fprog
+            ),
+            0,
+            "seccomp: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn openat2_refused_by_seccomp_falls_back_to_the_walk_and_stays_there() {
+    let fx = Fixture::new("rf-seccomp");
+    symlink(fx.outside(), fx.ws().join("link")).unwrap();
+    let Ok(forced) = ReadFile::with_resolution(&fx.ws(), 64, Resolution::Openat2) else {
+        eprintln!("skipped: openat2 is not available here");
+        return;
+    };
+    for errno in [libc::ENOSYS, libc::EPERM] {
+        let auto = fx.reader(64);
+        let forced = forced.clone();
+        let ws = fx.ws();
+        // The filter stays on the thread that installs it: a thread of its own.
+        std::thread::spawn(move || {
+            assert_eq!(auto.resolution(), Resolution::Openat2);
+            refuse_openat2_on_this_thread(errno as u32);
+            // The first read meets the refusal, switches and still answers.
+            assert_eq!(auto.read("sub/inner.txt").as_deref(), Ok("inner\n"));
+            assert_eq!(auto.resolution(), Resolution::Walk);
+            assert_eq!(
+                auto.read("link/secret.txt"),
+                Err(ReadError::OutsideWorkspace)
+            );
+            assert_eq!(auto.read("hello.txt").as_deref(), Ok("hello\n"));
+            // A reader made under the filter walks from the start.
+            let late = ReadFile::new(&ws, 64).unwrap();
+            assert_eq!(late.resolution(), Resolution::Walk);
+            assert_eq!(late.read("hello.txt").as_deref(), Ok("hello\n"));
+            // Forced openat2 fails closed instead.
+            assert!(matches!(forced.read("hello.txt"), Err(ReadError::Io(_))));
+            assert!(ReadFile::with_resolution(&ws, 64, Resolution::Openat2).is_err());
+        })
+        .join()
+        .expect("the filtered thread");
+    }
 }

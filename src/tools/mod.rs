@@ -5,12 +5,14 @@
 //! model and the dispatch table, so a name the request did not offer cannot
 //! be dispatched.
 
+mod confine;
 mod read_file;
 mod registry;
 mod run_main;
 pub mod schema;
 mod todo;
 
+pub use confine::Resolution;
 pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, ReadError, ReadFile};
 pub use registry::{ReadOnlyRegistry, Registry};
 pub use run_main::{RunMain, RunSettings, kill_running_groups, split_command};

@@ -2,22 +2,24 @@
 //!
 //! Refused, without hanging: empty paths, paths with NUL or over 4096 bytes,
 //! absolute paths, `..` that leaves the workspace, symlinks (at any level)
-//! that resolve outside it, missing files, and anything that is not a
-//! regular file (directories, FIFOs, sockets, devices). The file type is
-//! checked before opening, and the file is opened non-blocking without
-//! following a final symlink, then checked again on the open handle. At most
-//! `limit + 4` bytes are read; a longer file is cut at a character boundary
-//! with a last line saying how much is shown.
+//! that lead outside it, missing files, and anything that is not a regular
+//! file (directories, FIFOs, sockets, devices). `.` and `..` in the request
+//! are applied to the text first; the rest is looked up beneath a handle on
+//! the workspace directory (see `confine.rs`), so a directory swapped for a
+//! symlink mid-lookup cannot lead out. The file is opened non-blocking and
+//! checked on the open handle. At most `limit + 4` bytes are read, sized
+//! from the file's length; a longer file is cut at a character boundary with
+//! a last line saying how much is shown.
 
-use std::fs::OpenOptions;
 use std::io::Read;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 use thiserror::Error;
 
+use super::confine::{Resolution, Workspace};
 use super::{Capability, ReadOnlyTool, Tool, ToolContext};
 use crate::conversation::ToolOutput;
 use crate::error::SetupError;
@@ -74,86 +76,91 @@ pub enum ReadError {
 pub struct ReadFile {
     root: PathBuf,
     limit: usize,
+    /// The workspace directory handle every read is resolved beneath.
+    workspace: Arc<Workspace>,
 }
 
 impl ReadFile {
     /// A reader confined to `workspace` (which must be a directory), showing at most `limit` bytes.
     pub fn new(workspace: &Path, limit: usize) -> Result<Self, SetupError> {
-        let root = workspace_root(workspace)?;
-        if !(1..=MAX_READ_LIMIT).contains(&limit) {
-            return Err(SetupError::Workspace {
-                path: workspace.to_owned(),
-                message: format!(
-                    "the read limit must be 1 to {MAX_READ_LIMIT} bytes (got {limit})"
-                ),
-            });
-        }
-        Ok(Self { root, limit })
+        Self::with_resolution(workspace, limit, Resolution::Auto)
     }
 
-    /// The canonical workspace directory.
+    /// Like [`ReadFile::new`], with the way paths are resolved chosen
+    /// (mainly for tests of the fallback walk on kernels that have `openat2`).
+    pub fn with_resolution(
+        workspace: &Path,
+        limit: usize,
+        resolution: Resolution,
+    ) -> Result<Self, SetupError> {
+        let fail = |message: String| SetupError::Workspace {
+            path: workspace.to_owned(),
+            message,
+        };
+        let root = workspace_root(workspace)?;
+        if !(1..=MAX_READ_LIMIT).contains(&limit) {
+            return Err(fail(format!(
+                "the read limit must be 1 to {MAX_READ_LIMIT} bytes (got {limit})"
+            )));
+        }
+        let workspace = Workspace::open(&root, resolution).map_err(fail)?;
+        Ok(Self {
+            root,
+            limit,
+            workspace: Arc::new(workspace),
+        })
+    }
+
+    /// The canonical workspace directory (as it was named when the reader was made).
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// Reads `path` (relative to the workspace) under every rule above.
-    pub fn read(&self, path: &str) -> Result<String, ReadError> {
-        let target = self.resolve(path)?;
-        let kind = std::fs::metadata(&target).map_err(io_error)?.file_type();
-        if let Some(what) = not_regular(&kind) {
-            return Err(ReadError::NotRegular(what));
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&target)
-            .map_err(io_error)?;
-        let meta = file.metadata().map_err(io_error)?;
-        if let Some(what) = not_regular(&meta.file_type()) {
-            return Err(ReadError::NotRegular(what));
-        }
-        // A directory on the path could have been swapped for a symlink
-        // between resolving and opening: check where the handle really points.
-        if let Ok(opened) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-            && !opened.starts_with(&self.root)
-        {
-            return Err(ReadError::OutsideWorkspace);
-        }
-        read_capped(file, self.limit, meta.len())
+    /// How paths are resolved now: [`Resolution::Openat2`] or [`Resolution::Walk`].
+    pub fn resolution(&self) -> Resolution {
+        self.workspace.resolution()
     }
 
-    fn resolve(&self, path: &str) -> Result<PathBuf, ReadError> {
-        if path.is_empty() {
-            return Err(ReadError::Empty);
-        }
-        if path.contains('\0') {
-            return Err(ReadError::Nul);
-        }
-        if path.len() > MAX_PATH_BYTES {
-            return Err(ReadError::TooLong(path.len()));
-        }
-        let mut relative = PathBuf::new();
-        for component in Path::new(path).components() {
-            match component {
-                Component::Normal(part) => relative.push(part),
-                Component::CurDir => {}
-                Component::ParentDir => {
-                    if !relative.pop() {
-                        return Err(ReadError::Escapes);
-                    }
-                }
-                Component::RootDir | Component::Prefix(_) => return Err(ReadError::Absolute),
-            }
-        }
-        if relative.as_os_str().is_empty() {
-            return Err(ReadError::NotRegular("the workspace directory"));
-        }
-        let target = std::fs::canonicalize(self.root.join(&relative)).map_err(io_error)?;
-        if !target.starts_with(&self.root) {
-            return Err(ReadError::OutsideWorkspace);
-        }
-        Ok(target)
+    /// Reads `path` (relative to the workspace) under every rule above.
+    pub fn read(&self, path: &str) -> Result<String, ReadError> {
+        let relative = normalize(path)?;
+        let components: Vec<&[u8]> = relative
+            .components()
+            .map(|c| c.as_os_str().as_bytes())
+            .collect();
+        let (file, size) = self.workspace.open_file(&components)?;
+        read_capped(&file, self.limit, size)
     }
+}
+
+/// Checks `path` and applies its `.` and `..` to the text: a relative path of plain names.
+fn normalize(path: &str) -> Result<PathBuf, ReadError> {
+    if path.is_empty() {
+        return Err(ReadError::Empty);
+    }
+    if path.contains('\0') {
+        return Err(ReadError::Nul);
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err(ReadError::TooLong(path.len()));
+    }
+    let mut relative = PathBuf::new();
+    for component in Path::new(path).components() {
+        match component {
+            Component::Normal(part) => relative.push(part),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !relative.pop() {
+                    return Err(ReadError::Escapes);
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return Err(ReadError::Absolute),
+        }
+    }
+    if relative.as_os_str().is_empty() {
+        return Err(ReadError::NotRegular("the workspace directory"));
+    }
+    Ok(relative)
 }
 
 /// Canonicalizes a workspace path and checks it is a directory.
@@ -169,38 +176,10 @@ pub(crate) fn workspace_root(workspace: &Path) -> Result<PathBuf, SetupError> {
     Ok(root)
 }
 
-fn io_error(err: std::io::Error) -> ReadError {
-    match err.kind() {
-        std::io::ErrorKind::NotFound => ReadError::NotFound,
-        _ if err.raw_os_error() == Some(libc::ELOOP) => ReadError::SymlinkLoop,
-        _ => ReadError::Io(err.to_string()),
-    }
-}
-
-fn not_regular(kind: &std::fs::FileType) -> Option<&'static str> {
-    if kind.is_file() {
-        None
-    } else if kind.is_dir() {
-        Some("a directory")
-    } else if kind.is_fifo() {
-        Some("a FIFO")
-    } else if kind.is_socket() {
-        Some("a socket")
-    } else if kind.is_block_device() || kind.is_char_device() {
-        Some("a device")
-    } else {
-        Some("not a regular file")
-    }
-}
-
 /// Reads at most `limit + 4` bytes from `source` (whose full size is `size`).
 fn read_capped(source: impl Read, limit: usize, size: u64) -> Result<String, ReadError> {
-    let mut buf = Vec::new();
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(4);
-    source
-        .take(cap)
-        .read_to_end(&mut buf)
-        .map_err(|err| ReadError::Io(err.to_string()))?;
+    let cap = limit.saturating_add(4);
+    let buf = read_up_to(source, cap, size).map_err(|err| ReadError::Io(err.to_string()))?;
     if buf.len() <= limit {
         return String::from_utf8(buf).map_err(|_| ReadError::NotUtf8);
     }
@@ -222,6 +201,39 @@ fn read_capped(source: impl Read, limit: usize, size: u64) -> Result<String, Rea
     Ok(format!(
         "{shown}\n[read_file: showing {cut} of {total} bytes; the rest is past the read limit]"
     ))
+}
+
+/// Reads at most `cap` bytes into a buffer sized from `size`: a file that is
+/// still `size` bytes long takes one read when it holds `cap` bytes or more,
+/// and two otherwise (the second one sees the end).
+fn read_up_to(mut source: impl Read, cap: usize, size: u64) -> std::io::Result<Vec<u8>> {
+    let first = usize::try_from(size)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1)
+        .min(cap);
+    let mut buf = vec![0u8; first];
+    let mut filled = 0;
+    loop {
+        if filled == buf.len() {
+            if filled >= cap {
+                break;
+            }
+            // The file grew since it was measured: grow in steps, up to `cap`.
+            let more = filled.max(4096).min(cap - filled);
+            buf.resize(filled + more, 0);
+        }
+        let Some(spare) = buf.get_mut(filled..) else {
+            break;
+        };
+        match source.read(spare) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
 }
 
 impl Tool for ReadFile {
@@ -325,6 +337,17 @@ mod tests {
                     "[read_file: showing {limit} of 1099511627776 bytes; the rest is past the read limit]"
                 )
             );
+        }
+    }
+
+    #[test]
+    fn a_stale_size_neither_cuts_nor_pads_the_content() {
+        let content = "x".repeat(10_000);
+        for hint in [0u64, 1, 9_999, 10_000, 10_001, 1 << 40] {
+            let read = read_up_to(content.as_bytes(), 1 << 20, hint).expect("read");
+            assert_eq!(read, content.as_bytes(), "size hint {hint}");
+            let capped = read_up_to(content.as_bytes(), 4_100, hint).expect("read");
+            assert_eq!(capped.len(), 4_100, "size hint {hint}");
         }
     }
 
