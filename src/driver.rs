@@ -10,8 +10,9 @@ use crate::conversation::{
     AfterTools, AwaitingModel, Conversation, Interrupt, Outcome, ToolCall, ToolOutput,
 };
 use crate::error::ModelFailure;
-use crate::model::Model;
+use crate::model::{Model, Received};
 use crate::protocol::{Message, ModelResponse, Request, ToolDefinition};
+use serde_json::Value;
 
 /// Runs tool calls for the driver.
 pub trait Executor {
@@ -71,8 +72,11 @@ pub enum Event<'a> {
     Response {
         /// 1-based request number.
         call: u32,
-        /// The reply, as received.
+        /// The reply, as parsed.
         response: &'a ModelResponse,
+        /// The reply as received on the wire, when the model has a wire form
+        /// (the trace writes it in preference to `response`).
+        raw: Option<&'a Value>,
     },
     /// The model request failed.
     ModelFailed {
@@ -138,10 +142,13 @@ pub fn run(
                 new_messages,
             });
             sent = request.messages.len();
-            model.respond(&request)
+            model.respond_received(&request)
         };
-        let reply = match reply {
-            Ok(reply) => reply,
+        let Received {
+            response: reply,
+            raw,
+        } = match reply {
+            Ok(received) => received,
             Err(failure) => {
                 observer.on_event(&Event::ModelFailed {
                     call,
@@ -162,7 +169,9 @@ pub fn run(
         observer.on_event(&Event::Response {
             call,
             response: &reply,
+            raw: raw.as_ref(),
         });
+        drop(raw);
         let pending = match conversation.receive(reply).finished() {
             Ok(outcome) => break outcome,
             Err(pending) => pending,

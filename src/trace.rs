@@ -88,7 +88,16 @@ impl Monitor for TraceWriter {
                 }
                 self.line(agent, "request", fields);
             }
-            Event::Response { call, response } => {
+            Event::Response {
+                call,
+                response,
+                raw,
+            } => {
+                // The reply as received when there is one; else the parsed form.
+                let response = match raw {
+                    Some(raw) => (*raw).clone(),
+                    None => json!(response),
+                };
                 self.line(
                     agent,
                     "response",

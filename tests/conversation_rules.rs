@@ -808,7 +808,7 @@ impl Observer for Log {
                 history_len: request.messages.len(),
                 new_messages: new_messages.to_vec(),
             },
-            Event::Response { call, response } => Seen::Response {
+            Event::Response { call, response, .. } => Seen::Response {
                 call: *call,
                 stop_reason: response.stop_reason.clone(),
             },
@@ -1004,4 +1004,38 @@ fn driver_stops_at_call_limit_without_another_request() {
     assert_eq!(model.requests().len(), 2);
     assert_eq!(executor.seen, vec!["t1", "t2"]);
     assert_eq!(outcome.messages.last(), Some(&results_message(&["t2"])));
+}
+
+#[test]
+fn a_scripted_message_with_a_null_error_is_a_message_not_a_failure() {
+    let script = Script::parse(
+        r#"{"parent": [
+            {"id": "msg_1", "type": "message", "role": "assistant", "error": null,
+             "content": [{"type": "text", "text": "It prints 42."}],
+             "stop_reason": "end_turn", "stop_sequence": null}
+        ]}"#,
+    )
+    .expect("a valid script");
+    assert!(
+        matches!(&script.parent[..], [Ok(reply)] if reply.stop_reason == Some(StopReason::EndTurn)),
+        "{:?}",
+        script.parent
+    );
+    let mut model = ScriptedModel::new(script.parent);
+    let outcome = run(
+        start(3),
+        &mut model,
+        &mut Echo::default(),
+        &mut Log::default(),
+    );
+    assert_eq!(outcome.status, StatusKind::Answered);
+    assert_eq!(outcome.text, "It prints 42.");
+    // A null error on something that is not a message is no failure either:
+    // the script is invalid; a non-null error is still a failed request.
+    assert!(Script::parse(r#"{"parent": [{"error": null}]}"#).is_err());
+    let failed = Script::parse(
+        r#"{"parent": [{"error": "boom", "content": [], "stop_reason": "end_turn"}]}"#,
+    )
+    .expect("valid");
+    assert!(matches!(&failed.parent[..], [Err(failure)] if failure.message == "boom"));
 }

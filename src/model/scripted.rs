@@ -91,7 +91,8 @@ fn reply(value: Value) -> Result<ScriptedReply, String> {
     if !value.is_object() {
         return Err("a reply must be a JSON object".to_owned());
     }
-    if let Some(error) = value.get("error") {
+    // `"error": null` says "no error": such a reply is judged as a message.
+    if let Some(error) = value.get("error").filter(|error| !error.is_null()) {
         let failure = match error {
             Value::String(text) => ModelFailure::new(text.clone()),
             Value::Object(body) => {

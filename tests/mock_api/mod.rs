@@ -261,7 +261,87 @@ pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
         message["model"] = body["model"].clone();
         message["stop_sequence"] = Value::Null;
         message["usage"] = json!({"input_tokens": 100, "output_tokens": 10,
-            "cache_creation_input_tokens": 50, "cache_read_input_tokens": 40});
+            "cache_creation_input_tokens": 50, "cache_read_input_tokens": 40,
+            "cache_creation": {"ephemeral_5m_input_tokens": 50, "ephemeral_1h_input_tokens": 0},
+            "service_tier": "standard"});
         Reply::json(200, message)
     }
+}
+
+/// The demo handler, answering every request as an event stream (the same
+/// messages, cut into the events the API sends).
+pub fn demo_stream_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
+    let mut plain = demo_handler();
+    move |recorded| match plain(recorded) {
+        Reply::Full { body, .. } => {
+            let message: Value = serde_json::from_slice(&body).expect("the demo reply is JSON");
+            Reply::sse(&message_events(&message))
+        }
+        other => other,
+    }
+}
+
+/// The stream events of a complete message: `message_start` (everything but
+/// the content, output tokens 1), one start/delta/stop per block (text in two
+/// pieces, tool input as partial JSON), `message_delta` (stop reason, stop
+/// sequence, the output tokens, and `null` for the input figures, as the API's
+/// `MessageDeltaUsage` allows), `message_stop`.
+pub fn message_events(message: &Value) -> Vec<(&'static str, Value)> {
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["stop_sequence"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": start}),
+    )];
+    let blocks = message["content"].as_array().cloned().unwrap_or_default();
+    for (index, block) in blocks.iter().enumerate() {
+        let mut opened = block.clone();
+        let deltas: Vec<Value> = match block["type"].as_str() {
+            Some("text") => {
+                opened["text"] = json!("");
+                let text = block["text"].as_str().unwrap_or_default();
+                let cut = text
+                    .char_indices()
+                    .nth(text.chars().count() / 2)
+                    .map_or(0, |(i, _)| i);
+                vec![
+                    json!({"type": "text_delta", "text": &text[..cut]}),
+                    json!({"type": "text_delta", "text": &text[cut..]}),
+                ]
+            }
+            Some("tool_use") => {
+                opened["input"] = json!({});
+                vec![
+                    json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+                ]
+            }
+            _ => Vec::new(),
+        };
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": opened}),
+        ));
+        for delta in deltas {
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
+            "usage": {"output_tokens": message["usage"]["output_tokens"], "input_tokens": null,
+                "cache_creation_input_tokens": null, "cache_read_input_tokens": null}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    events
 }

@@ -23,7 +23,7 @@ use thiserror::Error;
 
 use self::retry::{RetryPolicy, retryable_status, should_retry_header};
 use self::transport::{HttpResponse, Timeouts, Transport, TransportErrorKind, UreqTransport};
-use super::Model;
+use super::{Model, Received};
 use crate::error::ModelFailure;
 use crate::protocol::{ModelResponse, Request};
 
@@ -252,6 +252,13 @@ impl Client {
 
     /// Sends one request, retrying what is worth retrying.
     pub fn send(&self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.send_received(request)
+            .map(|received| received.response)
+    }
+
+    /// Sends one request like [`Client::send`], also handing back the reply
+    /// as received (for a stream: the message assembled from its events).
+    pub fn send_received(&self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         let body = self.body_bytes(request)?;
         self.send_body(&body, None)
     }
@@ -278,7 +285,7 @@ impl Client {
         &self,
         body: &[u8],
         stop: Option<&StopProbe>,
-    ) -> Result<ModelResponse, ModelFailure> {
+    ) -> Result<Received, ModelFailure> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let accept = if self.config.stream {
             "text/event-stream"
@@ -383,7 +390,7 @@ impl Client {
         }
     }
 
-    fn read_stream(&self, response: HttpResponse) -> Result<ModelResponse, ModelFailure> {
+    fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
         let sink = self.on_text.clone();
         let mut on_text = |text: &str| {
             if let Some(sink) = &sink {
@@ -400,7 +407,7 @@ impl Client {
         })
     }
 
-    fn parse_body(&self, text: &str) -> Result<ModelResponse, ModelFailure> {
+    fn parse_body(&self, text: &str) -> Result<Received, ModelFailure> {
         let value: Value = serde_json::from_str(text).map_err(|err| {
             let snippet: String = text.chars().take(200).collect();
             self.fail(
@@ -412,12 +419,16 @@ impl Client {
             let (kind, message) = api_error(&value);
             return Err(self.fail(kind, format!("{kind}: {message}")));
         }
-        ModelResponse::from_value(value).map_err(|err| {
-            self.fail(
+        match ModelResponse::from_value(value.clone()) {
+            Ok(response) => Ok(Received {
+                response,
+                raw: Some(value),
+            }),
+            Err(err) => Err(self.fail(
                 "invalid_response",
                 format!("the response is not a message: {err}"),
-            )
-        })
+            )),
+        }
     }
 }
 
@@ -458,12 +469,17 @@ impl AnthropicModel {
 }
 
 impl Model for AnthropicModel {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.respond_received(request)
+            .map(|received| received.response)
+    }
+
     /// Without a stop probe, sends on this thread. With one, the request
     /// runs on a worker thread while this one checks the probe every 20 ms,
     /// so cancelling or a deadline does not wait for the HTTP timeouts.
-    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+    fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         let Some(probe) = self.stop.as_ref().and_then(|slot| slot.get()).cloned() else {
-            return self.client.send(request);
+            return self.client.send_received(request);
         };
         let body = self.client.body_bytes(request)?;
         let client = Arc::clone(&self.client);

@@ -1,0 +1,171 @@
+//! What the Messages API really sends, through the live client and a loopback
+//! mock: nullable usage in streams, the reply as received in the trace, the
+//! plan's place in the request, key hygiene, the stream's printed text.
+#![cfg(feature = "live")]
+
+mod common;
+mod mock_api;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mock_api::{MockServer, Reply, demo_handler, demo_stream_handler};
+use serde_json::{Value, json};
+use subloop::app::{self, DecisionMode, Models};
+use subloop::model::anthropic::transport::Timeouts;
+use subloop::model::anthropic::{Client, LiveConfig};
+use subloop::{Message, Request, StatusKind};
+
+const KEY: &str = "sk-test-SECRET-0123456789";
+
+fn config(base_url: &str) -> LiveConfig {
+    let env = |name: &str| match name {
+        "ANTHROPIC_API_KEY" => Some(KEY.to_owned()),
+        "ANTHROPIC_BASE_URL" => Some(base_url.to_owned()),
+        _ => None,
+    };
+    let mut config = LiveConfig::from_env(env, Some("claude-test".to_owned())).expect("config");
+    config.timeouts = Timeouts {
+        connect: Duration::from_secs(5),
+        read: Duration::from_secs(10),
+        overall: Duration::from_secs(30),
+    };
+    config
+}
+
+fn lines(trace: &str) -> Vec<Value> {
+    trace
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("every trace line is JSON"))
+        .collect()
+}
+
+/// Runs the demo live against `server` with a trace; returns the report and the trace lines.
+fn traced_demo(client: Client) -> (subloop::RunReport, Vec<Value>) {
+    let dir = common::TempDir::new("fidelity-trace");
+    let path = dir.path().join("trace.jsonl");
+    let mut settings =
+        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+    settings.decision = DecisionMode::Allow;
+    settings.progress = false;
+    settings.trace = Some(path.clone());
+    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let trace = std::fs::read_to_string(&path).expect("the trace was written");
+    (report, lines(&trace))
+}
+
+fn responses(trace: &[Value]) -> Vec<&Value> {
+    trace
+        .iter()
+        .filter(|line| line["kind"] == "response")
+        .map(|line| &line["response"])
+        .collect()
+}
+
+#[test]
+fn null_usage_figures_in_message_delta_keep_what_message_start_said() {
+    let events = vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_n", "type": "message", "role": "assistant",
+                "content": [], "model": "m", "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 25, "cache_creation_input_tokens": 7, "cache_read_input_tokens": 40, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"input_tokens": null, "cache_creation_input_tokens": null, "cache_read_input_tokens": null, "output_tokens": 12}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    let server = MockServer::start(move |_| Reply::sse(&events));
+    let mut config = config(&server.url);
+    config.stream = true;
+    let client = Client::new(config).with_sleeper(|_| {});
+    let messages = [Message::user_text("hi")];
+    let received = client
+        .send_received(&Request {
+            system: "",
+            tools: &[],
+            messages: &messages,
+            attachment: None,
+        })
+        .expect("null figures are no new figures, not a broken reply");
+    let usage = received.response.usage.expect("usage");
+    assert_eq!(usage.input_tokens, 25);
+    assert_eq!(usage.cache_creation_input_tokens, 7);
+    assert_eq!(usage.cache_read_input_tokens, 40);
+    assert_eq!(usage.output_tokens, 12);
+    let raw = received.raw.expect("the assembled message");
+    assert_eq!(raw["usage"]["cache_read_input_tokens"], 40);
+    assert_eq!(raw["usage"]["output_tokens"], 12);
+}
+
+#[test]
+fn the_trace_response_line_is_the_reply_as_received() {
+    let server = MockServer::start(demo_handler());
+    let client = Client::new(config(&server.url)).with_sleeper(|_| {});
+    let (report, trace) = traced_demo(client);
+    assert_eq!(report.outcome.status, StatusKind::Answered);
+    let responses = responses(&trace);
+    assert_eq!(responses.len(), 7, "parent 4 + child 3");
+    for (index, response) in responses.iter().enumerate() {
+        assert!(
+            response["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("msg_mock_")),
+            "response {index} has no id: {response}"
+        );
+        assert_eq!(response["model"], "claude-test");
+        assert_eq!(response["type"], "message");
+        assert_eq!(response["role"], "assistant");
+        assert!(response.as_object().unwrap().contains_key("stop_sequence"));
+        assert_eq!(response["usage"]["service_tier"], "standard");
+        assert_eq!(
+            response["usage"]["cache_creation"]["ephemeral_5m_input_tokens"],
+            50
+        );
+    }
+}
+
+#[test]
+fn a_streamed_reply_is_traced_as_the_message_assembled_from_its_events() {
+    let server = MockServer::start(demo_stream_handler());
+    let mut config = config(&server.url);
+    config.stream = true;
+    let client = Client::new(config).with_sleeper(|_| {});
+    let (report, trace) = traced_demo(client);
+    assert_eq!(report.outcome.status, StatusKind::Answered);
+    // message_delta said `null` for the input figures: message_start's stay.
+    assert_eq!(report.outcome.usage.input_tokens, 400);
+    assert_eq!(report.outcome.usage.cache_read_input_tokens, 160);
+    assert_eq!(report.outcome.usage.output_tokens, 40);
+    let responses = responses(&trace);
+    assert_eq!(responses.len(), 7);
+    for response in responses {
+        assert!(
+            response["id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("msg_mock_"))
+        );
+        assert_eq!(response["model"], "claude-test");
+        assert_eq!(response["role"], "assistant");
+        assert!(response.as_object().unwrap().contains_key("stop_sequence"));
+        assert_eq!(response["usage"]["service_tier"], "standard");
+        assert_eq!(response["usage"]["cache_read_input_tokens"], 40);
+        assert_eq!(response["usage"]["output_tokens"], 10);
+        assert!(!response["content"].as_array().unwrap().is_empty());
+    }
+}
