@@ -601,7 +601,10 @@ impl Conversation<AwaitingModel> {
     /// Takes the model's reply and decides what comes next.
     ///
     /// The reply is checked once, here: every block of a known type, tool_use
-    /// ids non-empty and unique, stop reason and content in agreement. An
+    /// ids non-empty and unique, stop reason and content in agreement. A
+    /// reply stopped for another reason (`max_tokens`, `pause_turn`,
+    /// `refusal`, …) finishes `model_stopped` even when it holds blocks of
+    /// types this crate does not model; those are shown in the status text. An
     /// accepted reply is appended to the history before any tool runs; a
     /// rejected one is kept in the final status, not in the history.
     pub fn receive(mut self, reply: ModelResponse) -> Reply {
@@ -610,7 +613,12 @@ impl Conversation<AwaitingModel> {
             self.core.usage.add(usage);
         }
         // Checked by reference first: a rejected reply is kept whole in its status.
-        if let Err(violation) = check_blocks(&reply) {
+        // A reply that stops for another reason (max_tokens, pause_turn,
+        // refusal, …) finishes model_stopped whatever blocks it holds: its
+        // unknown blocks are shown in the status text, not judged.
+        if !stops_otherwise(reply.stop_reason.as_ref())
+            && let Err(violation) = check_blocks(&reply)
+        {
             return self.reject(violation, reply);
         }
         let count = match check_calls(&reply) {
@@ -664,6 +672,11 @@ impl Conversation<AwaitingModel> {
                     message.push('\n');
                     message.push_str(&text);
                 }
+                for block in &reply.content {
+                    if let ReplyBlock::Unsupported { kind, raw, .. } = block {
+                        message.push_str(&format!("\n[unsupported `{kind}` block: {raw}]"));
+                    }
+                }
                 Reply::ModelStopped(self.finish(ModelStopped { reason, reply }, message))
             }
         }
@@ -690,6 +703,15 @@ fn known(block: &ReplyBlock) -> Option<&Block> {
         ReplyBlock::Known(block) => Some(block),
         ReplyBlock::Unsupported { .. } => None,
     }
+}
+
+/// Whether `reason` finishes the conversation `model_stopped`: a stop reason
+/// other than `end_turn` and `tool_use` (a missing one is judged like those).
+fn stops_otherwise(reason: Option<&StopReason>) -> bool {
+    !matches!(
+        reason,
+        None | Some(StopReason::EndTurn | StopReason::ToolUse)
+    )
 }
 
 /// Every block must be of a known type with well-formed fields.

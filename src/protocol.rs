@@ -9,7 +9,8 @@
 //! * a reply block of a type this crate does not know (or a known type with
 //!   broken fields) parses as [`ReplyBlock::Unsupported`], so the conversation
 //!   can finish with a `protocol_error` that names it instead of failing to
-//!   parse the whole reply.
+//!   parse the whole reply (a reply stopped for another reason, such as
+//!   `pause_turn`, finishes `model_stopped` and shows the block instead).
 //!
 //! Thinking blocks (`thinking`, `redacted_thinking`) are kept and sent back
 //! unchanged.
@@ -336,7 +337,9 @@ pub enum ReplyBlock {
     /// A block of a known type with well-formed fields.
     Known(Block),
     /// A block of an unknown type, or a known type with missing or mistyped
-    /// fields. The conversation rejects a reply holding one (`protocol_error`).
+    /// fields. The conversation rejects an `end_turn` or `tool_use` reply
+    /// holding one (`protocol_error`); a reply stopped for another reason
+    /// finishes `model_stopped` with the block shown in its status text.
     Unsupported {
         /// The block's `type` string (`"<missing>"` when absent or not a string).
         kind: String,

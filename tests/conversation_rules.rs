@@ -1039,3 +1039,56 @@ fn a_scripted_message_with_a_null_error_is_a_message_not_a_failure() {
     .expect("valid");
     assert!(matches!(&failed.parent[..], [Err(failure)] if failure.message == "boom"));
 }
+
+#[test]
+fn other_stop_reasons_finish_model_stopped_even_with_unknown_blocks() {
+    let server_tool = || {
+        ReplyBlock::from_value(json!({
+            "type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}
+        }))
+    };
+    let compaction =
+        || ReplyBlock::from_value(json!({"type": "compaction", "content": "summary so far"}));
+    for (reason, wire) in [
+        (StopReason::PauseTurn, "pause_turn"),
+        (StopReason::Refusal, "refusal"),
+        (StopReason::MaxTokens, "max_tokens"),
+        (StopReason::StopSequence, "stop_sequence"),
+        (StopReason::Other("something_new".into()), "something_new"),
+    ] {
+        let sent = reply(
+            vec![text("Searching."), server_tool(), compaction()],
+            Some(reason.clone()),
+        );
+        let done = expect_stopped(start(3).receive(sent.clone()));
+        assert_eq!(done.status().reason(), Some(&reason));
+        assert_eq!(done.status().reply(), &sent, "the reply is kept whole");
+        let text = done.text();
+        assert!(
+            text.starts_with(&format!("model stopped: {wire}\nSearching.")),
+            "{text}"
+        );
+        assert!(
+            text.contains("[unsupported `server_tool_use` block: {")
+                && text.contains("\"query\":\"rust\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("[unsupported `compaction` block: {"),
+            "{text}"
+        );
+        assert_eq!(done.history(), &[question()]);
+    }
+    // tool_use and end_turn replies with an unknown block stay protocol errors.
+    for reason in [StopReason::ToolUse, StopReason::EndTurn] {
+        let sent = reply(
+            vec![text("x"), tool_use("toolu_1", "read_file"), server_tool()],
+            Some(reason),
+        );
+        let done = expect_protocol_error(start(3).receive(sent));
+        assert!(matches!(
+            done.status().violation(),
+            Violation::UnsupportedBlock { kind, .. } if kind == "server_tool_use"
+        ));
+    }
+}
