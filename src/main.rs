@@ -288,7 +288,11 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
         config.timeouts.overall = Duration::from_secs_f64(secs);
     }
     if progress {
-        eprintln!("[live] model {} at {}", config.model, config.base_url);
+        eprintln!(
+            "[live] model {} at {}",
+            config.model,
+            config.display_base_url()
+        );
     }
     let mut client = Client::new(config);
     if flags.stream && progress {

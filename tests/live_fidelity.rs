@@ -169,3 +169,118 @@ fn a_streamed_reply_is_traced_as_the_message_assembled_from_its_events() {
         assert!(!response["content"].as_array().unwrap().is_empty());
     }
 }
+
+fn env_config(key: &str, base_url: &str) -> LiveConfig {
+    let env = |name: &str| match name {
+        "ANTHROPIC_API_KEY" => Some(key.to_owned()),
+        "ANTHROPIC_BASE_URL" => Some(base_url.to_owned()),
+        _ => None,
+    };
+    let mut config = LiveConfig::from_env(env, Some("claude-test".to_owned())).expect("config");
+    config.retry.max_retries = 0;
+    config
+}
+
+fn one_request(client: &Client) -> Result<subloop::ModelResponse, subloop::ModelFailure> {
+    let messages = [Message::user_text("hi")];
+    client.send(&Request {
+        system: "",
+        tools: &[],
+        messages: &messages,
+        attachment: None,
+    })
+}
+
+#[test]
+fn a_short_key_is_not_scrubbed_into_garble_and_a_long_one_is() {
+    let echo = |key: &str| {
+        json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": format!("model: not found for key {key}")}})
+    };
+    let short = "o";
+    let server = MockServer::start(move |_| Reply::json(400, echo(short)));
+    let failure = one_request(&Client::new(env_config(short, &server.url))).expect_err("400");
+    assert_eq!(failure.kind.as_deref(), Some("invalid_request_error"));
+    assert_eq!(
+        failure.message,
+        "HTTP 400 invalid_request_error: model: not found for key o (after 1 attempt(s))"
+    );
+    let eight = "k3y-8chr";
+    let server = MockServer::start(move |_| Reply::json(400, echo(eight)));
+    let failure = one_request(&Client::new(env_config(eight, &server.url))).expect_err("400");
+    assert_eq!(
+        failure.message,
+        "HTTP 400 invalid_request_error: model: not found for key *** (after 1 attempt(s))"
+    );
+}
+
+#[test]
+fn the_userinfo_of_the_base_url_is_never_printed() {
+    let secret = "hunter2-long-secret";
+    // Echoed back by the server, and in a connection error to a closed port.
+    let server = MockServer::start(move |_| {
+        Reply::json(
+            401,
+            json!({"type": "error", "error": {"type": "authentication_error",
+                "message": format!("refused http://alice:{secret}@proxy and {secret}")}}),
+        )
+    });
+    let with_userinfo = server
+        .url
+        .replacen("http://", &format!("http://alice:{secret}@"), 1);
+    let config = env_config(KEY, &with_userinfo);
+    assert_eq!(
+        config.display_base_url(),
+        server.url.replacen("http://", "http://***@", 1)
+    );
+    assert!(!format!("{config:?}").contains(secret));
+    let failure = one_request(&Client::new(config)).expect_err("401");
+    assert!(!failure.message.contains(secret), "{}", failure.message);
+    assert!(!failure.message.contains("alice:"), "{}", failure.message);
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let config = env_config(KEY, &format!("http://alice:{secret}@127.0.0.1:{closed}"));
+    let failure = one_request(&Client::new(config)).expect_err("nothing listens");
+    assert!(!failure.message.contains(secret), "{}", failure.message);
+    let wrong_scheme = LiveConfig::from_env(
+        |name| match name {
+            "ANTHROPIC_API_KEY" => Some(KEY.to_owned()),
+            "ANTHROPIC_BASE_URL" => Some(format!("ftp://alice:{secret}@host")),
+            _ => None,
+        },
+        None,
+    )
+    .expect_err("not http");
+    assert!(!wrong_scheme.to_string().contains(secret), "{wrong_scheme}");
+}
+
+#[test]
+fn the_live_line_of_the_binary_hides_the_userinfo() {
+    let server = MockServer::start(demo_handler());
+    let secret = "hunter2-long-secret";
+    let output = std::process::Command::new(common::bin())
+        .args(["demo", "--live", "--decision", "deny"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env(
+            "ANTHROPIC_BASE_URL",
+            server
+                .url
+                .replacen("http://", &format!("http://alice:{secret}@"), 1),
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run binary");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "[live] model claude-sonnet-4-5 at {}",
+            server.url.replacen("http://", "http://***@", 1)
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(secret));
+}

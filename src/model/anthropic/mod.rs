@@ -8,7 +8,8 @@
 //! transport layer, never in the loop (see [`retry`]). Whatever finally
 //! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
 //! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
-//! from every error text.
+//! from every error text (when at least [`MIN_SCRUBBED_CHARS`] long); the
+//! userinfo of the base URL is never printed.
 
 pub mod retry;
 pub mod sse;
@@ -39,6 +40,29 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest event stream read (64 MiB).
 const MAX_STREAM: u64 = 64 * 1024 * 1024;
+/// Secrets shorter than this many characters are not scrubbed from error
+/// texts: replacing a one-letter "key" would garble every message, and so
+/// short a string is no secret worth hiding.
+pub const MIN_SCRUBBED_CHARS: usize = 8;
+
+/// The userinfo (`user:password`) of a URL, if it has one.
+fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    authority
+        .rsplit_once('@')
+        .map(|(info, _)| info)
+        .filter(|info| !info.is_empty())
+}
+
+/// `url` with its userinfo (`https://user:key@host`) replaced by `***`:
+/// the form that may be printed.
+pub fn redact_url(url: &str) -> String {
+    match userinfo(url) {
+        Some(info) => url.replacen(&format!("{info}@"), "***@", 1),
+        None => url.to_owned(),
+    }
+}
 
 /// The `error.type` and `error.message` of an API error body (or event).
 pub(crate) fn api_error(body: &Value) -> (&str, &str) {
@@ -93,8 +117,8 @@ pub enum LiveError {
     Invalid(String),
 }
 
-/// Settings of the live client.
-#[derive(Debug, Clone)]
+/// Settings of the live client. `Debug` hides the key and the base URL's userinfo.
+#[derive(Clone)]
 pub struct LiveConfig {
     /// The API key (sent as `x-api-key`).
     pub api_key: ApiKey,
@@ -112,7 +136,26 @@ pub struct LiveConfig {
     pub stream: bool,
 }
 
+impl std::fmt::Debug for LiveConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveConfig")
+            .field("api_key", &self.api_key)
+            .field("model", &self.model)
+            .field("base_url", &self.display_base_url())
+            .field("max_tokens", &self.max_tokens)
+            .field("timeouts", &self.timeouts)
+            .field("retry", &self.retry)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
 impl LiveConfig {
+    /// The base URL as it may be printed: without its userinfo.
+    pub fn display_base_url(&self) -> String {
+        redact_url(&self.base_url)
+    }
+
     /// Reads `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL` and `ANTHROPIC_BASE_URL`
     /// through `env`; `model` (from `--model`) wins over the environment.
     pub fn from_env(
@@ -130,7 +173,8 @@ impl LiveConfig {
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(LiveError::Invalid(format!(
-                "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{base_url}`)"
+                "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{}`)",
+                redact_url(&base_url)
             )));
         }
         Ok(Self {
@@ -237,13 +281,24 @@ impl Client {
         body
     }
 
-    fn scrub(&self, text: String) -> String {
+    /// Hides the secrets from an error text: the API key and the password
+    /// of the base URL when at least [`MIN_SCRUBBED_CHARS`] long, and the
+    /// base URL's whole userinfo wherever it appears before an `@`.
+    fn scrub(&self, mut text: String) -> String {
+        let long = |secret: &str| secret.chars().count() >= MIN_SCRUBBED_CHARS;
         let key = self.config.api_key.expose();
-        if key.is_empty() {
-            text
-        } else {
-            text.replace(key, "***")
+        if long(key) {
+            text = text.replace(key, "***");
         }
+        if let Some(info) = userinfo(&self.config.base_url) {
+            text = text.replace(&format!("{info}@"), "***@");
+            if let Some((_, password)) = info.split_once(':')
+                && long(password)
+            {
+                text = text.replace(password, "***");
+            }
+        }
+        text
     }
 
     fn fail(&self, kind: &str, message: String) -> ModelFailure {
