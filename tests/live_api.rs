@@ -500,7 +500,11 @@ fn a_stream_assembles_the_same_reply_as_a_plain_call() {
     );
     let usage = reply.usage.expect("usage");
     assert_eq!((usage.input_tokens, usage.output_tokens), (25, 30));
-    assert_eq!(*shown.lock().unwrap(), "Let me check.");
+    assert_eq!(
+        *shown.lock().unwrap(),
+        "Let me check.\n",
+        "the text ends its line"
+    );
 }
 
 #[test]

@@ -284,3 +284,32 @@ fn the_live_line_of_the_binary_hides_the_userinfo() {
     assert!(!stderr.contains(secret), "{stderr}");
     assert!(!String::from_utf8_lossy(&output.stdout).contains(secret));
 }
+
+#[test]
+fn streamed_text_ends_its_line_before_the_next_progress_line() {
+    let server = MockServer::start(demo_stream_handler());
+    let output = std::process::Command::new(common::bin())
+        .args(["demo", "--live", "--stream", "--decision", "allow"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", &server.url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run binary");
+    assert_eq!(output.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let answer = String::from_utf8_lossy(&output.stdout);
+    let answer = answer.trim_end();
+    assert!(
+        stderr.contains(&format!("{answer}\n[parent] finished")),
+        "the streamed answer ends its line:\n{stderr}"
+    );
+    for line in stderr.lines() {
+        for tag in ["[parent]", "[child-1]"] {
+            assert!(
+                line.find(tag).is_none_or(|at| at == 0),
+                "a progress line glued to streamed text: {line:?}\n{stderr}"
+            );
+        }
+    }
+}

@@ -234,7 +234,9 @@ impl Client {
         self
     }
 
-    /// Shows streamed text deltas as they arrive (the CLI prints them on stderr).
+    /// Shows streamed text deltas as they arrive (the CLI prints them on
+    /// stderr). When a reply's streamed text does not end with a newline,
+    /// the sink gets one `"\n"` after it, once the stream is over.
     pub fn with_text_sink(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> Self {
         self.on_text = Some(Arc::new(sink));
         self
@@ -447,14 +449,25 @@ impl Client {
 
     fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
         let sink = self.on_text.clone();
+        // Whether the text shown so far ends in the middle of a line.
+        let mut open_line = false;
         let mut on_text = |text: &str| {
-            if let Some(sink) = &sink {
+            if let Some(sink) = &sink
+                && !text.is_empty()
+            {
+                open_line = !text.ends_with('\n');
                 sink(text);
             }
         };
         // A hostile stream cannot grow without bound: past the cap it just ends.
         let body = BufReader::new(response.body.take(MAX_STREAM));
-        sse::read_stream(body, &mut on_text).map_err(|failure| {
+        let result = sse::read_stream(body, &mut on_text);
+        // The streamed text ends its line, so what is printed next (a
+        // progress line, an error) starts on a line of its own.
+        if open_line && let Some(sink) = &sink {
+            sink("\n");
+        }
+        result.map_err(|failure| {
             self.fail(
                 failure.kind.as_deref().unwrap_or("stream_error"),
                 failure.message,
