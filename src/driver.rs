@@ -19,7 +19,8 @@ pub trait Executor {
     /// The tool definitions offered to the model: the same set that [`Executor::execute`] dispatches.
     fn definitions(&self) -> &[ToolDefinition];
 
-    /// Text attached to the next request only (e.g. the current plan); not stored in the history.
+    /// Text attached to the next request only (e.g. the current plan), as a
+    /// system attachment after the system prompt; not stored in the history.
     fn attachment(&self) -> Option<String> {
         None
     }

@@ -313,3 +313,136 @@ fn streamed_text_ends_its_line_before_the_next_progress_line() {
         }
     }
 }
+
+/// A handler answering the parent from `replies` in order, as the API would.
+fn scripted_handler(replies: Vec<Value>) -> impl FnMut(&mock_api::Recorded) -> Reply + Send {
+    let mut replies = replies.into_iter();
+    let mut count = 0;
+    move |_| {
+        count += 1;
+        let mut message = replies.next().expect("a reply for every request");
+        message["id"] = json!(format!("msg_plan_{count}"));
+        message["type"] = json!("message");
+        message["role"] = json!("assistant");
+        message["model"] = json!("claude-test");
+        message["usage"] = json!({"input_tokens": 10, "output_tokens": 5});
+        Reply::json(200, message)
+    }
+}
+
+fn plan_input(status: &str) -> Value {
+    json!({"items": [{"id": "read", "text": "read main.py", "status": status},
+                     {"id": "run", "text": "run it", "status": "pending"}]})
+}
+
+#[test]
+fn the_plan_rides_as_a_second_system_block_and_only_its_change_costs_cache_reads() {
+    let replies = vec![
+        json!({"content": [{"type": "tool_use", "id": "toolu_1", "name": "todo_write", "input": plan_input("in_progress")}], "stop_reason": "tool_use"}),
+        json!({"content": [{"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {"path": "main.py"}}], "stop_reason": "tool_use"}),
+        json!({"content": [{"type": "tool_use", "id": "toolu_3", "name": "todo_write", "input": plan_input("completed")}], "stop_reason": "tool_use"}),
+        json!({"content": [{"type": "text", "text": "main.py prints the expected text."}], "stop_reason": "end_turn"}),
+    ];
+    let server = MockServer::start(scripted_handler(replies));
+    let client = Client::new(config(&server.url)).with_sleeper(|_| {});
+    let mut settings =
+        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+    settings.decision = DecisionMode::Deny;
+    settings.progress = false;
+    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    assert_eq!(report.outcome.status, StatusKind::Answered);
+    let bodies: Vec<Value> = server.recorded().iter().map(|r| r.json()).collect();
+    assert_eq!(bodies.len(), 4);
+    let eph = json!({"type": "ephemeral"});
+    let plans: Vec<&str> = bodies
+        .iter()
+        .map(|body| {
+            assert!(!mock_api::text_after_tool_result(body), "{body}");
+            let system = body["system"].as_array().expect("system blocks");
+            assert_eq!(system.len(), 2, "the system prompt, then the plan");
+            assert_eq!(system[0]["cache_control"], eph);
+            assert_eq!(system[1].get("cache_control"), None);
+            system[1]["text"].as_str().expect("the plan text")
+        })
+        .collect();
+    assert!(plans[0].contains("none yet"));
+    assert!(plans[1].contains("[>] read: read main.py"));
+    assert_eq!(plans[1], plans[2], "read_file leaves the plan alone");
+    assert!(plans[3].contains("[x] read: read main.py"));
+    // The cached prefix (tools + the first system block, with its
+    // breakpoint) is byte-identical on every request.
+    let prefix = |body: &Value| {
+        let blocks = mock_api::prompt_blocks(body);
+        let tools = body["tools"].as_array().map_or(0, Vec::len);
+        blocks[..=tools].to_vec()
+    };
+    for body in &bodies[1..] {
+        assert_eq!(prefix(body), prefix(&bodies[0]));
+    }
+    // What each request reads back from the cache.
+    let mut cache = mock_api::PromptCache::default();
+    let uses: Vec<mock_api::CacheUse> = bodies.iter().map(|body| cache.request(body)).collect();
+    let stable: usize = prefix(&bodies[0])
+        .iter()
+        .map(|(text, _)| text.len() + 1)
+        .sum();
+    assert_eq!(uses[0].read, 0);
+    assert_eq!(
+        uses[1].read, stable,
+        "a changed plan: only tools + system are read"
+    );
+    assert_eq!(
+        uses[2].read,
+        uses[1].read + uses[1].written,
+        "an unchanged plan: everything the previous request wrote is read"
+    );
+    assert_eq!(uses[3].read, stable, "a changed plan again");
+    for (index, (body, used)) in bodies.iter().zip(&uses).enumerate() {
+        eprintln!(
+            "request {}: plan {}, cache read {} of {} bytes, written {}",
+            index + 1,
+            if index > 0 && body["system"][1] == bodies[index - 1]["system"][1] {
+                "unchanged"
+            } else {
+                "new"
+            },
+            used.read,
+            used.total,
+            used.written
+        );
+    }
+}
+
+#[test]
+fn a_live_demo_never_sends_a_text_block_after_tool_results() {
+    for (stream, decision) in [(false, DecisionMode::Allow), (true, DecisionMode::Deny)] {
+        let server = if stream {
+            MockServer::start(demo_stream_handler())
+        } else {
+            MockServer::start(demo_handler())
+        };
+        let mut config = config(&server.url);
+        config.stream = stream;
+        let mut settings =
+            app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        settings.decision = decision;
+        settings.progress = false;
+        let report =
+            app::execute(&settings, Models::Live(Arc::new(Client::new(config)))).expect("run");
+        assert_eq!(report.outcome.status, StatusKind::Answered);
+        let recorded = server.recorded();
+        assert_eq!(recorded.len(), 7);
+        let mut results = 0;
+        for request in &recorded {
+            let body = request.json();
+            assert!(!mock_api::text_after_tool_result(&body), "{body}");
+            results += body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["content"][0]["type"] == "tool_result")
+                .count();
+        }
+        assert!(results > 0, "the run did send tool results");
+    }
+}

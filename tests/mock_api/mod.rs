@@ -345,3 +345,117 @@ pub fn message_events(message: &Value) -> Vec<(&'static str, Value)> {
     events.push(("message_stop", json!({"type": "message_stop"})));
     events
 }
+
+/// What one request did with the simulated prompt cache, in bytes of the
+/// canonical JSON of its prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheUse {
+    /// Bytes read from the cache (the longest cached prefix found).
+    pub read: usize,
+    /// Bytes written to the cache (up to the last breakpoint, past what was read).
+    pub written: usize,
+    /// Bytes of the whole prompt.
+    pub total: usize,
+}
+
+/// A model of the API's prompt cache, enough to see which prefix a request
+/// would read back: the prompt is tools, then system blocks, then message
+/// blocks, in that order; each block carrying `cache_control` is a
+/// breakpoint; a request writes the prefix up to each breakpoint, and reads
+/// the longest prefix a previous request wrote that ends at one of its own
+/// breakpoints or at most 20 blocks before one (the API's lookback).
+#[derive(Debug, Default)]
+pub struct PromptCache {
+    written: std::collections::HashSet<String>,
+}
+
+/// The prompt of a request body cut into blocks (without their
+/// `cache_control`), each with whether it is a breakpoint.
+pub fn prompt_blocks(body: &Value) -> Vec<(String, bool)> {
+    let strip = |block: &Value| {
+        let mut block = block.clone();
+        let marked = block
+            .as_object_mut()
+            .and_then(|object| object.remove("cache_control"))
+            .is_some();
+        (block.to_string(), marked)
+    };
+    let mut blocks = Vec::new();
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        blocks.push(strip(tool));
+    }
+    for block in body["system"].as_array().into_iter().flatten() {
+        let (text, marked) = strip(block);
+        blocks.push((format!("system:{text}"), marked));
+    }
+    for message in body["messages"].as_array().into_iter().flatten() {
+        let role = message["role"].as_str().unwrap_or_default();
+        for (index, block) in message["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let (text, marked) = strip(block);
+            let tag = if index == 0 { role } else { "" };
+            blocks.push((format!("{tag}:{text}"), marked));
+        }
+    }
+    blocks
+}
+
+impl PromptCache {
+    pub fn request(&mut self, body: &Value) -> CacheUse {
+        let blocks = prompt_blocks(body);
+        let mut prefixes = Vec::with_capacity(blocks.len());
+        let mut prefix = String::new();
+        for (text, _) in &blocks {
+            prefix.push_str(text);
+            prefix.push('\u{1e}');
+            prefixes.push(prefix.clone());
+        }
+        let breakpoints: Vec<usize> = blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, marked))| *marked)
+            .map(|(index, _)| index)
+            .collect();
+        let mut read = 0;
+        for &point in &breakpoints {
+            for candidate in &prefixes[point.saturating_sub(20)..=point] {
+                if self.written.contains(candidate) {
+                    read = read.max(candidate.len());
+                }
+            }
+        }
+        let last = breakpoints.last().map_or(0, |&point| prefixes[point].len());
+        for &point in &breakpoints {
+            self.written.insert(prefixes[point].clone());
+        }
+        CacheUse {
+            read,
+            written: last.saturating_sub(read),
+            total: prefix.len(),
+        }
+    }
+}
+
+/// Whether any message of a request body holds a text block after a `tool_result` block.
+pub fn text_after_tool_result(body: &Value) -> bool {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|message| {
+            let kinds: Vec<&str> = message["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|block| block["type"].as_str())
+                .collect();
+            kinds
+                .iter()
+                .position(|kind| *kind == "tool_result")
+                .is_some_and(|first| kinds[first..].contains(&"text"))
+        })
+}

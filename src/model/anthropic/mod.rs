@@ -4,7 +4,10 @@
 //! Messages API body (`model`, `max_tokens`, `system`, `tools`, `messages`,
 //! and `stream` when streaming), with prompt-caching breakpoints on the
 //! system prompt, the last tool and the last history block, so a multi-turn
-//! run re-reads its prefix from the cache. Retries happen here, in the
+//! run re-reads its prefix from the cache. The request's attachment (the
+//! plan) is a second system text block after the cached one: never a text
+//! block after `tool_result` blocks, which the API documents as a cause of
+//! empty `end_turn` replies. Retries happen here, in the
 //! transport layer, never in the loop (see [`retry`]). Whatever finally
 //! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
 //! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
@@ -254,9 +257,18 @@ impl Client {
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
         });
+        // The static system prompt carries the breakpoint; the attachment (the
+        // plan) follows it as a second block, so tools + system stay cached
+        // when the plan changes, and no text ever follows tool results.
+        let mut system = Vec::new();
         if !request.system.is_empty() {
-            body["system"] =
-                json!([{"type": "text", "text": request.system, "cache_control": cache}]);
+            system.push(json!({"type": "text", "text": request.system, "cache_control": cache}));
+        }
+        if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
+            system.push(json!({"type": "text", "text": text}));
+        }
+        if !system.is_empty() {
+            body["system"] = Value::Array(system);
         }
         if !request.tools.is_empty() {
             let mut tools = json!(request.tools);
@@ -266,15 +278,13 @@ impl Client {
             body["tools"] = tools;
         }
         let mut messages = json!(request.messages);
-        if let Some(last) = messages.as_array_mut().and_then(|m| m.last_mut()) {
-            if let Some(block) = last["content"].as_array_mut().and_then(|c| c.last_mut()) {
-                block["cache_control"] = cache;
-            }
-            if let (Some(text), Some(content)) =
-                (request.attachment, last["content"].as_array_mut())
-            {
-                content.push(json!({"type": "text", "text": text}));
-            }
+        if let Some(block) = messages
+            .as_array_mut()
+            .and_then(|m| m.last_mut())
+            .and_then(|last| last["content"].as_array_mut())
+            .and_then(|c| c.last_mut())
+        {
+            block["cache_control"] = cache;
         }
         body["messages"] = messages;
         if self.config.stream {
