@@ -9,7 +9,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::agent::{Agent, AgentBuilder, RunReport};
-use crate::conversation::Budget;
+use crate::conversation::{Budget, OnEmptyReply};
 use crate::error::{InputError, ScriptError, SetupError};
 use crate::hooks::Hooks;
 use crate::limits::{CancelHandle, Limits};
@@ -91,6 +91,8 @@ pub struct Settings {
     pub cancel: CancelHandle,
     /// The workspace is a temporary copy made for this run: removed afterwards.
     pub temporary_workspace: bool,
+    /// What an empty `end_turn` reply leads to (`--on-empty-reply`).
+    pub on_empty_reply: OnEmptyReply,
 }
 
 impl Settings {
@@ -109,6 +111,7 @@ impl Settings {
             limits: Limits::default(),
             cancel: CancelHandle::new(),
             temporary_workspace: false,
+            on_empty_reply: OnEmptyReply::Stop,
         }
     }
 
@@ -167,6 +170,7 @@ pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Resul
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let mut builder = AgentBuilder::new(settings.decision.approver())
         .limits(settings.limits, settings.cancel.clone())
+        .on_empty_reply(settings.on_empty_reply)
         .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
         .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?
         .plan()?

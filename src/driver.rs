@@ -7,7 +7,8 @@
 //! finishes the conversation `model_error`; the loop never retries.
 
 use crate::conversation::{
-    AfterTools, AwaitingModel, Conversation, Interrupt, Outcome, ToolCall, ToolOutput,
+    AfterTools, AwaitingModel, CONTINUE_PROMPT, Conversation, Interrupt, Outcome, Reply, ToolCall,
+    ToolOutput,
 };
 use crate::error::ModelFailure;
 use crate::model::{Model, Received};
@@ -78,6 +79,15 @@ pub enum Event<'a> {
         /// The reply as received on the wire, when the model has a wire form
         /// (the trace writes it in preference to `response`).
         raw: Option<&'a Value>,
+    },
+    /// The reply to request `call` was an empty `end_turn`; under
+    /// [`crate::OnEmptyReply::Continue`] it was dropped and answered with
+    /// `prompt` as a new user message (sent with the next request).
+    EmptyReplyContinued {
+        /// 1-based request number of the empty reply.
+        call: u32,
+        /// The user message's text ([`crate::CONTINUE_PROMPT`]).
+        prompt: &'a str,
     },
     /// The model request failed.
     ModelFailed {
@@ -173,9 +183,19 @@ pub fn run(
             raw: raw.as_ref(),
         });
         drop(raw);
-        let pending = match conversation.receive(reply).finished() {
-            Ok(outcome) => break outcome,
-            Err(pending) => pending,
+        let pending = match conversation.receive(reply) {
+            Reply::Tools(pending) => pending,
+            Reply::Continued(next) => {
+                observer.on_event(&Event::EmptyReplyContinued {
+                    call,
+                    prompt: CONTINUE_PROMPT,
+                });
+                conversation = next;
+                continue;
+            }
+            Reply::Answered(done) => break done.into_outcome(),
+            Reply::ModelStopped(done) => break done.into_outcome(),
+            Reply::ProtocolError(done) => break done.into_outcome(),
         };
         if executor.interrupt().is_none() {
             executor.prepare(pending.calls());
