@@ -14,7 +14,7 @@ use crate::error::{InputError, ScriptError, SetupError};
 use crate::hooks::Hooks;
 use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
-use crate::model::{Model, Script, ScriptedModel};
+use crate::model::{Model, Script, ScriptedModel, WithRawReplies};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
@@ -197,10 +197,26 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
     #[cfg(feature = "live")]
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
     let (mut parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
-        Models::Script(script) => (
-            Box::new(ScriptedModel::new(script.parent)),
-            Arc::new(ScriptedChildren(script.children)),
-        ),
+        Models::Script(script) => {
+            // Each reply comes with its entry as written, for the trace.
+            let scripted = ScriptedChildren(script.children);
+            let raw = script.raw.children;
+            let child_models = move |number: usize| -> Box<dyn Model + Send> {
+                let entries = number
+                    .checked_sub(1)
+                    .and_then(|index| raw.get(index))
+                    .cloned()
+                    .unwrap_or_default();
+                Box::new(WithRawReplies::new(scripted.model_for(number), entries))
+            };
+            (
+                Box::new(WithRawReplies::new(
+                    ScriptedModel::new(script.parent),
+                    script.raw.parent,
+                )),
+                Arc::new(child_models),
+            )
+        }
         Models::Demo => (Box::new(DemoParent::default()), Arc::new(DemoChildren)),
         #[cfg(feature = "live")]
         Models::Live(client) => {

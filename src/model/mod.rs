@@ -8,7 +8,7 @@ pub mod anthropic;
 pub mod demo;
 mod scripted;
 
-pub use scripted::{Script, ScriptedModel, ScriptedReply};
+pub use scripted::{Script, ScriptText, ScriptedModel, ScriptedReply, WithRawReplies};
 
 use serde_json::Value;
 
