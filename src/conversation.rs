@@ -663,8 +663,9 @@ impl Conversation<AwaitingModel> {
     /// `refusal`, …) finishes `model_stopped` even when it holds blocks of
     /// types this crate does not model; those are shown in the status text.
     /// An empty `end_turn` is `protocol_error`, unless the policy is
-    /// [`OnEmptyReply::Continue`] (see [`Reply::Continued`]). An accepted reply is appended to the history before any tool runs; a
-    /// rejected one is kept in the final status, not in the history.
+    /// [`OnEmptyReply::Continue`] (see [`Reply::Continued`]). An accepted
+    /// reply is appended to the history before any tool runs; a rejected one
+    /// is kept in the final status, not in the history.
     pub fn receive(mut self, reply: ModelResponse) -> Reply {
         self.core.calls += 1;
         if let Some(usage) = &reply.usage {
