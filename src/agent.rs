@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::agent_id::AgentId;
-use crate::conversation::{Budget, Conversation, Outcome};
+use crate::conversation::{Budget, Conversation, OnEmptyReply, Outcome};
 use crate::driver;
 use crate::error::{InputError, SetupError};
 use crate::executor::{Gate, ToolRecord, Toolbox, Warning};
@@ -59,6 +59,7 @@ impl AgentBuilder {
                 monitor: SharedMonitor::default(),
                 children: Arc::new(Mutex::new(Vec::new())),
                 guard: Arc::new(RunGuard::new(Limits::default(), CancelHandle::new())),
+                on_empty: Arc::new(Mutex::new(OnEmptyReply::Stop)),
             },
         }
     }
@@ -94,6 +95,18 @@ impl AgentBuilder {
     /// child share them, whatever the order of the builder calls.
     pub fn limits(self, limits: Limits, cancel: CancelHandle) -> Self {
         self.shared.guard.configure(limits, cancel);
+        self
+    }
+
+    /// What an empty `end_turn` reply leads to, for the parent and every
+    /// child, whatever the order of the builder calls (default:
+    /// [`OnEmptyReply::Stop`], `protocol_error`).
+    pub fn on_empty_reply(self, policy: OnEmptyReply) -> Self {
+        *self
+            .shared
+            .on_empty
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = policy;
         self
     }
 
@@ -158,6 +171,9 @@ pub struct RunReport {
     pub outcome: Outcome,
     /// The token usage of each parent reply, in order.
     pub usage_per_call: Vec<Usage>,
+    /// Empty parent replies answered with a request to continue
+    /// ([`OnEmptyReply::Continue`]); each child's count is in its record.
+    pub empty_replies_continued: u32,
     /// The parent's tool calls, in order.
     pub tools: Vec<ToolRecord>,
     /// Every child, in delegation order.
@@ -208,7 +224,8 @@ impl RunReport {
     }
 
     /// The CLI's `--json` object: `status`, `text`, `calls`, `tools`,
-    /// `children` (agent, task, report, tools), `warnings`, `usage`, and
+    /// `children` (agent, task, report, tools), `warnings`,
+    /// `empty_replies_continued` (also per child), `usage`, and
     /// `accounting` (per agent and in total: model calls, tool calls,
     /// delegations, tokens, elapsed time) with the run's `limits`.
     pub fn to_json(&self) -> serde_json::Value {
@@ -250,6 +267,7 @@ impl RunReport {
                     "tools": child.tools,
                     "warnings": child.warnings,
                     "usage": {"total": child.outcome.usage, "per_call": child.usage_per_call},
+                    "empty_replies_continued": child.empty_replies_continued,
                 })
             })
             .collect();
@@ -260,6 +278,7 @@ impl RunReport {
             "tools": self.tools,
             "children": children,
             "warnings": self.warnings,
+            "empty_replies_continued": self.empty_replies_continued,
             "usage": {
                 "parent": {"total": self.outcome.usage, "per_call": self.usage_per_call},
                 "total": self.total_usage(),
@@ -291,7 +310,9 @@ impl Agent {
         budget: Budget,
         model: &mut dyn Model,
     ) -> Result<RunReport, InputError> {
-        let conversation = Conversation::start(question, budget)?.with_system(self.system.as_str());
+        let conversation = Conversation::start(question, budget)?
+            .with_system(self.system.as_str())
+            .on_empty_reply(self.shared.on_empty());
         let started = Instant::now();
         self.shared.guard.start();
         let agent = AgentId::Parent;
@@ -307,6 +328,7 @@ impl Agent {
         let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
         let outcome = driver::run(conversation, model, &mut toolbox, &mut observer);
         let (tools, warnings) = toolbox.into_parts();
+        let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();
         let mut children = std::mem::take(
             &mut *self
@@ -324,6 +346,7 @@ impl Agent {
             limits: self.shared.guard.limits(),
             outcome,
             usage_per_call,
+            empty_replies_continued,
             tools,
             children,
             warnings,

@@ -11,13 +11,13 @@ use thiserror::Error;
 
 use crate::agent::{Agent, AgentBuilder, RunReport};
 use crate::agent_id::AgentId;
-use crate::conversation::Budget;
+use crate::conversation::{Budget, OnEmptyReply};
 use crate::error::{InputError, ScriptError, SetupError};
 use crate::executor::Warning;
 use crate::hooks::Hooks;
 use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
-use crate::model::{Model, Script, ScriptedModel};
+use crate::model::{Model, Script, ScriptedModel, WithRawReplies};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
 use crate::signals;
@@ -99,6 +99,8 @@ pub struct Settings {
     pub cancel: CancelHandle,
     /// The workspace is a temporary copy made for this run: removed afterwards.
     pub temporary_workspace: bool,
+    /// What an empty `end_turn` reply leads to (`--on-empty-reply`).
+    pub on_empty_reply: OnEmptyReply,
 }
 
 impl Settings {
@@ -118,6 +120,7 @@ impl Settings {
             limits: Limits::default(),
             cancel: CancelHandle::new(),
             temporary_workspace: false,
+            on_empty_reply: OnEmptyReply::Stop,
         }
     }
 
@@ -179,6 +182,7 @@ fn assemble(
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let mut builder = AgentBuilder::new(settings.decision.approver())
         .limits(settings.limits, settings.cancel.clone())
+        .on_empty_reply(settings.on_empty_reply)
         .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
         .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?
         .plan()?
@@ -246,10 +250,26 @@ pub fn run(settings: &Settings, models: Models) -> Result<Run, AppError> {
     #[cfg(feature = "live")]
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
     let (mut parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
-        Models::Script(script) => (
-            Box::new(ScriptedModel::new(script.parent)),
-            Arc::new(ScriptedChildren(script.children)),
-        ),
+        Models::Script(script) => {
+            // Each reply comes with its entry as written, for the trace.
+            let scripted = ScriptedChildren(script.children);
+            let raw = script.raw.children;
+            let child_models = move |number: usize| -> Box<dyn Model + Send> {
+                let entries = number
+                    .checked_sub(1)
+                    .and_then(|index| raw.get(index))
+                    .cloned()
+                    .unwrap_or_default();
+                Box::new(WithRawReplies::new(scripted.model_for(number), entries))
+            };
+            (
+                Box::new(WithRawReplies::new(
+                    ScriptedModel::new(script.parent),
+                    script.raw.parent,
+                )),
+                Arc::new(child_models),
+            )
+        }
         Models::Demo => (Box::new(DemoParent::default()), Arc::new(DemoChildren)),
         #[cfg(feature = "live")]
         Models::Live(client) => {

@@ -9,6 +9,7 @@
 //!           │           ├── end_turn + text, no tool_use ─────────► Finished<Answered>
 //!           │           ├── max_tokens / refusal / pause_turn … ──► Finished<ModelStopped>
 //!           │           ├── malformed / inconsistent ─────────────► Finished<ProtocolError>
+//!           ├◄───────── ├── empty end_turn, policy `continue`, once in a row: + user "Please continue."
 //!           │           ▼ tool_use + ≥1 well-formed call
 //!           │   Conversation<AwaitingTools>
 //!           │           │ answer every pending call (ids paired by the machine)
@@ -431,6 +432,47 @@ pub struct Finished<S: Status> {
     text: String,
 }
 
+/// What a conversation does with an empty `end_turn` reply (no tool call,
+/// no text), which the API documents it sometimes sends, mostly right after
+/// tool results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnEmptyReply {
+    /// Finish `protocol_error` (the course's rule, and the default).
+    #[default]
+    Stop,
+    /// Answer the empty reply with a user message, [`CONTINUE_PROMPT`], and
+    /// ask again — once per turn: a second empty reply in a row is
+    /// `protocol_error`. The empty reply is not stored (the API refuses
+    /// empty assistant content); it counts against the budget, and with no
+    /// call left it is `protocol_error`.
+    Continue,
+}
+
+impl OnEmptyReply {
+    /// Parses `stop` or `continue`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "stop" => Some(Self::Stop),
+            "continue" => Some(Self::Continue),
+            _ => None,
+        }
+    }
+
+    /// The name, as [`OnEmptyReply::parse`] reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Continue => "continue",
+        }
+    }
+}
+
+/// The user message that answers an empty reply under
+/// [`OnEmptyReply::Continue`], in a new user message, as Anthropic's
+/// stop-reason documentation recommends (rather than retrying the request).
+pub const CONTINUE_PROMPT: &str = "Please continue.";
+
 /// Data shared by every state.
 #[derive(Debug, Clone)]
 struct Core {
@@ -439,6 +481,9 @@ struct Core {
     budget: Budget,
     calls: u32,
     usage: Usage,
+    on_empty: OnEmptyReply,
+    /// The last reply was empty and was answered with [`CONTINUE_PROMPT`].
+    continued: bool,
 }
 
 /// A conversation in state `S`: [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
@@ -459,6 +504,10 @@ pub enum Reply {
     ModelStopped(Conversation<Finished<ModelStopped>>),
     /// The reply broke the protocol.
     ProtocolError(Conversation<Finished<ProtocolError>>),
+    /// The reply was an empty `end_turn` and the policy is
+    /// [`OnEmptyReply::Continue`]: the reply was dropped, [`CONTINUE_PROMPT`]
+    /// was appended as a user message, and the model is asked again.
+    Continued(Conversation<AwaitingModel>),
 }
 
 /// What answering the tools led to.
@@ -542,9 +591,17 @@ impl Conversation<AwaitingModel> {
                 budget,
                 calls: 0,
                 usage: Usage::default(),
+                on_empty: OnEmptyReply::Stop,
+                continued: false,
             },
             state: AwaitingModel { _private: () },
         })
+    }
+
+    /// Sets what an empty `end_turn` reply leads to (default: [`OnEmptyReply::Stop`]).
+    pub fn on_empty_reply(mut self, policy: OnEmptyReply) -> Self {
+        self.core.on_empty = policy;
+        self
     }
 
     /// Sets the system prompt sent with every request.
@@ -601,16 +658,26 @@ impl Conversation<AwaitingModel> {
     /// Takes the model's reply and decides what comes next.
     ///
     /// The reply is checked once, here: every block of a known type, tool_use
-    /// ids non-empty and unique, stop reason and content in agreement. An
-    /// accepted reply is appended to the history before any tool runs; a
-    /// rejected one is kept in the final status, not in the history.
+    /// ids non-empty and unique, stop reason and content in agreement. A
+    /// reply stopped for another reason (`max_tokens`, `pause_turn`,
+    /// `refusal`, …) finishes `model_stopped` even when it holds blocks of
+    /// types this crate does not model; those are shown in the status text.
+    /// An empty `end_turn` is `protocol_error`, unless the policy is
+    /// [`OnEmptyReply::Continue`] (see [`Reply::Continued`]). An accepted
+    /// reply is appended to the history before any tool runs; a rejected one
+    /// is kept in the final status, not in the history.
     pub fn receive(mut self, reply: ModelResponse) -> Reply {
         self.core.calls += 1;
         if let Some(usage) = &reply.usage {
             self.core.usage.add(usage);
         }
         // Checked by reference first: a rejected reply is kept whole in its status.
-        if let Err(violation) = check_blocks(&reply) {
+        // A reply that stops for another reason (max_tokens, pause_turn,
+        // refusal, …) finishes model_stopped whatever blocks it holds: its
+        // unknown blocks are shown in the status text, not judged.
+        if !stops_otherwise(reply.stop_reason.as_ref())
+            && let Err(violation) = check_blocks(&reply)
+        {
             return self.reject(violation, reply);
         }
         let count = match check_calls(&reply) {
@@ -624,8 +691,9 @@ impl Conversation<AwaitingModel> {
                 if count > 0 {
                     self.reject(Violation::EndTurnWithCalls { count }, reply)
                 } else if text.trim().is_empty() {
-                    self.reject(Violation::EndTurnWithoutText, reply)
+                    self.empty_reply(reply)
                 } else {
+                    self.core.continued = false;
                     self.core.history.push(assistant(into_blocks(reply)));
                     Reply::Answered(self.finish(Answered { _private: () }, text))
                 }
@@ -634,6 +702,7 @@ impl Conversation<AwaitingModel> {
                 if count == 0 {
                     return self.reject(Violation::ToolUseWithoutCalls, reply);
                 }
+                self.core.continued = false;
                 let message = assistant(into_blocks(reply));
                 let calls = message
                     .content
@@ -664,9 +733,39 @@ impl Conversation<AwaitingModel> {
                     message.push('\n');
                     message.push_str(&text);
                 }
+                for block in &reply.content {
+                    if let ReplyBlock::Unsupported { kind, raw, .. } = block {
+                        message.push_str(&format!("\n[unsupported `{kind}` block: {raw}]"));
+                    }
+                }
                 Reply::ModelStopped(self.finish(ModelStopped { reason, reply }, message))
             }
         }
+    }
+
+    /// An empty `end_turn`: answered with [`CONTINUE_PROMPT`] once in a row
+    /// when the policy says so and a call is left, else `protocol_error`.
+    fn empty_reply(mut self, reply: ModelResponse) -> Reply {
+        let allowed = self.core.on_empty == OnEmptyReply::Continue;
+        if allowed && !self.core.continued && self.core.calls < self.core.budget.get() {
+            self.core.continued = true;
+            self.core.history.push(Message::user_text(CONTINUE_PROMPT));
+            return Reply::Continued(Conversation {
+                core: self.core,
+                state: AwaitingModel { _private: () },
+            });
+        }
+        let mut done = self.reject(Violation::EndTurnWithoutText, reply);
+        if let Reply::ProtocolError(finished) = &mut done
+            && allowed
+        {
+            finished.state.text.push_str(if finished.core.continued {
+                " (a second empty reply in a row, after asking the model to continue)"
+            } else {
+                " (no model call left to ask the model to continue)"
+            });
+        }
+        done
     }
 
     fn reject(self, violation: Violation, reply: ModelResponse) -> Reply {
@@ -690,6 +789,15 @@ fn known(block: &ReplyBlock) -> Option<&Block> {
         ReplyBlock::Known(block) => Some(block),
         ReplyBlock::Unsupported { .. } => None,
     }
+}
+
+/// Whether `reason` finishes the conversation `model_stopped`: a stop reason
+/// other than `end_turn` and `tool_use` (a missing one is judged like those).
+fn stops_otherwise(reason: Option<&StopReason>) -> bool {
+    !matches!(
+        reason,
+        None | Some(StopReason::EndTurn | StopReason::ToolUse)
+    )
 }
 
 /// Every block must be of a known type with well-formed fields.
@@ -870,10 +978,12 @@ impl<S: Status> Conversation<Finished<S>> {
 
 impl Reply {
     /// The erased outcome if the reply finished the conversation, else the
-    /// conversation awaiting tools.
-    pub fn finished(self) -> Result<Outcome, Conversation<AwaitingTools>> {
+    /// reply itself ([`Reply::Tools`] or [`Reply::Continued`]).
+    // The reply is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn finished(self) -> Result<Outcome, Self> {
         match self {
-            Self::Tools(pending) => Err(pending),
+            Self::Tools(_) | Self::Continued(_) => Err(self),
             Self::Answered(done) => Ok(done.into_outcome()),
             Self::ModelStopped(done) => Ok(done.into_outcome()),
             Self::ProtocolError(done) => Ok(done.into_outcome()),

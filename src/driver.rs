@@ -7,18 +7,21 @@
 //! finishes the conversation `model_error`; the loop never retries.
 
 use crate::conversation::{
-    AfterTools, AwaitingModel, Conversation, Interrupt, Outcome, ToolCall, ToolOutput,
+    AfterTools, AwaitingModel, CONTINUE_PROMPT, Conversation, Interrupt, Outcome, Reply, ToolCall,
+    ToolOutput,
 };
 use crate::error::ModelFailure;
-use crate::model::Model;
+use crate::model::{Model, Received};
 use crate::protocol::{Message, ModelResponse, Request, ToolDefinition};
+use serde_json::Value;
 
 /// Runs tool calls for the driver.
 pub trait Executor {
     /// The tool definitions offered to the model: the same set that [`Executor::execute`] dispatches.
     fn definitions(&self) -> &[ToolDefinition];
 
-    /// Text attached to the next request only (e.g. the current plan); not stored in the history.
+    /// Text attached to the next request only (e.g. the current plan), as a
+    /// system attachment after the system prompt; not stored in the history.
     fn attachment(&self) -> Option<String> {
         None
     }
@@ -75,8 +78,20 @@ pub enum Event<'a> {
     Response {
         /// 1-based request number.
         call: u32,
-        /// The reply, as received.
+        /// The reply, as parsed.
         response: &'a ModelResponse,
+        /// The reply as received on the wire, when the model has a wire form
+        /// (the trace writes it in preference to `response`).
+        raw: Option<&'a Value>,
+    },
+    /// The reply to request `call` was an empty `end_turn`; under
+    /// [`crate::OnEmptyReply::Continue`] it was dropped and answered with
+    /// `prompt` as a new user message (sent with the next request).
+    EmptyReplyContinued {
+        /// 1-based request number of the empty reply.
+        call: u32,
+        /// The user message's text ([`crate::CONTINUE_PROMPT`]).
+        prompt: &'a str,
     },
     /// The model request failed.
     ModelFailed {
@@ -142,10 +157,13 @@ pub fn run(
                 new_messages,
             });
             sent = request.messages.len();
-            model.respond(&request)
+            model.respond_received(&request)
         };
-        let reply = match reply {
-            Ok(reply) => reply,
+        let Received {
+            response: reply,
+            raw,
+        } = match reply {
+            Ok(received) => received,
             Err(failure) => {
                 observer.on_event(&Event::ModelFailed {
                     call,
@@ -166,10 +184,22 @@ pub fn run(
         observer.on_event(&Event::Response {
             call,
             response: &reply,
+            raw: raw.as_ref(),
         });
-        let pending = match conversation.receive(reply).finished() {
-            Ok(outcome) => break outcome,
-            Err(pending) => pending,
+        drop(raw);
+        let pending = match conversation.receive(reply) {
+            Reply::Tools(pending) => pending,
+            Reply::Continued(next) => {
+                observer.on_event(&Event::EmptyReplyContinued {
+                    call,
+                    prompt: CONTINUE_PROMPT,
+                });
+                conversation = next;
+                continue;
+            }
+            Reply::Answered(done) => break done.into_outcome(),
+            Reply::ModelStopped(done) => break done.into_outcome(),
+            Reply::ProtocolError(done) => break done.into_outcome(),
         };
         if executor.interrupt().is_none() {
             executor.prepare(pending.calls());

@@ -108,10 +108,10 @@ pub mod trace_target;
 pub use agent::{Agent, AgentBuilder, RunReport};
 pub use agent_id::AgentId;
 pub use conversation::{
-    AfterTools, Answered, AwaitingModel, AwaitingTools, Budget, CallLimit, Cancelled, Conversation,
-    Deadline, Finished, Interrupt, InterruptKind, Interrupted, ModelError, ModelStopped, Outcome,
-    ProtocolError, Rejected, Reply, Status, StatusKind, TokenLimit, ToolCall, ToolOutput,
-    ToolResult, Violation,
+    AfterTools, Answered, AwaitingModel, AwaitingTools, Budget, CONTINUE_PROMPT, CallLimit,
+    Cancelled, Conversation, Deadline, Finished, Interrupt, InterruptKind, Interrupted, ModelError,
+    ModelStopped, OnEmptyReply, Outcome, ProtocolError, Rejected, Reply, Status, StatusKind,
+    TokenLimit, ToolCall, ToolOutput, ToolResult, Violation,
 };
 pub use driver::{Event, Executor, Observer, Silent, run};
 pub use error::{InputError, ModelFailure, ScriptError, SetupError, SubmitError};

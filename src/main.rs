@@ -27,6 +27,8 @@ OPTIONS:
     --trace FILE           write a JSON Lines trace of every request and reply
     --json                 print one JSON object on stdout instead of the final text
     --quiet                no progress lines on stderr
+    --on-empty-reply MODE  stop | continue: an empty end_turn reply is protocol_error (stop, the
+                           default), or is answered once in a row with \"Please continue.\" (continue)
 
 RUN LIMITS (the parent and every child together; Ctrl-C cancels, twice exits at once):
     --max-tools-per-reply N   tool calls run per model reply; the rest are refused (default 16)
@@ -200,6 +202,12 @@ fn parse() -> Result<Option<Cli>, String> {
             Long("timeout-read") => flags.read = Some(seconds(&mut parser, "--timeout-read")?),
             Long("timeout-total") => flags.total = Some(seconds(&mut parser, "--timeout-total")?),
             Long("quiet") => settings.progress = false,
+            Long("on-empty-reply") => {
+                let text = text(&mut parser)?;
+                settings.on_empty_reply = subloop::OnEmptyReply::parse(&text).ok_or_else(|| {
+                    format!("--on-empty-reply takes stop or continue, got `{text}`")
+                })?;
+            }
             Short('h') | Long("help") => return Ok(None),
             other => return Err(other.unexpected().to_string()),
         }
@@ -287,7 +295,11 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
         config.timeouts.overall = Duration::from_secs_f64(secs);
     }
     if progress {
-        eprintln!("[live] model {} at {}", config.model, config.base_url);
+        eprintln!(
+            "[live] model {} at {}",
+            config.model,
+            config.display_base_url()
+        );
     }
     let mut client = Client::new(config);
     if flags.stream && progress {

@@ -73,6 +73,7 @@ pub(crate) struct AgentObserver<'a> {
     monitor: &'a SharedMonitor,
     guard: &'a RunGuard,
     per_call: Vec<Usage>,
+    continued: u32,
 }
 
 impl<'a> AgentObserver<'a> {
@@ -82,7 +83,13 @@ impl<'a> AgentObserver<'a> {
             monitor,
             guard,
             per_call: Vec::new(),
+            continued: 0,
         }
+    }
+
+    /// How many empty replies were answered with a request to continue.
+    pub(crate) fn continued(&self) -> u32 {
+        self.continued
     }
 
     /// The usage of each reply, in order (zero where a reply reported none).
@@ -97,6 +104,9 @@ impl Observer for AgentObserver<'_> {
             let usage = response.usage.unwrap_or_default();
             self.guard.add_usage(&usage);
             self.per_call.push(usage);
+        }
+        if let Event::EmptyReplyContinued { .. } = event {
+            self.continued += 1;
         }
         self.monitor.event(self.agent, event);
     }

@@ -1,7 +1,8 @@
 //! The plan: an in-memory todo list, replaced whole by `todo_write`.
 //!
-//! The current plan is attached to every parent request as a short text
-//! block that is not stored in the history.
+//! The current plan is attached to every parent request as a short system
+//! text block (after the system prompt, so it never follows tool results)
+//! that is not stored in the history.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

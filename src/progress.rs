@@ -73,6 +73,9 @@ impl Monitor for StderrProgress {
                     request.tool_names().join(", ")
                 )
             }
+            Event::EmptyReplyContinued { call, prompt } => {
+                format!("[{agent}] model call {call} gave an empty reply; answering: {prompt}")
+            }
             Event::ModelFailed { call, failure } => {
                 format!(
                     "[{agent}] model call {call} failed: {}",

@@ -9,7 +9,8 @@
 //! * a reply block of a type this crate does not know (or a known type with
 //!   broken fields) parses as [`ReplyBlock::Unsupported`], so the conversation
 //!   can finish with a `protocol_error` that names it instead of failing to
-//!   parse the whole reply.
+//!   parse the whole reply (a reply stopped for another reason, such as
+//!   `pause_turn`, finishes `model_stopped` and shows the block instead).
 //!
 //! Thinking blocks (`thinking`, `redacted_thinking`) are kept and sent back
 //! unchanged.
@@ -336,7 +337,9 @@ pub enum ReplyBlock {
     /// A block of a known type with well-formed fields.
     Known(Block),
     /// A block of an unknown type, or a known type with missing or mistyped
-    /// fields. The conversation rejects a reply holding one (`protocol_error`).
+    /// fields. The conversation rejects an `end_turn` or `tool_use` reply
+    /// holding one (`protocol_error`); a reply stopped for another reason
+    /// finishes `model_stopped` with the block shown in its status text.
     Unsupported {
         /// The block's `type` string (`"<missing>"` when absent or not a string).
         kind: String,
@@ -478,20 +481,23 @@ pub struct Request<'a> {
     pub tools: &'a [ToolDefinition],
     /// The history, oldest first; it always ends with a user message.
     pub messages: &'a [Message],
-    /// Extra text attached to the last user message of this request only (the
-    /// current plan); it is not part of the history.
+    /// A system attachment: extra system text for this request only (the
+    /// current plan), sent after the system prompt; it is not part of the
+    /// history. It never goes into a message: text after `tool_result`
+    /// blocks is a documented cause of empty `end_turn` replies.
     pub attachment: Option<&'a str>,
 }
 
 impl Request<'_> {
-    /// The messages as they go on the wire: the history, with the attachment
-    /// (if any) appended as a text block to the last message.
-    pub fn wire_messages(&self) -> Vec<Message> {
-        let mut messages = self.messages.to_vec();
-        if let (Some(text), Some(last)) = (self.attachment, messages.last_mut()) {
-            last.content.push(Block::text(text));
-        }
-        messages
+    /// The system text blocks as they go on the wire, in order: the system
+    /// prompt (the stable, cacheable part), then the attachment; empty ones
+    /// are left out.
+    pub fn system_blocks(&self) -> Vec<&str> {
+        [Some(self.system), self.attachment]
+            .into_iter()
+            .flatten()
+            .filter(|text| !text.is_empty())
+            .collect()
     }
 
     /// The names of the tools offered, in order.

@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::agent_id::AgentId;
-use crate::conversation::{Budget, Conversation, Outcome, StatusKind, ToolOutput};
+use crate::conversation::{Budget, Conversation, OnEmptyReply, Outcome, StatusKind, ToolOutput};
 use crate::driver;
 use crate::error::{ModelFailure, SetupError};
 use crate::executor::{Gate, ToolRecord, Toolbox, Warning};
@@ -246,6 +246,8 @@ pub struct ChildRecord {
     pub outcome: Outcome,
     /// The token usage of each of the child's replies, in order.
     pub usage_per_call: Vec<crate::protocol::Usage>,
+    /// Empty replies of the child answered with a request to continue.
+    pub empty_replies_continued: u32,
     /// The child's tool calls.
     pub tools: Vec<ToolRecord>,
     /// Warnings raised by the child's hooks.
@@ -263,6 +265,19 @@ pub(crate) struct Shared {
     pub(crate) monitor: SharedMonitor,
     pub(crate) children: Arc<Mutex<Vec<ChildRecord>>>,
     pub(crate) guard: Arc<RunGuard>,
+    /// What an empty `end_turn` leads to, for the parent and every child
+    /// (set at any point of the builder, hence shared).
+    pub(crate) on_empty: Arc<Mutex<OnEmptyReply>>,
+}
+
+impl Shared {
+    /// The run's policy for empty replies.
+    pub(crate) fn on_empty(&self) -> OnEmptyReply {
+        *self
+            .on_empty
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
 }
 
 /// The `task` tool. Built by [`crate::AgentBuilder::subagents`].
@@ -345,7 +360,9 @@ impl TaskTool {
         let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
         let outcome = match Conversation::start(task, self.budget.get()) {
             Ok(conversation) => {
-                let conversation = conversation.with_system(self.system.as_str());
+                let conversation = conversation
+                    .with_system(self.system.as_str())
+                    .on_empty_reply(self.shared.on_empty());
                 let mut model = self.models.model_for(number);
                 driver::run(conversation, &mut model, &mut toolbox, &mut observer)
             }
@@ -353,6 +370,7 @@ impl TaskTool {
             Err(err) => refusal_outcome(task, &err.to_string()),
         };
         let (tools, warnings) = toolbox.into_parts();
+        let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();
         let report = TaskReport::from_outcome(&outcome);
         let output = report.to_output();
@@ -367,6 +385,7 @@ impl TaskTool {
                 report,
                 outcome,
                 usage_per_call,
+                empty_replies_continued,
                 tools,
                 warnings,
                 elapsed: started.elapsed(),

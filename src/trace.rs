@@ -9,6 +9,7 @@
 //! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` |
 //! | `response` | `call`, `response` (the reply as received) |
 //! | `model_failed` | `call`, `error` |
+//! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
 //! | `tool` | `name`, `id`, `decision`, `is_error`, `content` (the result exactly as sent to the model) |
 //! | `warning` | `text` |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
@@ -220,11 +221,27 @@ impl Monitor for TraceWriter {
                 }
                 self.line(agent, "request", fields);
             }
-            Event::Response { call, response } => {
+            Event::Response {
+                call,
+                response,
+                raw,
+            } => {
+                // The reply as received when there is one; else the parsed form.
+                let response = match raw {
+                    Some(raw) => (*raw).clone(),
+                    None => json!(response),
+                };
                 self.line(
                     agent,
                     "response",
                     json!({"call": call, "response": response}),
+                );
+            }
+            Event::EmptyReplyContinued { call, prompt } => {
+                self.line(
+                    agent,
+                    "empty_reply",
+                    json!({"call": call, "continued_with": prompt}),
                 );
             }
             Event::ModelFailed { call, failure } => {

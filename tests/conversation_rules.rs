@@ -10,7 +10,7 @@ use subloop::{
     SubmitError, ToolCall, ToolDefinition, ToolOutput, ToolResult, ToolResultContent, ToolUseId,
     Usage, Violation,
 };
-use subloop::{Reply, run};
+use subloop::{CONTINUE_PROMPT, OnEmptyReply, Reply, run};
 
 use common::RecordingModel;
 
@@ -788,6 +788,10 @@ enum Seen {
         call: u32,
         message: String,
     },
+    Continued {
+        call: u32,
+        prompt: String,
+    },
     ToolRequested(String),
     ToolFinished(String, String),
     Finished(StatusKind),
@@ -808,9 +812,13 @@ impl Observer for Log {
                 history_len: request.messages.len(),
                 new_messages: new_messages.to_vec(),
             },
-            Event::Response { call, response } => Seen::Response {
+            Event::Response { call, response, .. } => Seen::Response {
                 call: *call,
                 stop_reason: response.stop_reason.clone(),
+            },
+            Event::EmptyReplyContinued { call, prompt } => Seen::Continued {
+                call: *call,
+                prompt: (*prompt).to_owned(),
             },
             Event::ModelFailed { call, failure } => Seen::ModelFailed {
                 call: *call,
@@ -1004,4 +1012,242 @@ fn driver_stops_at_call_limit_without_another_request() {
     assert_eq!(model.requests().len(), 2);
     assert_eq!(executor.seen, vec!["t1", "t2"]);
     assert_eq!(outcome.messages.last(), Some(&results_message(&["t2"])));
+}
+
+#[test]
+fn a_scripted_message_with_a_null_error_is_a_message_not_a_failure() {
+    let script = Script::parse(
+        r#"{"parent": [
+            {"id": "msg_1", "type": "message", "role": "assistant", "error": null,
+             "content": [{"type": "text", "text": "It prints 42."}],
+             "stop_reason": "end_turn", "stop_sequence": null}
+        ]}"#,
+    )
+    .expect("a valid script");
+    assert!(
+        matches!(&script.parent[..], [Ok(reply)] if reply.stop_reason == Some(StopReason::EndTurn)),
+        "{:?}",
+        script.parent
+    );
+    let mut model = ScriptedModel::new(script.parent);
+    let outcome = run(
+        start(3),
+        &mut model,
+        &mut Echo::default(),
+        &mut Log::default(),
+    );
+    assert_eq!(outcome.status, StatusKind::Answered);
+    assert_eq!(outcome.text, "It prints 42.");
+    // A null error on something that is not a message is no failure either:
+    // the script is invalid; a non-null error is still a failed request.
+    assert!(Script::parse(r#"{"parent": [{"error": null}]}"#).is_err());
+    let failed = Script::parse(
+        r#"{"parent": [{"error": "boom", "content": [], "stop_reason": "end_turn"}]}"#,
+    )
+    .expect("valid");
+    assert!(matches!(&failed.parent[..], [Err(failure)] if failure.message == "boom"));
+}
+
+#[test]
+fn other_stop_reasons_finish_model_stopped_even_with_unknown_blocks() {
+    let server_tool = || {
+        ReplyBlock::from_value(json!({
+            "type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}
+        }))
+    };
+    let compaction =
+        || ReplyBlock::from_value(json!({"type": "compaction", "content": "summary so far"}));
+    for (reason, wire) in [
+        (StopReason::PauseTurn, "pause_turn"),
+        (StopReason::Refusal, "refusal"),
+        (StopReason::MaxTokens, "max_tokens"),
+        (StopReason::StopSequence, "stop_sequence"),
+        (StopReason::Other("something_new".into()), "something_new"),
+    ] {
+        let sent = reply(
+            vec![text("Searching."), server_tool(), compaction()],
+            Some(reason.clone()),
+        );
+        let done = expect_stopped(start(3).receive(sent.clone()));
+        assert_eq!(done.status().reason(), Some(&reason));
+        assert_eq!(done.status().reply(), &sent, "the reply is kept whole");
+        let text = done.text();
+        assert!(
+            text.starts_with(&format!("model stopped: {wire}\nSearching.")),
+            "{text}"
+        );
+        assert!(
+            text.contains("[unsupported `server_tool_use` block: {")
+                && text.contains("\"query\":\"rust\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("[unsupported `compaction` block: {"),
+            "{text}"
+        );
+        assert_eq!(done.history(), &[question()]);
+    }
+    // tool_use and end_turn replies with an unknown block stay protocol errors.
+    for reason in [StopReason::ToolUse, StopReason::EndTurn] {
+        let sent = reply(
+            vec![text("x"), tool_use("toolu_1", "read_file"), server_tool()],
+            Some(reason),
+        );
+        let done = expect_protocol_error(start(3).receive(sent));
+        assert!(matches!(
+            done.status().violation(),
+            Violation::UnsupportedBlock { kind, .. } if kind == "server_tool_use"
+        ));
+    }
+}
+
+fn expect_continued(reply: Reply) -> Conversation<AwaitingModel> {
+    match reply {
+        Reply::Continued(next) => next,
+        other => panic!("expected Reply::Continued, got {other:?}"),
+    }
+}
+
+fn empty_end_turn() -> ModelResponse {
+    reply(Vec::new(), Some(StopReason::EndTurn))
+}
+
+#[test]
+fn an_empty_end_turn_is_a_protocol_error_by_default() {
+    let pending = expect_tools(start(5).receive(reply(
+        vec![tool_use("toolu_1", "read_file")],
+        Some(StopReason::ToolUse),
+    )));
+    let next = expect_continue(answer_all(pending));
+    let done = expect_protocol_error(next.receive(empty_end_turn()));
+    assert_eq!(done.status().violation(), &Violation::EndTurnWithoutText);
+    assert_eq!(done.history().len(), 3, "nothing was added");
+    let stop = start(5).on_empty_reply(OnEmptyReply::Stop);
+    expect_protocol_error(stop.receive(empty_end_turn()));
+}
+
+#[test]
+fn continue_answers_an_empty_reply_once_with_a_new_user_message() {
+    let conversation = start(5).on_empty_reply(OnEmptyReply::Continue);
+    let pending = expect_tools(conversation.receive(reply(
+        vec![tool_use("toolu_1", "read_file")],
+        Some(StopReason::ToolUse),
+    )));
+    let next = expect_continue(answer_all(pending));
+    // Whitespace is no text either; the empty reply is not stored.
+    let next = expect_continued(next.receive(reply(vec![text(" \n")], Some(StopReason::EndTurn))));
+    assert_eq!(
+        next.calls_made(),
+        2,
+        "the empty reply counts against the budget"
+    );
+    assert_eq!(
+        next.history(),
+        &[
+            question(),
+            assistant(vec![Block::tool_use(
+                "toolu_1",
+                "read_file",
+                json!({"path": "toolu_1.txt"})
+            )]),
+            results_message(&["toolu_1"]),
+            Message::user_text(CONTINUE_PROMPT),
+        ]
+    );
+    assert_eq!(CONTINUE_PROMPT, "Please continue.");
+    let done = match next.receive(ModelResponse::answer("It prints 42.")) {
+        Reply::Answered(done) => done,
+        other => panic!("expected an answer, got {other:?}"),
+    };
+    assert_eq!(done.text(), "It prints 42.");
+    assert_eq!(done.calls_made(), 3);
+    assert_eq!(done.history().len(), 5);
+}
+
+#[test]
+fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_continue_again() {
+    let conversation = start(8).on_empty_reply(OnEmptyReply::Continue);
+    let next = expect_continued(conversation.receive(empty_end_turn()));
+    let done = expect_protocol_error(next.receive(empty_end_turn()));
+    assert_eq!(done.status().violation(), &Violation::EndTurnWithoutText);
+    assert!(
+        done.text().contains("a second empty reply in a row"),
+        "{}",
+        done.text()
+    );
+    assert_eq!(done.calls_made(), 2);
+
+    // Once per turn: a reply with tools in between allows another continue.
+    let conversation = start(8).on_empty_reply(OnEmptyReply::Continue);
+    let next = expect_continued(conversation.receive(empty_end_turn()));
+    let pending = expect_tools(next.receive(reply(
+        vec![tool_use("toolu_1", "read_file")],
+        Some(StopReason::ToolUse),
+    )));
+    let next = expect_continue(answer_all(pending));
+    let next = expect_continued(next.receive(empty_end_turn()));
+    assert_eq!(next.calls_made(), 3);
+    let prompts = next
+        .history()
+        .iter()
+        .filter(|message| **message == Message::user_text(CONTINUE_PROMPT))
+        .count();
+    assert_eq!(prompts, 2);
+}
+
+#[test]
+fn continue_with_no_call_left_is_a_protocol_error() {
+    let conversation = start(1).on_empty_reply(OnEmptyReply::Continue);
+    let done = expect_protocol_error(conversation.receive(empty_end_turn()));
+    assert!(
+        done.text().contains("no model call left"),
+        "{}",
+        done.text()
+    );
+    assert_eq!(done.history(), &[question()]);
+}
+
+#[test]
+fn the_driver_reports_a_continued_empty_reply_and_sends_the_prompt_next() {
+    let mut model = ScriptedModel::new(vec![
+        Ok(empty_end_turn()),
+        Ok(ModelResponse::answer("done")),
+    ]);
+    let mut log = Log::default();
+    let conversation = start(3).on_empty_reply(OnEmptyReply::Continue);
+    let outcome = run(conversation, &mut model, &mut Echo::default(), &mut log);
+    assert_eq!(outcome.status, StatusKind::Answered);
+    assert_eq!(outcome.calls, 2);
+    assert_eq!(
+        log.0[..3],
+        [
+            Seen::Request {
+                call: 1,
+                history_len: 1,
+                new_messages: vec![question()],
+            },
+            Seen::Response {
+                call: 1,
+                stop_reason: Some(StopReason::EndTurn),
+            },
+            Seen::Continued {
+                call: 1,
+                prompt: CONTINUE_PROMPT.to_owned(),
+            },
+        ]
+    );
+    assert_eq!(
+        log.0[3],
+        Seen::Request {
+            call: 2,
+            history_len: 2,
+            new_messages: vec![Message::user_text(CONTINUE_PROMPT)],
+        }
+    );
+    assert_eq!(
+        OnEmptyReply::parse("continue"),
+        Some(OnEmptyReply::Continue)
+    );
+    assert_eq!(OnEmptyReply::parse("stop"), Some(OnEmptyReply::Stop));
+    assert_eq!(OnEmptyReply::parse("retry"), None);
 }

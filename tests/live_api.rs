@@ -500,7 +500,11 @@ fn a_stream_assembles_the_same_reply_as_a_plain_call() {
     );
     let usage = reply.usage.expect("usage");
     assert_eq!((usage.input_tokens, usage.output_tokens), (25, 30));
-    assert_eq!(*shown.lock().unwrap(), "Let me check.");
+    assert_eq!(
+        *shown.lock().unwrap(),
+        "Let me check.\n",
+        "the text ends its line"
+    );
 }
 
 #[test]
@@ -687,7 +691,10 @@ fn the_request_body_is_exactly_the_messages_api_body_with_cache_breakpoints() {
         json!({
             "model": "claude-test",
             "max_tokens": 4096,
-            "system": [{"type": "text", "text": "be brief", "cache_control": eph}],
+            "system": [
+                {"type": "text", "text": "be brief", "cache_control": eph},
+                {"type": "text", "text": "Current plan: x"}
+            ],
             "tools": [
                 {"name": "a", "description": "A", "input_schema": {"type": "object"}},
                 {"name": "b", "description": "B", "input_schema": {"type": "object"}, "cache_control": eph}
@@ -699,8 +706,7 @@ fn the_request_body_is_exactly_the_messages_api_body_with_cache_breakpoints() {
                     {"type": "redacted_thinking", "data": "opaque"},
                     {"type": "tool_use", "id": "t1", "name": "a", "input": {}}]},
                 {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "t1", "content": "done", "cache_control": eph},
-                    {"type": "text", "text": "Current plan: x"}]}
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "done", "cache_control": eph}]}
             ]
         })
     );

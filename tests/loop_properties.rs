@@ -236,8 +236,15 @@ fn violations(reply: &ModelResponse) -> Vec<Violation> {
     let mut seen = HashSet::new();
     let mut calls = 0;
     let mut text = String::new();
+    // A reply that stops for another reason (max_tokens, refusal, …) is
+    // model_stopped whatever blocks it holds.
+    let stops_otherwise = !matches!(
+        reply.stop_reason,
+        None | Some(StopReason::EndTurn | StopReason::ToolUse)
+    );
     for (index, block) in reply.content.iter().enumerate() {
         match block {
+            ReplyBlock::Unsupported { .. } if stops_otherwise => {}
             ReplyBlock::Unsupported { kind, reason, .. } => {
                 found.push(Violation::UnsupportedBlock {
                     kind: kind.clone(),

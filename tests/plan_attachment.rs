@@ -123,7 +123,7 @@ fn a_valid_plan_is_attached_to_every_later_request_but_not_stored() {
 }
 
 #[test]
-fn the_wire_form_carries_the_plan_on_the_last_message_only() {
+fn the_wire_form_carries_the_plan_as_a_system_block_after_the_system_prompt() {
     let (report, model) = run_plans(vec![good_plan()]);
     let requests = model.requests();
     let second = &requests[1];
@@ -133,12 +133,21 @@ fn the_wire_form_carries_the_plan_on_the_last_message_only() {
         messages: &second.messages,
         attachment: second.attachment.as_deref(),
     };
-    let wire = request.wire_messages();
-    assert_eq!(wire.len(), second.messages.len());
-    let last = wire.last().unwrap();
-    assert_eq!(last.content.last(), Some(&Block::text(GOOD_RENDERED)));
-    assert_eq!(wire[..wire.len() - 1], second.messages[..wire.len() - 1]);
+    // The system prompt first (the cached, stable part), then the plan.
+    assert_eq!(
+        request.system_blocks(),
+        vec![second.system.as_str(), GOOD_RENDERED]
+    );
+    // Nothing follows the tool result in the last message.
+    let last = second.messages.last().unwrap();
+    assert_eq!(last.content.last().map(Block::kind), Some("tool_result"));
     assert_history_is_clean(&report.outcome.messages);
+    let bare = subloop::Request {
+        system: "",
+        attachment: None,
+        ..request
+    };
+    assert!(bare.system_blocks().is_empty());
 }
 
 /// (what, plan, a piece of the expected error text).

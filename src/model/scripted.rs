@@ -9,15 +9,17 @@
 //! `REPLY` is a Messages API response object (`stop_reason`, `content`; other
 //! fields such as `id`, `model`, `usage` are accepted) or `{"error": "text"}`
 //! for a failed request (an API error body `{"type": "error", "error":
-//! {"type", "message"}}` also counts). A reply that is neither makes the
-//! whole script invalid, before anything runs. `children[i]` is
-//! the script of the i-th delegation of the run.
+//! {"type", "message"}}` also counts; `"error": null` is no error). A reply
+//! that is neither makes the whole script invalid, before anything runs.
+//! `children[i]` is the script of the i-th delegation of the run. Each reply
+//! is also kept as written ([`ScriptText`]); wrapped in [`WithRawReplies`],
+//! that is what the trace records as received.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-use super::Model;
+use super::{Model, Received};
 use crate::error::{ModelFailure, ScriptError};
 use crate::protocol::{ModelResponse, Request};
 
@@ -31,6 +33,18 @@ pub struct Script {
     pub parent: Vec<ScriptedReply>,
     /// One list of replies per delegation, in delegation order.
     pub children: Vec<Vec<ScriptedReply>>,
+    /// Every reply as the script wrote it (compact JSON), in the shape of
+    /// `parent` and `children`: what the trace records as received.
+    pub raw: ScriptText,
+}
+
+/// The replies of a [`Script`] as written, one compact JSON text per reply.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScriptText {
+    /// The parent's replies.
+    pub parent: Vec<String>,
+    /// Each delegation's replies.
+    pub children: Vec<Vec<String>>,
 }
 
 impl Script {
@@ -58,31 +72,45 @@ impl Script {
         {
             return Err(format!("unknown key `{key}`"));
         }
-        let parent = match top.remove("parent") {
+        let (parent, parent_raw) = match top.remove("parent") {
             Some(value) => replies(value, "parent")?,
             None => return Err("missing key `parent`".to_owned()),
         };
-        let children = match top.remove("children") {
-            None | Some(Value::Null) => Vec::new(),
+        let (children, children_raw) = match top.remove("children") {
+            None | Some(Value::Null) => (Vec::new(), Vec::new()),
             Some(Value::Array(items)) => items
                 .into_iter()
                 .enumerate()
                 .map(|(index, item)| replies(item, &format!("children[{index}]")))
-                .collect::<Result<_, _>>()?,
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .unzip(),
             Some(_) => return Err("`children` must be an array of arrays".to_owned()),
         };
-        Ok(Self { parent, children })
+        Ok(Self {
+            parent,
+            children,
+            raw: ScriptText {
+                parent: parent_raw,
+                children: children_raw,
+            },
+        })
     }
 }
 
-fn replies(value: Value, place: &str) -> Result<Vec<ScriptedReply>, String> {
+fn replies(value: Value, place: &str) -> Result<(Vec<ScriptedReply>, Vec<String>), String> {
     let Value::Array(items) = value else {
         return Err(format!("`{place}` must be an array of replies"));
     };
     items
         .into_iter()
         .enumerate()
-        .map(|(index, item)| reply(item).map_err(|err| format!("{place}[{index}]: {err}")))
+        .map(|(index, item)| {
+            let raw = item.to_string();
+            reply(item)
+                .map(|reply| (reply, raw))
+                .map_err(|err| format!("{place}[{index}]: {err}"))
+        })
         .collect()
 }
 
@@ -91,7 +119,8 @@ fn reply(value: Value) -> Result<ScriptedReply, String> {
     if !value.is_object() {
         return Err("a reply must be a JSON object".to_owned());
     }
-    if let Some(error) = value.get("error") {
+    // `"error": null` says "no error": such a reply is judged as a message.
+    if let Some(error) = value.get("error").filter(|error| !error.is_null()) {
         let failure = match error {
             Value::String(text) => ModelFailure::new(text.clone()),
             Value::Object(body) => {
@@ -131,6 +160,41 @@ impl ScriptedModel {
             replies: replies.into_iter(),
             used: 0,
         }
+    }
+}
+
+/// Wraps a model so that each reply comes with the next entry of `raw`
+/// (a script's reply as written) as the reply as received; one entry is
+/// used per request, failed or not, so `raw` lines up with a script.
+#[derive(Debug, Clone)]
+pub struct WithRawReplies<M> {
+    inner: M,
+    raw: std::vec::IntoIter<String>,
+}
+
+impl<M> WithRawReplies<M> {
+    /// `inner`, whose `n`-th reply is handed back with `raw[n]`.
+    pub fn new(inner: M, raw: Vec<String>) -> Self {
+        Self {
+            inner,
+            raw: raw.into_iter(),
+        }
+    }
+}
+
+impl<M: Model> Model for WithRawReplies<M> {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.respond_received(request)
+            .map(|received| received.response)
+    }
+
+    fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
+        let raw = self.raw.next();
+        let response = self.inner.respond(request)?;
+        Ok(Received {
+            response,
+            raw: raw.and_then(|text| serde_json::from_str(&text).ok()),
+        })
     }
 }
 

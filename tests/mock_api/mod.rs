@@ -261,7 +261,201 @@ pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
         message["model"] = body["model"].clone();
         message["stop_sequence"] = Value::Null;
         message["usage"] = json!({"input_tokens": 100, "output_tokens": 10,
-            "cache_creation_input_tokens": 50, "cache_read_input_tokens": 40});
+            "cache_creation_input_tokens": 50, "cache_read_input_tokens": 40,
+            "cache_creation": {"ephemeral_5m_input_tokens": 50, "ephemeral_1h_input_tokens": 0},
+            "service_tier": "standard"});
         Reply::json(200, message)
     }
+}
+
+/// The demo handler, answering every request as an event stream (the same
+/// messages, cut into the events the API sends).
+pub fn demo_stream_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
+    let mut plain = demo_handler();
+    move |recorded| match plain(recorded) {
+        Reply::Full { body, .. } => {
+            let message: Value = serde_json::from_slice(&body).expect("the demo reply is JSON");
+            Reply::sse(&message_events(&message))
+        }
+        other => other,
+    }
+}
+
+/// The stream events of a complete message: `message_start` (everything but
+/// the content, output tokens 1), one start/delta/stop per block (text in two
+/// pieces, tool input as partial JSON), `message_delta` (stop reason, stop
+/// sequence, the output tokens, and `null` for the input figures, as the API's
+/// `MessageDeltaUsage` allows), `message_stop`.
+pub fn message_events(message: &Value) -> Vec<(&'static str, Value)> {
+    let mut start = message.clone();
+    start["content"] = json!([]);
+    start["stop_reason"] = Value::Null;
+    start["stop_sequence"] = Value::Null;
+    start["usage"]["output_tokens"] = json!(1);
+    let mut events = vec![(
+        "message_start",
+        json!({"type": "message_start", "message": start}),
+    )];
+    let blocks = message["content"].as_array().cloned().unwrap_or_default();
+    for (index, block) in blocks.iter().enumerate() {
+        let mut opened = block.clone();
+        let deltas: Vec<Value> = match block["type"].as_str() {
+            Some("text") => {
+                opened["text"] = json!("");
+                let text = block["text"].as_str().unwrap_or_default();
+                let cut = text
+                    .char_indices()
+                    .nth(text.chars().count() / 2)
+                    .map_or(0, |(i, _)| i);
+                vec![
+                    json!({"type": "text_delta", "text": &text[..cut]}),
+                    json!({"type": "text_delta", "text": &text[cut..]}),
+                ]
+            }
+            Some("tool_use") => {
+                opened["input"] = json!({});
+                vec![
+                    json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}),
+                ]
+            }
+            _ => Vec::new(),
+        };
+        events.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": opened}),
+        ));
+        for delta in deltas {
+            events.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        events.push((
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        ));
+    }
+    events.push((
+        "message_delta",
+        json!({"type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
+            "usage": {"output_tokens": message["usage"]["output_tokens"], "input_tokens": null,
+                "cache_creation_input_tokens": null, "cache_read_input_tokens": null}}),
+    ));
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    events
+}
+
+/// What one request did with the simulated prompt cache, in bytes of the
+/// canonical JSON of its prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheUse {
+    /// Bytes read from the cache (the longest cached prefix found).
+    pub read: usize,
+    /// Bytes written to the cache (up to the last breakpoint, past what was read).
+    pub written: usize,
+    /// Bytes of the whole prompt.
+    pub total: usize,
+}
+
+/// A model of the API's prompt cache, enough to see which prefix a request
+/// would read back: the prompt is tools, then system blocks, then message
+/// blocks, in that order; each block carrying `cache_control` is a
+/// breakpoint; a request writes the prefix up to each breakpoint, and reads
+/// the longest prefix a previous request wrote that ends at one of its own
+/// breakpoints or at most 20 blocks before one (the API's lookback).
+#[derive(Debug, Default)]
+pub struct PromptCache {
+    written: std::collections::HashSet<String>,
+}
+
+/// The prompt of a request body cut into blocks (without their
+/// `cache_control`), each with whether it is a breakpoint.
+pub fn prompt_blocks(body: &Value) -> Vec<(String, bool)> {
+    let strip = |block: &Value| {
+        let mut block = block.clone();
+        let marked = block
+            .as_object_mut()
+            .and_then(|object| object.remove("cache_control"))
+            .is_some();
+        (block.to_string(), marked)
+    };
+    let mut blocks = Vec::new();
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        blocks.push(strip(tool));
+    }
+    for block in body["system"].as_array().into_iter().flatten() {
+        let (text, marked) = strip(block);
+        blocks.push((format!("system:{text}"), marked));
+    }
+    for message in body["messages"].as_array().into_iter().flatten() {
+        let role = message["role"].as_str().unwrap_or_default();
+        for (index, block) in message["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let (text, marked) = strip(block);
+            let tag = if index == 0 { role } else { "" };
+            blocks.push((format!("{tag}:{text}"), marked));
+        }
+    }
+    blocks
+}
+
+impl PromptCache {
+    pub fn request(&mut self, body: &Value) -> CacheUse {
+        let blocks = prompt_blocks(body);
+        let mut prefixes = Vec::with_capacity(blocks.len());
+        let mut prefix = String::new();
+        for (text, _) in &blocks {
+            prefix.push_str(text);
+            prefix.push('\u{1e}');
+            prefixes.push(prefix.clone());
+        }
+        let breakpoints: Vec<usize> = blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, marked))| *marked)
+            .map(|(index, _)| index)
+            .collect();
+        let mut read = 0;
+        for &point in &breakpoints {
+            for candidate in &prefixes[point.saturating_sub(20)..=point] {
+                if self.written.contains(candidate) {
+                    read = read.max(candidate.len());
+                }
+            }
+        }
+        let last = breakpoints.last().map_or(0, |&point| prefixes[point].len());
+        for &point in &breakpoints {
+            self.written.insert(prefixes[point].clone());
+        }
+        CacheUse {
+            read,
+            written: last.saturating_sub(read),
+            total: prefix.len(),
+        }
+    }
+}
+
+/// Whether any message of a request body holds a text block after a `tool_result` block.
+pub fn text_after_tool_result(body: &Value) -> bool {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|message| {
+            let kinds: Vec<&str> = message["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|block| block["type"].as_str())
+                .collect();
+            kinds
+                .iter()
+                .position(|kind| *kind == "tool_result")
+                .is_some_and(|first| kinds[first..].contains(&"text"))
+        })
 }

@@ -4,11 +4,15 @@
 //! Messages API body (`model`, `max_tokens`, `system`, `tools`, `messages`,
 //! and `stream` when streaming), with prompt-caching breakpoints on the
 //! system prompt, the last tool and the last history block, so a multi-turn
-//! run re-reads its prefix from the cache. Retries happen here, in the
+//! run re-reads its prefix from the cache. The request's attachment (the
+//! plan) is a second system text block after the cached one: never a text
+//! block after `tool_result` blocks, which the API documents as a cause of
+//! empty `end_turn` replies. Retries happen here, in the
 //! transport layer, never in the loop (see [`retry`]). Whatever finally
 //! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
 //! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
-//! from every error text.
+//! from every error text (when at least [`MIN_SCRUBBED_CHARS`] long); the
+//! userinfo of the base URL is never printed.
 
 pub mod retry;
 pub mod sse;
@@ -23,7 +27,7 @@ use thiserror::Error;
 
 use self::retry::{RetryPolicy, retryable_status, should_retry_header};
 use self::transport::{HttpResponse, Timeouts, Transport, TransportErrorKind, UreqTransport};
-use super::Model;
+use super::{Model, Received};
 use crate::error::ModelFailure;
 use crate::protocol::{ModelResponse, Request};
 
@@ -39,6 +43,29 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest event stream read (64 MiB).
 const MAX_STREAM: u64 = 64 * 1024 * 1024;
+/// Secrets shorter than this many characters are not scrubbed from error
+/// texts: replacing a one-letter "key" would garble every message, and so
+/// short a string is no secret worth hiding.
+pub const MIN_SCRUBBED_CHARS: usize = 8;
+
+/// The userinfo (`user:password`) of a URL, if it has one.
+fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    authority
+        .rsplit_once('@')
+        .map(|(info, _)| info)
+        .filter(|info| !info.is_empty())
+}
+
+/// `url` with its userinfo (`https://user:key@host`) replaced by `***`:
+/// the form that may be printed.
+pub fn redact_url(url: &str) -> String {
+    match userinfo(url) {
+        Some(info) => url.replacen(&format!("{info}@"), "***@", 1),
+        None => url.to_owned(),
+    }
+}
 
 /// The `error.type` and `error.message` of an API error body (or event).
 pub(crate) fn api_error(body: &Value) -> (&str, &str) {
@@ -93,8 +120,8 @@ pub enum LiveError {
     Invalid(String),
 }
 
-/// Settings of the live client.
-#[derive(Debug, Clone)]
+/// Settings of the live client. `Debug` hides the key and the base URL's userinfo.
+#[derive(Clone)]
 pub struct LiveConfig {
     /// The API key (sent as `x-api-key`).
     pub api_key: ApiKey,
@@ -112,7 +139,26 @@ pub struct LiveConfig {
     pub stream: bool,
 }
 
+impl std::fmt::Debug for LiveConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveConfig")
+            .field("api_key", &self.api_key)
+            .field("model", &self.model)
+            .field("base_url", &self.display_base_url())
+            .field("max_tokens", &self.max_tokens)
+            .field("timeouts", &self.timeouts)
+            .field("retry", &self.retry)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
 impl LiveConfig {
+    /// The base URL as it may be printed: without its userinfo.
+    pub fn display_base_url(&self) -> String {
+        redact_url(&self.base_url)
+    }
+
     /// Reads `ANTHROPIC_API_KEY`, `ANTHROPIC_MODEL` and `ANTHROPIC_BASE_URL`
     /// through `env`; `model` (from `--model`) wins over the environment.
     pub fn from_env(
@@ -130,7 +176,8 @@ impl LiveConfig {
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
             return Err(LiveError::Invalid(format!(
-                "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{base_url}`)"
+                "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{}`)",
+                redact_url(&base_url)
             )));
         }
         Ok(Self {
@@ -190,7 +237,9 @@ impl Client {
         self
     }
 
-    /// Shows streamed text deltas as they arrive (the CLI prints them on stderr).
+    /// Shows streamed text deltas as they arrive (the CLI prints them on
+    /// stderr). When a reply's streamed text does not end with a newline,
+    /// the sink gets one `"\n"` after it, once the stream is over.
     pub fn with_text_sink(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> Self {
         self.on_text = Some(Arc::new(sink));
         self
@@ -208,9 +257,18 @@ impl Client {
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
         });
+        // The static system prompt carries the breakpoint; the attachment (the
+        // plan) follows it as a second block, so tools + system stay cached
+        // when the plan changes, and no text ever follows tool results.
+        let mut system = Vec::new();
         if !request.system.is_empty() {
-            body["system"] =
-                json!([{"type": "text", "text": request.system, "cache_control": cache}]);
+            system.push(json!({"type": "text", "text": request.system, "cache_control": cache}));
+        }
+        if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
+            system.push(json!({"type": "text", "text": text}));
+        }
+        if !system.is_empty() {
+            body["system"] = Value::Array(system);
         }
         if !request.tools.is_empty() {
             let mut tools = json!(request.tools);
@@ -220,15 +278,13 @@ impl Client {
             body["tools"] = tools;
         }
         let mut messages = json!(request.messages);
-        if let Some(last) = messages.as_array_mut().and_then(|m| m.last_mut()) {
-            if let Some(block) = last["content"].as_array_mut().and_then(|c| c.last_mut()) {
-                block["cache_control"] = cache;
-            }
-            if let (Some(text), Some(content)) =
-                (request.attachment, last["content"].as_array_mut())
-            {
-                content.push(json!({"type": "text", "text": text}));
-            }
+        if let Some(block) = messages
+            .as_array_mut()
+            .and_then(|m| m.last_mut())
+            .and_then(|last| last["content"].as_array_mut())
+            .and_then(|c| c.last_mut())
+        {
+            block["cache_control"] = cache;
         }
         body["messages"] = messages;
         if self.config.stream {
@@ -237,13 +293,24 @@ impl Client {
         body
     }
 
-    fn scrub(&self, text: String) -> String {
+    /// Hides the secrets from an error text: the API key and the password
+    /// of the base URL when at least [`MIN_SCRUBBED_CHARS`] long, and the
+    /// base URL's whole userinfo wherever it appears before an `@`.
+    fn scrub(&self, mut text: String) -> String {
+        let long = |secret: &str| secret.chars().count() >= MIN_SCRUBBED_CHARS;
         let key = self.config.api_key.expose();
-        if key.is_empty() {
-            text
-        } else {
-            text.replace(key, "***")
+        if long(key) {
+            text = text.replace(key, "***");
         }
+        if let Some(info) = userinfo(&self.config.base_url) {
+            text = text.replace(&format!("{info}@"), "***@");
+            if let Some((_, password)) = info.split_once(':')
+                && long(password)
+            {
+                text = text.replace(password, "***");
+            }
+        }
+        text
     }
 
     fn fail(&self, kind: &str, message: String) -> ModelFailure {
@@ -252,6 +319,13 @@ impl Client {
 
     /// Sends one request, retrying what is worth retrying.
     pub fn send(&self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.send_received(request)
+            .map(|received| received.response)
+    }
+
+    /// Sends one request like [`Client::send`], also handing back the reply
+    /// as received (for a stream: the message assembled from its events).
+    pub fn send_received(&self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         let body = self.body_bytes(request)?;
         self.send_body(&body, None)
     }
@@ -278,7 +352,7 @@ impl Client {
         &self,
         body: &[u8],
         stop: Option<&StopProbe>,
-    ) -> Result<ModelResponse, ModelFailure> {
+    ) -> Result<Received, ModelFailure> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let accept = if self.config.stream {
             "text/event-stream"
@@ -383,16 +457,27 @@ impl Client {
         }
     }
 
-    fn read_stream(&self, response: HttpResponse) -> Result<ModelResponse, ModelFailure> {
+    fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
         let sink = self.on_text.clone();
+        // Whether the text shown so far ends in the middle of a line.
+        let mut open_line = false;
         let mut on_text = |text: &str| {
-            if let Some(sink) = &sink {
+            if let Some(sink) = &sink
+                && !text.is_empty()
+            {
+                open_line = !text.ends_with('\n');
                 sink(text);
             }
         };
         // A hostile stream cannot grow without bound: past the cap it just ends.
         let body = BufReader::new(response.body.take(MAX_STREAM));
-        sse::read_stream(body, &mut on_text).map_err(|failure| {
+        let result = sse::read_stream(body, &mut on_text);
+        // The streamed text ends its line, so what is printed next (a
+        // progress line, an error) starts on a line of its own.
+        if open_line && let Some(sink) = &sink {
+            sink("\n");
+        }
+        result.map_err(|failure| {
             self.fail(
                 failure.kind.as_deref().unwrap_or("stream_error"),
                 failure.message,
@@ -400,7 +485,7 @@ impl Client {
         })
     }
 
-    fn parse_body(&self, text: &str) -> Result<ModelResponse, ModelFailure> {
+    fn parse_body(&self, text: &str) -> Result<Received, ModelFailure> {
         let value: Value = serde_json::from_str(text).map_err(|err| {
             let snippet: String = text.chars().take(200).collect();
             self.fail(
@@ -412,12 +497,16 @@ impl Client {
             let (kind, message) = api_error(&value);
             return Err(self.fail(kind, format!("{kind}: {message}")));
         }
-        ModelResponse::from_value(value).map_err(|err| {
-            self.fail(
+        match ModelResponse::from_value(value.clone()) {
+            Ok(response) => Ok(Received {
+                response,
+                raw: Some(value),
+            }),
+            Err(err) => Err(self.fail(
                 "invalid_response",
                 format!("the response is not a message: {err}"),
-            )
-        })
+            )),
+        }
     }
 }
 
@@ -458,12 +547,17 @@ impl AnthropicModel {
 }
 
 impl Model for AnthropicModel {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.respond_received(request)
+            .map(|received| received.response)
+    }
+
     /// Without a stop probe, sends on this thread. With one, the request
     /// runs on a worker thread while this one checks the probe every 20 ms,
     /// so cancelling or a deadline does not wait for the HTTP timeouts.
-    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+    fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         let Some(probe) = self.stop.as_ref().and_then(|slot| slot.get()).cloned() else {
-            return self.client.send(request);
+            return self.client.send_received(request);
         };
         let body = self.client.body_bytes(request)?;
         let client = Arc::clone(&self.client);

@@ -4,9 +4,10 @@
 
 use std::io::BufRead;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::error::ModelFailure;
+use crate::model::Received;
 use crate::protocol::ModelResponse;
 
 /// One event: its `event:` name (empty if none) and its `data:` lines joined by `\n`.
@@ -86,10 +87,23 @@ struct BlockState {
 #[derive(Default)]
 pub struct StreamAssembler {
     blocks: Vec<BlockState>,
-    stop_reason: Value,
+    /// The `message` of `message_start` (`id`, `model`, …), updated by each
+    /// `message_delta`'s `delta` (`stop_reason`, `stop_sequence`, …).
+    message: Map<String, Value>,
     usage: Map<String, Value>,
     started: bool,
     stopped: bool,
+}
+
+/// Merges usage figures into `usage`. A `null` figure means "no new
+/// figure" (the API's `MessageDeltaUsage` allows it): the one already there,
+/// from `message_start`, stays.
+fn merge_usage(usage: &mut Map<String, Value>, figures: &Map<String, Value>) {
+    for (key, value) in figures {
+        if !value.is_null() {
+            usage.insert(key.clone(), value.clone());
+        }
+    }
 }
 
 impl std::fmt::Debug for StreamAssembler {
@@ -142,8 +156,11 @@ impl StreamAssembler {
         match kind {
             "message_start" => {
                 self.started = true;
-                if let Some(Value::Object(usage)) = data.pointer("/message/usage") {
-                    self.usage.extend(usage.clone());
+                if let Some(Value::Object(message)) = data.get("message") {
+                    self.message = message.clone();
+                    if let Some(Value::Object(usage)) = self.message.remove("usage") {
+                        merge_usage(&mut self.usage, &usage);
+                    }
                 }
             }
             "content_block_start" => {
@@ -198,11 +215,15 @@ impl StreamAssembler {
                 }
             }
             "message_delta" => {
-                if let Some(reason) = data.pointer("/delta/stop_reason") {
-                    self.stop_reason = reason.clone();
+                if let Some(Value::Object(delta)) = data.get("delta") {
+                    self.message.extend(
+                        delta
+                            .iter()
+                            .map(|(key, value)| (key.clone(), value.clone())),
+                    );
                 }
                 if let Some(Value::Object(usage)) = data.get("usage") {
-                    self.usage.extend(usage.clone());
+                    merge_usage(&mut self.usage, usage);
                 }
             }
             "message_stop" => self.stopped = true,
@@ -233,31 +254,41 @@ impl StreamAssembler {
 
     /// The assembled reply; a stream that ended before `message_stop` is a failure.
     pub fn finish(self) -> Result<ModelResponse, ModelFailure> {
+        self.finish_received().map(|received| received.response)
+    }
+
+    /// The assembled reply and the message it was parsed from: `message_start`'s
+    /// message with every `message_delta` applied, its blocks and its usage.
+    pub fn finish_received(self) -> Result<Received, ModelFailure> {
         if !self.started || !self.stopped {
             return Err(failure("the stream ended before message_stop"));
         }
         let content: Vec<Value> = self.blocks.into_iter().map(|state| state.block).collect();
-        let message = json!({
-            "content": content,
-            "stop_reason": self.stop_reason,
-            "usage": Value::Object(self.usage),
-        });
-        ModelResponse::from_value(message)
-            .map_err(|err| failure(format!("assembled reply is not a message: {err}")))
+        let mut message = self.message;
+        message.insert("content".to_owned(), Value::Array(content));
+        message.entry("stop_reason").or_insert(Value::Null);
+        message.insert("usage".to_owned(), Value::Object(self.usage));
+        let raw = Value::Object(message);
+        let response = ModelResponse::from_value(raw.clone())
+            .map_err(|err| failure(format!("assembled reply is not a message: {err}")))?;
+        Ok(Received {
+            response,
+            raw: Some(raw),
+        })
     }
 }
 
-/// Reads a whole event stream into a reply.
+/// Reads a whole event stream into a reply and the message assembled from it.
 pub fn read_stream(
     input: impl BufRead,
     on_text: &mut dyn FnMut(&str),
-) -> Result<ModelResponse, ModelFailure> {
+) -> Result<Received, ModelFailure> {
     let mut reader = SseReader::new(input);
     let mut assembler = StreamAssembler::new();
     loop {
         match reader.next_event() {
             Ok(Some(event)) => assembler.push(&event, on_text)?,
-            Ok(None) => return assembler.finish(),
+            Ok(None) => return assembler.finish_received(),
             Err(err) => return Err(failure(format!("reading the stream failed: {err}"))),
         }
     }
