@@ -184,15 +184,45 @@ pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Resul
     Ok(builder.build())
 }
 
-/// Runs the parent on `models` and returns the report.
+/// Runs the parent on `models` and returns the report: [`prepare`], then [`Prepared::run`].
 pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
+    prepare(settings, models)?.run()
+}
+
+/// A run assembled and checked but not started: every error that refuses
+/// a run (workspace, tools, trace file, budget, question) comes from
+/// [`prepare`], so a host can print progress only once the run will go ahead.
+pub struct Prepared {
+    agent: Agent,
+    parent: Box<dyn Model>,
+    budget: Budget,
+    question: String,
     // A temporary workspace is removed afterwards, whatever happens.
-    let _cleanup = TemporaryWorkspace::for_settings(settings);
+    _cleanup: TemporaryWorkspace,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("agent", &self.agent)
+            .field("budget", &self.budget)
+            .field("question", &self.question)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the agent and the models for a run on `settings`, checking
+/// everything a run needs before anything runs.
+pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError> {
+    let cleanup = TemporaryWorkspace::for_settings(settings);
     let budget = Budget::new(settings.max_calls)?;
+    if settings.question.trim().is_empty() {
+        return Err(InputError::EmptyQuestion.into());
+    }
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
-    let (mut parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
+    let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
         Models::Script(script) => (
             Box::new(ScriptedModel::new(script.parent)),
             Arc::new(ScriptedChildren(script.children)),
@@ -218,7 +248,22 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
     let agent = build_agent(settings, children)?;
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
-    Ok(agent.run(&settings.question, budget, &mut parent)?)
+    Ok(Prepared {
+        agent,
+        parent,
+        budget,
+        question: settings.question.clone(),
+        _cleanup: cleanup,
+    })
+}
+
+impl Prepared {
+    /// Runs the parent and returns the report.
+    pub fn run(mut self) -> Result<RunReport, AppError> {
+        Ok(self
+            .agent
+            .run(&self.question, self.budget, self.parent.as_mut())?)
+    }
 }
 
 /// Settings for `subloop demo`: the demo question, and the workspace given,

@@ -20,7 +20,8 @@
 //! deadline, a token budget) and cancels it from another thread.
 //! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
 //! driver calls for the parent and every child; [`trace`] writes a JSON Lines
-//! record of every request and reply; [`app`] is what the CLI runs.
+//! record of every request and reply; [`app`] is what the CLI runs, and
+//! [`cli`] parses its command line.
 //!
 //! ## Invariants, and the tests that guard them
 //!
@@ -82,6 +83,7 @@
 pub mod agent;
 pub mod agent_id;
 pub mod app;
+pub mod cli;
 pub mod conversation;
 pub mod driver;
 pub mod error;
