@@ -235,21 +235,47 @@ impl Run {
     }
 }
 
-/// Runs the parent on `models` and returns the report.
+/// Runs the parent on `models` and returns the report: [`prepare`], then [`Prepared::run`].
 pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
-    run(settings, models).map(|run| run.report)
+    prepare(settings, models)?.run().map(|run| run.report)
 }
 
-/// Runs the parent on `models`: the report, with a failed trace write
-/// added to its warnings, and the trace's write error.
-pub fn run(settings: &Settings, models: Models) -> Result<Run, AppError> {
+/// A run assembled and checked but not started: every error that refuses
+/// a run (workspace, tools, trace file, budget, question) comes from
+/// [`prepare`], so a host can print progress only once the run will go ahead.
+pub struct Prepared {
+    agent: Agent,
+    parent: Box<dyn Model>,
+    budget: Budget,
+    question: String,
+    trace: Option<TraceStatus>,
+    trace_path: Option<PathBuf>,
     // A temporary workspace is removed afterwards, whatever happens.
-    let _cleanup = TemporaryWorkspace::for_settings(settings);
+    _cleanup: TemporaryWorkspace,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("agent", &self.agent)
+            .field("budget", &self.budget)
+            .field("question", &self.question)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the agent and the models for a run on `settings`, checking
+/// everything a run needs before anything runs.
+pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError> {
+    let cleanup = TemporaryWorkspace::for_settings(settings);
     let budget = Budget::new(settings.max_calls)?;
+    if settings.question.trim().is_empty() {
+        return Err(InputError::EmptyQuestion.into());
+    }
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
-    let (mut parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
+    let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
         Models::Script(script) => {
             // Each reply comes with its entry as written, for the trace.
             let scripted = ScriptedChildren(script.children);
@@ -291,21 +317,39 @@ pub fn run(settings: &Settings, models: Models) -> Result<Run, AppError> {
     let (agent, trace) = assemble(settings, children)?;
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
-    let mut report = agent.run(&settings.question, budget, &mut parent)?;
-    let trace_error = trace.and_then(|status| status.error());
-    if let (Some(error), Some(path)) = (&trace_error, &settings.trace) {
-        report.warnings.push(Warning {
-            agent: AgentId::Parent,
-            text: format!(
-                "writing the trace {} failed: {error}; the trace is incomplete",
-                path.display()
-            ),
-        });
-    }
-    Ok(Run {
-        report,
-        trace_error,
+    Ok(Prepared {
+        agent,
+        parent,
+        budget,
+        question: settings.question.clone(),
+        trace,
+        trace_path: settings.trace.clone(),
+        _cleanup: cleanup,
     })
+}
+
+impl Prepared {
+    /// Runs the parent: the report, with a failed trace write added to its
+    /// warnings, and the trace's write error.
+    pub fn run(mut self) -> Result<Run, AppError> {
+        let mut report = self
+            .agent
+            .run(&self.question, self.budget, self.parent.as_mut())?;
+        let trace_error = self.trace.and_then(|status| status.error());
+        if let (Some(error), Some(path)) = (&trace_error, &self.trace_path) {
+            report.warnings.push(Warning {
+                agent: AgentId::Parent,
+                text: format!(
+                    "writing the trace {} failed: {error}; the trace is incomplete",
+                    path.display()
+                ),
+            });
+        }
+        Ok(Run {
+            report,
+            trace_error,
+        })
+    }
 }
 
 /// Settings for `subloop demo`: the demo question, and the workspace given,

@@ -62,7 +62,9 @@ pub trait Executor {
     }
 }
 
-/// A progress event of one conversation.
+/// A progress event of one conversation. New capabilities may add events,
+/// so matches outside the crate need a wildcard arm.
+#[non_exhaustive]
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
     /// Model request number `call` is about to be sent.

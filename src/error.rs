@@ -110,6 +110,9 @@ pub enum SetupError {
         /// What is wrong with it.
         message: String,
     },
+    /// `read_file`'s limit is outside 1 byte to 1 GiB.
+    #[error("the read limit must be 1 to {max} bytes (1 GiB), got {0}", max = crate::tools::MAX_READ_LIMIT)]
+    ReadLimit(usize),
     /// The child budget is outside 1..=8.
     #[error("the child call budget must be 1 to 8 model requests (got {0})")]
     ChildBudget(u32),

@@ -21,8 +21,9 @@
 //! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
 //! driver calls for the parent and every child; [`trace`] writes a JSON Lines
 //! record of every request and reply, in a place [`trace_target`] allows;
-//! [`app`] is what the CLI runs, [`output`] how it prints the answer, and
-//! [`signals`] how it ends on Ctrl-C, `SIGTERM` and `SIGHUP`.
+//! [`app`] is what the CLI runs, [`cli`] parses its command line, [`output`]
+//! how it prints the answer, and [`signals`] how it ends on Ctrl-C,
+//! `SIGTERM` and `SIGHUP`.
 //!
 //! ## Invariants, and the tests that guard them
 //!
@@ -84,6 +85,7 @@
 pub mod agent;
 pub mod agent_id;
 pub mod app;
+pub mod cli;
 pub mod conversation;
 pub mod driver;
 pub mod error;

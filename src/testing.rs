@@ -410,7 +410,56 @@ fn check_history(outcome: &Outcome, budget: u32, requests: u32) -> Result<Asked,
 /// The bytes before the first `0xFF` are the replies (a JSON reply or an
 /// array of them, also tried as a whole script file); the bytes after it are
 /// tool arguments and raw tool results.
+///
+/// Tools work in one [`FuzzWorkspace`] per process, made on first use and
+/// shared by every call (the fuzz target runs millions of inputs); it is
+/// left in the temporary directory when the process exits. Tests, which
+/// must leave nothing behind, use [`fuzz_bytes_in`] with their own.
 pub fn fuzz_bytes(data: &[u8]) {
+    static SHARED: std::sync::OnceLock<Option<FuzzWorkspace>> = std::sync::OnceLock::new();
+    if let Some(workspace) = SHARED.get_or_init(|| FuzzWorkspace::new().ok()) {
+        fuzz_bytes_in(workspace, data);
+    }
+}
+
+/// A workspace for [`fuzz_bytes_in`]: a fresh temporary directory
+/// (`subloop-fuzz-<pid>-<n>`) holding a `main.py` and a file with a
+/// non-ASCII name, removed when the value is dropped — also when a check
+/// panics, as the stack unwinds.
+#[derive(Debug)]
+pub struct FuzzWorkspace {
+    dir: std::path::PathBuf,
+}
+
+impl FuzzWorkspace {
+    /// Creates the directory and its files.
+    pub fn new() -> std::io::Result<Self> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("subloop-fuzz-{}-{n}", std::process::id()));
+        // Owned from here on, so a failure below removes what was made.
+        let workspace = Self { dir };
+        std::fs::create_dir_all(workspace.dir.join("sub"))?;
+        std::fs::write(workspace.dir.join("main.py"), "print(6 * 7)\n")?;
+        std::fs::write(workspace.dir.join("sub/é.txt"), "é".repeat(40))?;
+        Ok(workspace)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+impl Drop for FuzzWorkspace {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// [`fuzz_bytes`] with the tools working in `workspace`.
+pub fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
+    let workspace = workspace.path();
     let (replies_part, args_part) = match data.iter().position(|&b| b == 0xFF) {
         Some(cut) => (
             data.get(..cut).unwrap_or_default(),
@@ -426,30 +475,19 @@ pub fn fuzz_bytes(data: &[u8]) {
         Err(_) => return,
     };
     let args: Value = serde_json::from_slice(args_part).unwrap_or(Value::Null);
-    fuzz_tools(&args);
+    fuzz_tools(workspace, &args);
     fuzz_submit(replies.first(), &args);
-    fuzz_agent(replies, &args);
+    fuzz_agent(workspace, replies, &args);
 }
 
 fn reply_from_value(value: Value) -> ScriptedReply {
     ModelResponse::from_value(value).map_err(|err| ModelFailure::new(err.to_string()))
 }
 
-fn fuzz_workspace() -> &'static std::path::Path {
-    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("subloop-fuzz-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(dir.join("sub"));
-        let _ = std::fs::write(dir.join("main.py"), "print(6 * 7)\n");
-        let _ = std::fs::write(dir.join("sub/é.txt"), "é".repeat(40));
-        dir
-    })
-}
-
 /// Tool arguments straight into the schema check and the tools.
-fn fuzz_tools(args: &Value) {
+fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
     use crate::tools::{ReadFile, Tool, ToolContext, schema};
-    let Ok(reader) = ReadFile::new(fuzz_workspace(), 16) else {
+    let Ok(reader) = ReadFile::new(workspace, 16) else {
         return;
     };
     let call = ToolCall::new("fuzz", "read_file", args.clone());
@@ -561,9 +599,8 @@ fn fuzz_submit(first: Option<&ScriptedReply>, args: &Value) {
 
 /// The whole agent: parent replies from the bytes, one child per delegation
 /// replaying the same replies, every tool behind a denying gate.
-fn fuzz_agent(replies: Vec<ScriptedReply>, args: &Value) {
+fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &Value) {
     use std::sync::Arc;
-    let workspace = fuzz_workspace();
     let children = crate::subagent::ScriptedChildren(vec![replies.clone(); 3]);
     let built = crate::AgentBuilder::new(Arc::new(crate::permission::DenyAll))
         .read_only_tool(match crate::tools::ReadFile::new(workspace, 64) {

@@ -76,6 +76,8 @@ impl Monitor for Recording {
             Event::ToolRequested { call } => format!("{agent} tool_requested {}", call.id()),
             Event::ToolFinished { call, .. } => format!("{agent} tool_finished {}", call.id()),
             Event::Finished { outcome } => format!("{agent} finished {}", outcome.status),
+            Event::EmptyReplyContinued { call, .. } => format!("{agent} empty_reply {call}"),
+            _ => format!("{agent} other event"),
         };
         self.0.lock().unwrap().push(line);
     }

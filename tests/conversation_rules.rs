@@ -829,6 +829,7 @@ impl Observer for Log {
                 Seen::ToolFinished(call.id().to_string(), output.content.clone())
             }
             Event::Finished { outcome } => Seen::Finished(outcome.status),
+            _ => return,
         });
     }
 }

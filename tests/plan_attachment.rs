@@ -164,7 +164,7 @@ fn refused_plans() -> Vec<(&'static str, Value, &'static str)> {
         (
             "empty text",
             json!({"items": [item("a", "", "pending")]}),
-            "input.items[0].text: must have at least 1 characters (got 0)",
+            "input.items[0].text: must have at least 1 character (got 0)",
         ),
         (
             "201-char text",
@@ -209,7 +209,7 @@ fn refused_plans() -> Vec<(&'static str, Value, &'static str)> {
         (
             "empty id",
             json!({"items": [item("", "one", "pending")]}),
-            "input.items[0].id: must have at least 1 characters (got 0)",
+            "input.items[0].id: must have at least 1 character (got 0)",
         ),
         (
             "65-char id",

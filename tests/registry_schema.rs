@@ -192,7 +192,7 @@ fn string_lengths_count_characters() {
     assert_eq!(e.message, "must have at least 2 characters (got 1)");
     let e = err(&schema, json!({"items": [{"id": "", "status": "done"}]}));
     assert_eq!(e.path, "input.items[0].id");
-    assert_eq!(e.message, "must have at least 1 characters (got 0)");
+    assert_eq!(e.message, "must have at least 1 character (got 0)");
 }
 
 #[test]
@@ -200,7 +200,7 @@ fn array_lengths_and_items_are_checked() {
     let schema = plan_schema();
     let e = err(&schema, json!({"items": []}));
     assert_eq!(e.path, "input.items");
-    assert_eq!(e.message, "must have at least 1 items (got 0)");
+    assert_eq!(e.message, "must have at least 1 item (got 0)");
     let four: Vec<Value> = (0..4)
         .map(|i| json!({"id": i.to_string(), "status": "done"}))
         .collect();

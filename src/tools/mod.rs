@@ -13,7 +13,7 @@ pub mod schema;
 mod todo;
 
 pub use confine::Resolution;
-pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, ReadError, ReadFile};
+pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, MAX_READ_LIMIT, ReadError, ReadFile};
 pub use registry::{ReadOnlyRegistry, Registry};
 pub use run_main::{RunMain, RunSettings, kill_running_groups, split_command};
 pub use todo::TodoWrite;

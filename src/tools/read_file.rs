@@ -99,9 +99,7 @@ impl ReadFile {
         };
         let root = workspace_root(workspace)?;
         if !(1..=MAX_READ_LIMIT).contains(&limit) {
-            return Err(fail(format!(
-                "the read limit must be 1 to {MAX_READ_LIMIT} bytes (got {limit})"
-            )));
+            return Err(SetupError::ReadLimit(limit));
         }
         let workspace = Workspace::open(&root, resolution).map_err(fail)?;
         Ok(Self {
@@ -360,7 +358,11 @@ mod tests {
     fn read_limits_outside_one_byte_to_a_gibibyte_are_refused() {
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         assert!(ReadFile::new(here, 0).is_err());
-        assert!(ReadFile::new(here, MAX_READ_LIMIT + 1).is_err());
+        let err = ReadFile::new(here, MAX_READ_LIMIT + 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the read limit must be 1 to 1073741824 bytes (1 GiB), got 1073741825"
+        );
         assert!(ReadFile::new(here, MAX_READ_LIMIT).is_ok());
     }
 }

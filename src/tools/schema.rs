@@ -67,17 +67,25 @@ fn bounds(
     path: &str,
     len: u64,
     keys: (&str, &str),
-    unit: &str,
+    unit: (&str, &str),
 ) -> Result<(), SchemaError> {
+    // `1 character`, `2 characters`.
+    let units = |n: u64| if n == 1 { unit.0 } else { unit.1 };
     if let Some(min) = bound(schema, keys.0)
         && len < min
     {
-        return fail(path, format!("must have at least {min} {unit} (got {len})"));
+        return fail(
+            path,
+            format!("must have at least {min} {} (got {len})", units(min)),
+        );
     }
     if let Some(max) = bound(schema, keys.1)
         && len > max
     {
-        return fail(path, format!("must have at most {max} {unit} (got {len})"));
+        return fail(
+            path,
+            format!("must have at most {max} {} (got {len})", units(max)),
+        );
     }
     Ok(())
 }
@@ -113,7 +121,13 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), SchemaError> {
     match value {
         Value::String(text) => {
             let len = text.chars().count() as u64;
-            bounds(schema, path, len, ("minLength", "maxLength"), "characters")?;
+            bounds(
+                schema,
+                path,
+                len,
+                ("minLength", "maxLength"),
+                ("character", "characters"),
+            )?;
         }
         Value::Array(items) => {
             bounds(
@@ -121,7 +135,7 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), SchemaError> {
                 path,
                 items.len() as u64,
                 ("minItems", "maxItems"),
-                "items",
+                ("item", "items"),
             )?;
             if let Some(item_schema) = schema.get("items") {
                 for (index, item) in items.iter().enumerate() {

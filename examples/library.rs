@@ -1,0 +1,30 @@
+//! The README's library example, the CLI's agent built by hand: read-only
+//! `read_file`, `run_main` behind a terminal prompt, the plan, and `task`.
+//! Run with `cargo run --example library` from the repository.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use subloop::model::demo::{DEMO_QUESTION, DemoParent};
+use subloop::permission::AskTerminal;
+use subloop::subagent::{ChildBudget, DemoChildren, SubagentConfig};
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::{AgentBuilder, Budget, Hooks};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let workspace = Path::new("examples/workspace");
+    let agent = AgentBuilder::new(Arc::new(AskTerminal::new())) // one gate for parent and children
+        .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT)?)?
+        .tool(RunMain::new(workspace, RunSettings::default())?)?
+        .plan()? // todo_write, and the plan on each request
+        .subagents(
+            SubagentConfig::new(Arc::new(DemoChildren), Hooks::none()) // child hooks: explicit
+                .whitelist(&["read_file"])
+                .budget(ChildBudget::new(4)?),
+        )?
+        .build();
+    let mut model = DemoParent::default(); // or a ScriptedModel, or the live client
+    let report = agent.run(DEMO_QUESTION, Budget::new(8)?, &mut model)?;
+    println!("{}: {}", report.outcome.status, report.outcome.text);
+    Ok(())
+}

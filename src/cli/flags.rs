@@ -1,0 +1,558 @@
+//! The table of every flag: its name, value, help line, the subcommands that
+//! take it, and what it sets. The parser accepts exactly these flags and the
+//! help texts list exactly these, so the two cannot disagree.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::app::{DecisionMode, Settings};
+use crate::tools::{MAX_READ_LIMIT, split_command};
+use crate::{error::SetupError, subagent::ChildBudget};
+
+use super::{Command, LiveFlags};
+
+/// Both subcommands.
+const BOTH: &[Command] = &[Command::Demo, Command::Run];
+/// `subloop run` only.
+const RUN: &[Command] = &[Command::Run];
+/// `subloop demo` only.
+const DEMO: &[Command] = &[Command::Demo];
+
+/// The longest `--deadline`, `--run-timeout` or `--timeout-*`, in seconds: one day.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// The unsigned integer types flags take.
+pub(crate) trait Whole: FromStr + PartialOrd + Copy + std::fmt::Display {
+    /// 0.
+    const ZERO: Self;
+    /// 1.
+    const ONE: Self;
+    /// The largest value.
+    const MAX: Self;
+}
+
+macro_rules! whole {
+    ($($t:ty),*) => {$(
+        impl Whole for $t {
+            const ZERO: Self = 0;
+            const ONE: Self = 1;
+            const MAX: Self = <$t>::MAX;
+        }
+    )*};
+}
+whole!(u32, u64, usize);
+
+/// Where a flag is listed in a subcommand's help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Group {
+    /// OPTIONS.
+    Options,
+    /// RUN LIMITS.
+    Limits,
+    /// LIVE: these flags need `--live` (except `--live` itself).
+    Live,
+}
+
+/// What a flag does when given.
+#[derive(Clone, Copy)]
+pub(crate) enum Action {
+    /// A switch: no value.
+    Switch(fn(&mut Draft)),
+    /// A flag with a value: the value's name in the help, and how it is applied.
+    Value(&'static str, fn(&mut Draft, &Value) -> Result<(), String>),
+    /// `-h`, `--help`.
+    Help,
+    /// `-V`, `--version`.
+    Version,
+}
+
+/// One flag.
+#[derive(Clone, Copy)]
+pub(crate) struct Flag {
+    /// The long name, without the dashes.
+    pub long: &'static str,
+    /// The one-letter form, if any.
+    pub short: Option<char>,
+    /// The help line (defaults included).
+    pub help: &'static str,
+    /// The subcommands that take it.
+    pub commands: &'static [Command],
+    /// Its section in the help.
+    pub group: Group,
+    /// What it does.
+    pub action: Action,
+}
+
+impl Flag {
+    /// The flag as it appears in a help text: `--max-calls N`, `-h, --help`.
+    pub fn usage(&self) -> String {
+        let short = self.short.map(|c| format!("-{c}, ")).unwrap_or_default();
+        match self.action {
+            Action::Value(name, _) => format!("{short}--{} {name}", self.long),
+            _ => format!("{short}--{}", self.long),
+        }
+    }
+
+    /// The name of its value, for a flag that takes one.
+    #[cfg(test)]
+    pub fn value_name(&self) -> Option<&'static str> {
+        match self.action {
+            Action::Value(name, _) => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Whether `command` takes this flag.
+    pub fn on(&self, command: Command) -> bool {
+        self.commands.contains(&command)
+    }
+}
+
+/// The flags gathered so far, before the checks that span several flags.
+#[derive(Debug)]
+pub(crate) struct Draft {
+    /// The settings the flags set directly.
+    pub settings: Settings,
+    /// `--workspace`.
+    pub workspace: Option<PathBuf>,
+    /// `--script`.
+    pub script: Option<PathBuf>,
+    /// `--question`.
+    pub question: Option<String>,
+    /// `--json`.
+    pub json: bool,
+    /// `--live`.
+    pub live: bool,
+    /// The live flags.
+    pub live_flags: LiveFlags,
+}
+
+/// A flag's value, with the flag's name for messages.
+pub(crate) struct Value {
+    /// `--max-calls`.
+    pub flag: String,
+    /// The value as given.
+    pub raw: OsString,
+}
+
+impl Value {
+    /// `--FLAG takes WHAT, got `VALUE``: the one shape of every value error.
+    fn takes(&self, what: &str) -> String {
+        format!(
+            "{} takes {what}, got `{}`",
+            self.flag,
+            self.raw.to_string_lossy()
+        )
+    }
+
+    /// The value as UTF-8 text.
+    pub fn text(&self) -> Result<String, String> {
+        self.raw
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| self.takes("UTF-8 text"))
+    }
+
+    /// The value as a path (any bytes).
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(&self.raw)
+    }
+
+    /// A whole number within `min..=max`, described as `what` in the error.
+    fn whole<T: Whole>(&self, min: T, max: T, what: &str) -> Result<T, String> {
+        self.raw
+            .to_str()
+            .and_then(|text| text.parse::<T>().ok())
+            .filter(|n| *n >= min && *n <= max)
+            .ok_or_else(|| self.takes(what))
+    }
+
+    /// A whole number of at least 1.
+    pub fn positive<T: Whole>(&self) -> Result<T, String> {
+        self.whole(
+            T::ONE,
+            T::MAX,
+            &self.range("a positive whole number", T::MAX),
+        )
+    }
+
+    /// A whole number of at least 0.
+    pub fn count<T: Whole>(&self) -> Result<T, String> {
+        self.whole(
+            T::ZERO,
+            T::MAX,
+            &self.range("a whole number, 0 or more", T::MAX),
+        )
+    }
+
+    /// `what`, and the type's largest value when the value is all digits (so too large).
+    fn range<T: Whole>(&self, what: &str, max: T) -> String {
+        let digits = self
+            .raw
+            .to_str()
+            .is_some_and(|text| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()));
+        if digits
+            && self
+                .raw
+                .to_str()
+                .and_then(|t| t.parse::<T>().ok())
+                .is_none()
+        {
+            format!("{what} up to {max}")
+        } else {
+            what.to_owned()
+        }
+    }
+
+    /// Seconds, more than 0 and at most a day (fractions allowed).
+    pub fn seconds(&self) -> Result<f64, String> {
+        self.raw
+            .to_str()
+            .and_then(|text| text.parse::<f64>().ok())
+            .filter(|secs| secs.is_finite() && *secs > 0.0 && *secs <= MAX_SECONDS)
+            .ok_or_else(|| self.takes("seconds, more than 0 and at most 86400"))
+    }
+}
+
+/// Every flag of `subloop demo` and `subloop run`. Adding a flag is one entry here.
+pub(crate) const FLAGS: &[Flag] = &[
+    Flag {
+        long: "workspace",
+        short: None,
+        help: "the directory read_file and run_main work in (required)",
+        commands: RUN,
+        group: Group::Options,
+        action: Action::Value("DIR", |d, v| {
+            d.workspace = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "workspace",
+        short: None,
+        help: "the workspace (default: examples/workspace when run from the repository, else a temporary copy of the built-in files)",
+        commands: DEMO,
+        group: Group::Options,
+        action: Action::Value("DIR", |d, v| {
+            d.workspace = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "script",
+        short: None,
+        help: "the replay script {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]} (required unless --live)",
+        commands: RUN,
+        group: Group::Options,
+        action: Action::Value("FILE", |d, v| {
+            d.script = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "question",
+        short: None,
+        help: "the parent's question (default \"Check main.py against expected.txt.\")",
+        commands: RUN,
+        group: Group::Options,
+        action: Action::Value("TEXT", |d, v| {
+            let text = v.text()?;
+            if text.trim().is_empty() {
+                return Err(v.takes("a question that is not blank"));
+            }
+            d.question = Some(text);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "decision",
+        short: None,
+        help: "how run_main calls are decided (default ask: a y/N prompt; a non-terminal stdin denies)",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("allow|deny|ask", |d, v| {
+            d.settings.decision = v
+                .raw
+                .to_str()
+                .and_then(DecisionMode::parse)
+                .ok_or_else(|| v.takes("allow, deny or ask"))?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "max-calls",
+        short: None,
+        help: "the parent's model-call budget, at least 1 (default 8)",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("N", |d, v| {
+            d.settings.max_calls = v.positive()?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "child-calls",
+        short: None,
+        help: "each subagent's model-call budget, 1 to 8 (default 4)",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("N", |d, v| {
+            d.settings.child_budget = v.whole(1, ChildBudget::MAX, "a whole number from 1 to 8")?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "read-limit",
+        short: None,
+        help: "read_file shows at most this many bytes, 1 to 1073741824 (1 GiB) (default 65536)",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("BYTES", |d, v| {
+            d.settings.read_limit = v.whole(
+                1,
+                MAX_READ_LIMIT,
+                "a byte count from 1 to 1073741824 (1 GiB)",
+            )?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "run-command",
+        short: None,
+        help: "run_main's command, split into words without a shell; quotes and backslash escapes work (default \"python3 main.py\")",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("CMD", |d, v| {
+            let text = v.text()?;
+            d.settings.run.command = split_command(&text).map_err(|err| match err {
+                SetupError::RunCommand(why) => format!("{}: {why}", v.takes("a command line")),
+                other => format!("{}: {other}", v.takes("a command line")),
+            })?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "run-timeout",
+        short: None,
+        help: "run_main's timeout; the whole process group is killed (default 10)",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("SECS", |d, v| {
+            d.settings.run.timeout = Duration::from_secs_f64(v.seconds()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "trace",
+        short: None,
+        help: "write a JSON Lines trace of every request and reply",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("FILE", |d, v| {
+            d.settings.trace = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "json",
+        short: None,
+        help: "print one JSON object on stdout instead of the final text",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Switch(|d| d.json = true),
+    },
+    Flag {
+        long: "quiet",
+        short: None,
+        help: "no progress lines on stderr",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Switch(|d| d.settings.progress = false),
+    },
+    Flag {
+        long: "on-empty-reply",
+        short: None,
+        help: "an empty end_turn reply is protocol_error (stop, the default), or is answered once in a row with \"Please continue.\" (continue)",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("stop|continue", |d, v| {
+            d.settings.on_empty_reply = v
+                .raw
+                .to_str()
+                .and_then(crate::OnEmptyReply::parse)
+                .ok_or_else(|| v.takes("stop or continue"))?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "help",
+        short: Some('h'),
+        help: "this help",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Help,
+    },
+    Flag {
+        long: "version",
+        short: Some('V'),
+        help: "the version",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Version,
+    },
+    Flag {
+        long: "max-tools-per-reply",
+        short: None,
+        help: "tool calls run per model reply, at least 1; the rest are refused (default 16)",
+        commands: BOTH,
+        group: Group::Limits,
+        action: Action::Value("N", |d, v| {
+            d.settings.limits.max_tools_per_reply = v.positive()?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "max-delegations",
+        short: None,
+        help: "subagents started per run; later task calls get delegation_limit (default 8)",
+        commands: BOTH,
+        group: Group::Limits,
+        action: Action::Value("N", |d, v| {
+            d.settings.limits.max_delegations = v.count()?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "deadline",
+        short: None,
+        help: "wall-clock limit of the run: status deadline (default none)",
+        commands: BOTH,
+        group: Group::Limits,
+        action: Action::Value("SECS", |d, v| {
+            d.settings.limits.deadline = Some(Duration::from_secs_f64(v.seconds()?));
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "max-tokens-total",
+        short: None,
+        help: "input + output tokens of the run: status token_limit (default none)",
+        commands: BOTH,
+        group: Group::Limits,
+        action: Action::Value("N", |d, v| {
+            d.settings.limits.max_tokens_total = Some(v.positive()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "live",
+        short: None,
+        help: "use the API instead of the built-in models or a script",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Switch(|d| d.live = true),
+    },
+    Flag {
+        long: "model",
+        short: None,
+        help: "the model (default: ANTHROPIC_MODEL, else claude-sonnet-4-5)",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Value("NAME", |d, v| {
+            let name = v.text()?;
+            if name.trim().is_empty() {
+                return Err(v.takes("a model name that is not blank"));
+            }
+            d.live_flags.model = Some(name);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "max-tokens",
+        short: None,
+        help: "max_tokens of each reply, at least 1 (default 4096)",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Value("N", |d, v| {
+            d.live_flags.max_tokens = Some(v.positive()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "retries",
+        short: None,
+        help: "retries of a failed request at the transport (default 2)",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Value("N", |d, v| {
+            d.live_flags.retries = Some(v.count()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "stream",
+        short: None,
+        help: "use the SSE stream; text is shown on stderr as it arrives",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Switch(|d| d.live_flags.stream = true),
+    },
+    Flag {
+        long: "timeout-connect",
+        short: None,
+        help: "connect timeout (default 10)",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Value("SECS", |d, v| {
+            d.live_flags.connect = Some(v.seconds()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "timeout-read",
+        short: None,
+        help: "per-read timeout (default 120)",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Value("SECS", |d, v| {
+            d.live_flags.read = Some(v.seconds()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "timeout-total",
+        short: None,
+        help: "whole-request timeout (default 600)",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Value("SECS", |d, v| {
+            d.live_flags.total = Some(v.seconds()?);
+            Ok(())
+        }),
+    },
+];
+
+/// The flag `command` takes under this long name.
+pub(crate) fn find_long(command: Command, long: &str) -> Option<&'static Flag> {
+    FLAGS.iter().find(|f| f.long == long && f.on(command))
+}
+
+/// The flag `command` takes under this one-letter name.
+pub(crate) fn find_short(command: Command, short: char) -> Option<&'static Flag> {
+    FLAGS
+        .iter()
+        .find(|f| f.short == Some(short) && f.on(command))
+}
+
+/// The subcommands that take `--long`, for "not a flag of" messages.
+pub(crate) fn commands_taking(long: &str) -> Vec<Command> {
+    let mut found: Vec<Command> = FLAGS
+        .iter()
+        .filter(|f| f.long == long)
+        .flat_map(|f| f.commands.iter().copied())
+        .collect();
+    found.dedup();
+    found
+}

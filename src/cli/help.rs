@@ -1,0 +1,214 @@
+//! The help texts, rendered from the flag table so that every flag a
+//! subcommand accepts is listed in its help, and nothing else.
+
+use super::Command;
+use super::flags::{FLAGS, Group};
+
+/// Lines of a help text are wrapped at this many characters.
+const WIDTH: usize = 100;
+
+const EXIT: &str =
+    "EXIT: 0 answered, 1 any other status, 2 bad invocation or unusable input (nothing is run).";
+
+/// `subloop 0.1.0`.
+pub fn version() -> String {
+    format!("subloop {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The help of `command`, or the overview (`subloop --help`) for `None`.
+pub fn help(command: Option<Command>) -> String {
+    match command {
+        None => overview(),
+        Some(command) => command_help(command),
+    }
+}
+
+fn overview() -> String {
+    let usage = [
+        usage_lines(Command::Demo),
+        usage_lines(Command::Run),
+        vec![
+            "subloop help [COMMAND]".to_owned(),
+            "subloop -h | --help".to_owned(),
+            "subloop -V | --version".to_owned(),
+        ],
+    ]
+    .concat();
+    let mut text = format!(
+        "{}: a tool-using model loop with subagents\n\nUSAGE:\n",
+        version()
+    );
+    for line in usage {
+        text.push_str(&format!("    {line}\n"));
+    }
+    text.push_str("\nCOMMANDS:\n");
+    for (name, what) in [
+        ("demo", summary(Command::Demo)),
+        ("run", summary(Command::Run)),
+        (
+            "help",
+            "this overview, or a command's help: `subloop help run`",
+        ),
+    ] {
+        text.push_str(&entry(name, what, 8));
+    }
+    text.push_str(
+        "\nEach command lists its flags and examples: `subloop demo --help`, `subloop run --help`.\n\n",
+    );
+    text.push_str(EXIT);
+    text
+}
+
+fn summary(command: Command) -> &'static str {
+    match command {
+        Command::Demo => {
+            "the course's scenario on the built-in offline models (or the Messages API with --live)"
+        }
+        Command::Run => {
+            "the agent against a workspace, on a replay script or on the Messages API (--live)"
+        }
+    }
+}
+
+fn usage_lines(command: Command) -> Vec<String> {
+    match command {
+        Command::Demo => vec![
+            "subloop demo [OPTIONS]".to_owned(),
+            "subloop demo --live [OPTIONS]".to_owned(),
+        ],
+        Command::Run => vec![
+            "subloop run --workspace DIR --script FILE [OPTIONS]".to_owned(),
+            "subloop run --workspace DIR --live [OPTIONS]".to_owned(),
+        ],
+    }
+}
+
+fn description(command: Command) -> &'static str {
+    match command {
+        Command::Demo => {
+            "subloop demo: the course's scenario. The parent delegates reading main.py and \
+             expected.txt to a subagent, reads expected.txt itself, asks to run main.py and \
+             compares its output with expected.txt. The models are built in and offline (they \
+             adapt to what the tools return); --live puts the Anthropic Messages API in their \
+             place. Progress goes to stderr, the answer to stdout."
+        }
+        Command::Run => {
+            "subloop run: the agent (read_file, run_main, todo_write, task) against a workspace, \
+             on a replay script (--script) or on the Anthropic Messages API (--live). A script \
+             is {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]}, where REPLY is a \
+             Messages API response object (content, stop_reason, ...) or {\"error\": \"text\"} \
+             for a failed request; children[i] is replayed by the i-th delegation."
+        }
+    }
+}
+
+fn examples(command: Command) -> &'static [(&'static str, &'static str)] {
+    match command {
+        Command::Demo => &[
+            (
+                "subloop demo --decision allow",
+                "runs main.py without asking",
+            ),
+            (
+                "subloop demo --child-calls 1 --json",
+                "a subagent that runs out of calls, as one JSON object",
+            ),
+            (
+                "subloop demo --live --decision allow",
+                "the same scenario on the API (export ANTHROPIC_API_KEY first)",
+            ),
+        ],
+        Command::Run => &[
+            (
+                "subloop run --workspace examples/workspace --script examples/scripts/check_and_run.json --decision allow",
+                "",
+            ),
+            (
+                "subloop run --workspace . --live --question \"Does main.py print what expected.txt says?\"",
+                "",
+            ),
+        ],
+    }
+}
+
+fn heading(group: Group) -> &'static str {
+    match group {
+        Group::Options => "OPTIONS:",
+        Group::Limits => {
+            "RUN LIMITS (the parent and every child together; Ctrl-C cancels, twice exits at once):"
+        }
+        Group::Live => {
+            "LIVE (the Anthropic Messages API; reads ANTHROPIC_API_KEY (required), \
+             ANTHROPIC_MODEL and ANTHROPIC_BASE_URL; every flag but --live needs --live):"
+        }
+    }
+}
+
+fn command_help(command: Command) -> String {
+    let mut text = wrap(description(command), 0);
+    text.push_str("\nUSAGE:\n");
+    for line in usage_lines(command) {
+        text.push_str(&format!("    {line}\n"));
+    }
+    let column = FLAGS
+        .iter()
+        .filter(|flag| flag.on(command))
+        .map(|flag| flag.usage().len())
+        .max()
+        .unwrap_or(0);
+    for group in [Group::Options, Group::Limits, Group::Live] {
+        let flags: Vec<_> = FLAGS
+            .iter()
+            .filter(|flag| flag.on(command) && flag.group == group)
+            .collect();
+        if flags.is_empty() {
+            continue;
+        }
+        text.push('\n');
+        text.push_str(&wrap(heading(group), 0));
+        for flag in flags {
+            text.push_str(&entry(&flag.usage(), flag.help, column));
+        }
+    }
+    text.push('\n');
+    text.push_str(&wrap(
+        "SECS are seconds, more than 0 and at most 86400 (a day); fractions are allowed.",
+        0,
+    ));
+    text.push_str("\nEXAMPLES:\n");
+    for (example, what) in examples(command) {
+        text.push_str(&format!("    {example}\n"));
+        if !what.is_empty() {
+            text.push_str(&wrap(what, 8));
+        }
+    }
+    text.push('\n');
+    text.push_str(EXIT);
+    text
+}
+
+/// `    NAME   what`, with `what` wrapped under itself.
+fn entry(name: &str, what: &str, column: usize) -> String {
+    let indent = 4 + column + 2;
+    let wrapped = wrap(what, indent);
+    let first = wrapped.get(indent..).unwrap_or_default();
+    format!("    {name:<column$}  {first}")
+}
+
+/// `text` wrapped at [`WIDTH`], every line indented by `indent` spaces, each ending in `\n`.
+fn wrap(text: &str, indent: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && indent + line.len() + 1 + word.len() > WIDTH {
+            out.push_str(&format!("{:indent$}{line}\n", ""));
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(&format!("{:indent$}{line}\n", ""));
+    out
+}

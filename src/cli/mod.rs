@@ -1,0 +1,341 @@
+//! The command line: `subloop demo`, `subloop run` and `subloop help`.
+//!
+//! Every flag is one entry of a table (`flags.rs`) that says which
+//! subcommands take it, what its help line is, and what it sets; the parser
+//! accepts exactly those flags and the help texts ([`help`]) are rendered
+//! from the same table. Every usage error is one [`CliError`] line that ends
+//! with the same hint, `(see `subloop run --help`)`. `main.rs` only calls
+//! [`parse`], wires [`crate::app`] and prints.
+
+mod flags;
+mod help;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::app::{self, Settings};
+
+pub use flags::MAX_SECONDS;
+pub use help::{help, version};
+
+/// A subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `subloop demo`: the course's scenario.
+    Demo,
+    /// `subloop run`: a script or the live API against a workspace.
+    Run,
+}
+
+impl Command {
+    /// Every subcommand, in help order.
+    pub const ALL: [Command; 2] = [Command::Demo, Command::Run];
+
+    /// The subcommand's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Demo => "demo",
+            Self::Run => "run",
+        }
+    }
+
+    /// The subcommand called `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|command| command.name() == name)
+    }
+}
+
+/// The live flags, turned into a client once parsing is done.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct LiveFlags {
+    /// `--model`.
+    pub model: Option<String>,
+    /// `--max-tokens`.
+    pub max_tokens: Option<u32>,
+    /// `--retries`.
+    pub retries: Option<u32>,
+    /// `--stream`.
+    pub stream: bool,
+    /// `--timeout-connect`, in seconds.
+    pub connect: Option<f64>,
+    /// `--timeout-read`, in seconds.
+    pub read: Option<f64>,
+    /// `--timeout-total`, in seconds.
+    pub total: Option<f64>,
+}
+
+/// A parsed `subloop demo` or `subloop run`.
+#[derive(Debug)]
+pub struct Cli {
+    /// The subcommand.
+    pub command: Command,
+    /// The run's settings (for `demo`, with its workspace and question).
+    pub settings: Settings,
+    /// `run --script`.
+    pub script: Option<PathBuf>,
+    /// `--json`.
+    pub json: bool,
+    /// `--live` and its flags.
+    pub live: Option<LiveFlags>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// Run a subcommand.
+    Run(Box<Cli>),
+    /// Print this text on stdout and exit 0 (a help text or the version).
+    Print(String),
+}
+
+/// A usage error: one line that ends with a pointer to the right help.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{message} (see `{}`)", help_command(*.command))]
+pub struct CliError {
+    /// The subcommand the error is about, if known.
+    pub command: Option<Command>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl CliError {
+    /// An error about `command` (or the command line as a whole).
+    pub fn new(command: Option<Command>, message: impl std::fmt::Display) -> Self {
+        Self {
+            command,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// `subloop run --help`, or `subloop --help` when no subcommand is known.
+fn help_command(command: Option<Command>) -> String {
+    match command {
+        Some(command) => format!("subloop {} --help", command.name()),
+        None => "subloop --help".to_owned(),
+    }
+}
+
+/// Parses the arguments after the program name.
+///
+/// ```
+/// use subloop::cli::{Invocation, parse};
+///
+/// let Ok(Invocation::Run(cli)) = parse(["demo", "--max-calls", "3", "--json"]) else {
+///     panic!("a valid demo invocation");
+/// };
+/// assert_eq!(cli.settings.max_calls, 3);
+/// let err = parse(["demo", "--max-calls", "3", "--max-calls", "4"]).unwrap_err();
+/// assert_eq!(err.to_string(), "--max-calls given twice (see `subloop demo --help`)");
+/// ```
+pub fn parse<I>(args: I) -> Result<Invocation, CliError>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    use lexopt::Arg;
+
+    let mut parser = lexopt::Parser::from_args(args);
+    let top = |message: String| CliError::new(None, message);
+    let command = match parser.next().map_err(|err| top(lexopt_message(err)))? {
+        None => return Err(top("no command: use `subloop demo` or `subloop run`".into())),
+        Some(Arg::Short('h') | Arg::Long("help")) => return Ok(Invocation::Print(help(None))),
+        Some(Arg::Short('V') | Arg::Long("version")) => return Ok(Invocation::Print(version())),
+        Some(Arg::Value(word)) if word == "help" => return help_topic(&mut parser),
+        Some(Arg::Value(word)) => {
+            let word = word.to_string_lossy();
+            Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?
+        }
+        Some(Arg::Long(name)) if !flags::commands_taking(name).is_empty() => {
+            return Err(top(format!(
+                "--{name} goes after the command: `subloop demo --{name}` or `subloop run --{name}`"
+            )));
+        }
+        Some(Arg::Long(name)) => return Err(top(format!("unknown flag `--{name}`"))),
+        Some(Arg::Short(c)) => return Err(top(format!("unknown flag `-{c}`"))),
+    };
+    let fail = |message: String| CliError::new(Some(command), message);
+    let mut draft = flags::Draft {
+        settings: Settings::new(PathBuf::new()),
+        workspace: None,
+        script: None,
+        question: None,
+        json: false,
+        live: false,
+        live_flags: LiveFlags::default(),
+    };
+    let mut seen: Vec<&'static str> = Vec::new();
+    let mut live_only: Option<&'static str> = None;
+    while let Some(arg) = parser.next().map_err(|err| fail(lexopt_message(err)))? {
+        let flag =
+            match arg {
+                Arg::Long(name) => flags::find_long(command, name)
+                    .ok_or_else(|| fail(not_a_flag(command, name)))?,
+                Arg::Short(c) => flags::find_short(command, c)
+                    .ok_or_else(|| fail(format!("unknown flag `-{c}`")))?,
+                Arg::Value(word) => {
+                    return Err(fail(format!(
+                        "unexpected argument `{}`",
+                        word.to_string_lossy()
+                    )));
+                }
+            };
+        if seen.contains(&flag.long) {
+            return Err(fail(format!("--{} given twice", flag.long)));
+        }
+        seen.push(flag.long);
+        if flag.group == flags::Group::Live && flag.long != "live" {
+            live_only.get_or_insert(flag.long);
+        }
+        match flag.action {
+            flags::Action::Help => return Ok(Invocation::Print(help(Some(command)))),
+            flags::Action::Version => return Ok(Invocation::Print(version())),
+            flags::Action::Switch(set) => set(&mut draft),
+            flags::Action::Value(name, set) => {
+                let raw = parser.value().map_err(|_| {
+                    fail(format!(
+                        "--{} needs a value: --{} {name}",
+                        flag.long, flag.long
+                    ))
+                })?;
+                let value = flags::Value {
+                    flag: format!("--{}", flag.long),
+                    raw,
+                };
+                set(&mut draft, &value).map_err(fail)?;
+            }
+        }
+    }
+    finish(command, draft, live_only).map(|cli| Invocation::Run(Box::new(cli)))
+}
+
+/// The checks that span several flags, and the demo's workspace.
+fn finish(command: Command, draft: flags::Draft, live_only: Option<&str>) -> Result<Cli, CliError> {
+    let fail = |message: String| CliError::new(Some(command), message);
+    let flags::Draft {
+        mut settings,
+        workspace,
+        script,
+        question,
+        json,
+        live,
+        live_flags,
+    } = draft;
+    if live && script.is_some() {
+        return Err(fail("--live and --script cannot be used together".into()));
+    }
+    if let (false, Some(name)) = (live, live_only) {
+        return Err(fail(format!("--{name} goes with --live")));
+    }
+    if let Some(dir) = &workspace {
+        check_workspace(dir).map_err(fail)?;
+    }
+    match command {
+        Command::Demo => {
+            let demo = app::demo_settings(workspace).map_err(fail_with(command))?;
+            settings.workspace = demo.workspace;
+            settings.question = demo.question;
+            settings.temporary_workspace = demo.temporary_workspace;
+        }
+        Command::Run => {
+            settings.workspace =
+                workspace.ok_or_else(|| fail("run needs --workspace DIR".into()))?;
+            if script.is_none() && !live {
+                return Err(fail("run needs --script FILE (or --live)".into()));
+            }
+            if let Some(question) = question {
+                settings.question = question;
+            }
+        }
+    }
+    Ok(Cli {
+        command,
+        settings,
+        script,
+        json,
+        live: live.then_some(live_flags),
+    })
+}
+
+/// Maps any displayable error to a [`CliError`] about `command`.
+fn fail_with<E: std::fmt::Display>(command: Command) -> impl Fn(E) -> CliError {
+    move |err| CliError::new(Some(command), err)
+}
+
+/// `--workspace` must name a directory.
+fn check_workspace(dir: &Path) -> Result<(), String> {
+    let problem = match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => return Ok(()),
+        Ok(_) => "not a directory".to_owned(),
+        Err(err) => err.to_string(),
+    };
+    Err(format!(
+        "--workspace takes a directory, got `{}`: {problem}",
+        dir.display()
+    ))
+}
+
+/// `subloop help [COMMAND]`.
+fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
+    use lexopt::Arg;
+
+    let top = |message: String| CliError::new(None, message);
+    let topic = match parser.next().map_err(|err| top(lexopt_message(err)))? {
+        None => return Ok(Invocation::Print(help(None))),
+        Some(Arg::Value(word)) => {
+            let word = word.to_string_lossy();
+            Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?
+        }
+        Some(_) => {
+            return Err(top(
+                "help takes a command name: `subloop help demo` or `subloop help run`".into(),
+            ));
+        }
+    };
+    match parser.next().map_err(|err| top(lexopt_message(err)))? {
+        None => Ok(Invocation::Print(help(Some(topic)))),
+        Some(_) => Err(top("help takes at most one command name".into())),
+    }
+}
+
+fn unknown_command(word: &str) -> String {
+    format!("unknown command `{word}`: use `subloop demo`, `subloop run` or `subloop help`")
+}
+
+/// `--script` on `demo`: say where the flag belongs.
+fn not_a_flag(command: Command, name: &str) -> String {
+    let others: Vec<String> = flags::commands_taking(name)
+        .into_iter()
+        .filter(|other| *other != command)
+        .map(|other| format!("`subloop {}`", other.name()))
+        .collect();
+    if others.is_empty() {
+        format!("unknown flag `--{name}`")
+    } else {
+        format!(
+            "`subloop {}` takes no --{name} (it is a flag of {})",
+            command.name(),
+            others.join(" and ")
+        )
+    }
+}
+
+/// lexopt's errors in this module's words.
+fn lexopt_message(err: lexopt::Error) -> String {
+    match err {
+        lexopt::Error::UnexpectedValue { option, value } => {
+            format!("{option} takes no value, got `{}`", value.to_string_lossy())
+        }
+        lexopt::Error::MissingValue {
+            option: Some(option),
+        } => {
+            format!("{option} needs a value")
+        }
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
