@@ -20,7 +20,8 @@
 //! deadline, a token budget) and cancels it from another thread.
 //! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
 //! driver calls for the parent and every child; [`trace`] writes a JSON Lines
-//! record of every request and reply; [`app`] is what the CLI runs.
+//! record of every request and reply, which [`model::replay`] answers from
+//! and [`replay`] checks a replayed run against; [`app`] is what the CLI runs.
 //!
 //! ## Invariants, and the tests that guard them
 //!
@@ -94,6 +95,7 @@ pub mod permission;
 pub mod plan;
 pub mod progress;
 pub mod protocol;
+pub mod replay;
 pub mod subagent;
 #[cfg(feature = "testing")]
 pub mod testing;

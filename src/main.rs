@@ -14,6 +14,7 @@ subloop: a tool-using model loop with subagents
 USAGE:
     subloop demo [OPTIONS]                         the course's scenario on the built-in offline models
     subloop run --script FILE [OPTIONS]            replay a scripted model against a workspace
+    subloop replay TRACE --workspace DIR [OPTIONS] re-run a recorded trace offline, checking every request
 
 OPTIONS:
     --workspace DIR        the workspace (run: required; demo: examples/workspace or a temporary copy)
@@ -27,6 +28,7 @@ OPTIONS:
     --run-timeout SECS     run_main's timeout (default 10)
     --trace FILE           write a JSON Lines trace of every request and reply
     --json                 print one JSON object on stdout instead of the final text
+    --keep-going           replay: go on past a divergence while the trace has replies; list them all
     --quiet                no progress lines on stderr
 
 RUN LIMITS (the parent and every child together; Ctrl-C cancels, twice exits at once):
@@ -46,11 +48,14 @@ LIVE (the Anthropic Messages API; reads ANTHROPIC_API_KEY, ANTHROPIC_MODEL, ANTH
     --timeout-total SECS   whole-request timeout (default 600)
     -h, --help             this help
 
-EXIT: 0 answered, 1 any other status, 2 bad invocation or unusable input (nothing is run).";
+EXIT: 0 answered, 1 any other status, 2 bad invocation or unusable input (nothing is run).
+      replay: 0 reproduced and answered, 1 diverged or another status, 2 unreadable or invalid trace.";
 
 enum Command {
     Demo,
     Run,
+    /// `replay TRACE`, with `--keep-going`.
+    Replay(PathBuf, bool),
 }
 
 struct Cli {
@@ -108,6 +113,7 @@ fn parse() -> Result<Option<Cli>, String> {
     let command = match parser.next().map_err(|err| err.to_string())? {
         Some(Value(word)) if word == "demo" => Command::Demo,
         Some(Value(word)) if word == "run" => Command::Run,
+        Some(Value(word)) if word == "replay" => Command::Replay(PathBuf::new(), false),
         Some(Short('h') | Long("help")) => return Ok(None),
         None => return Err("no command: use `subloop demo` or `subloop run`".to_owned()),
         Some(Value(word)) => return Err(format!("unknown command `{}`", word.to_string_lossy())),
@@ -120,8 +126,16 @@ fn parse() -> Result<Option<Cli>, String> {
     let mut json = false;
     let mut live = false;
     let mut flags = LiveFlags::default();
+    let mut command = command;
+    let mut trace_to_replay = None;
     while let Some(arg) = parser.next().map_err(|err| err.to_string())? {
         match arg {
+            Value(trace) if matches!(command, Command::Replay(..)) && trace_to_replay.is_none() => {
+                trace_to_replay = Some(PathBuf::from(trace))
+            }
+            Long("keep-going") if matches!(command, Command::Replay(..)) => {
+                command = Command::Replay(PathBuf::new(), true)
+            }
             Long("workspace") => workspace = Some(path(&mut parser)?),
             Long("script") => script = Some(path(&mut parser)?),
             Long("question") => question = Some(text(&mut parser)?),
@@ -239,6 +253,17 @@ fn parse() -> Result<Option<Cli>, String> {
             settings.question = demo.question;
             settings.temporary_workspace = demo.temporary_workspace;
         }
+        Command::Replay(_, keep_going) => {
+            if script.is_some() || question.is_some() || live.is_some() {
+                return Err(
+                    "replay takes no --script, --question or --live: the trace holds them"
+                        .to_owned(),
+                );
+            }
+            settings.workspace = workspace.ok_or("replay needs --workspace DIR")?;
+            let trace = trace_to_replay.ok_or("replay needs a TRACE file")?;
+            command = Command::Replay(trace, keep_going);
+        }
         Command::Run => {
             settings.workspace = workspace.ok_or("run needs --workspace DIR")?;
             if script.is_none() && live.is_none() {
@@ -306,6 +331,28 @@ fn live_client(_flags: LiveFlags, _progress: bool) -> Result<Models, String> {
     )
 }
 
+fn replay(settings: &Settings, trace: &std::path::Path, keep_going: bool, json: bool) -> ExitCode {
+    let report = match app::replay(settings, trace, keep_going) {
+        Ok(report) => report,
+        Err(err) => {
+            eprintln!("subloop: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        for line in report.lines(keep_going) {
+            println!("{line}");
+        }
+    }
+    if report.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
     let mut cli = match parse() {
         Ok(Some(cli)) => cli,
@@ -320,6 +367,9 @@ fn main() -> ExitCode {
     };
     let _cleanup = app::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
+    if let Command::Replay(trace, keep_going) = &cli.command {
+        return replay(&cli.settings, trace, *keep_going, cli.json);
+    }
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
             Ok(models) => models,

@@ -2,7 +2,10 @@
 //! every child, one object per line, written and flushed line by line.
 //!
 //! Every line has `agent` (`parent`, `child-1`, ...) and `kind`; a child's
-//! lines also have `parent_tool_use_id`. Kinds:
+//! lines also have `parent_tool_use_id`. The first line also carries
+//! `version`, the format version ([`TRACE_VERSION`]); a reader refuses a
+//! trace of another version, and reads a trace without one (written before
+//! the field existed, in the same format) as version 1. Kinds:
 //!
 //! | kind | fields |
 //! |---|---|
@@ -32,11 +35,29 @@ use crate::executor::ToolRecord;
 use crate::monitor::Monitor;
 use crate::protocol::{Message, ToolDefinition};
 
+/// The trace format version written on a trace's first line, and the only one read.
+pub const TRACE_VERSION: u64 = 1;
+
+/// The format version declared by `first`, a trace's first line: its
+/// `version` field, or 1 when there is none (traces written before the field
+/// existed have the same format). Any version but [`TRACE_VERSION`] is an
+/// error saying which version was found.
+pub fn check_version(first: &Value) -> Result<u64, String> {
+    match first.get("version") {
+        None => Ok(1),
+        Some(Value::Number(number)) if number.as_u64() == Some(TRACE_VERSION) => Ok(TRACE_VERSION),
+        Some(other) => Err(format!(
+            "trace format version {other} is not supported: this subloop reads version {TRACE_VERSION}"
+        )),
+    }
+}
+
 /// Writes the trace; each line goes to the file in one write.
 #[derive(Debug)]
 pub struct TraceWriter {
     file: File,
     error: Option<String>,
+    started: bool,
 }
 
 impl TraceWriter {
@@ -45,6 +66,7 @@ impl TraceWriter {
         Ok(Self {
             file: File::create(path)?,
             error: None,
+            started: false,
         })
     }
 
@@ -53,6 +75,10 @@ impl TraceWriter {
             return;
         }
         let mut object = Map::new();
+        if !self.started {
+            self.started = true;
+            object.insert("version".into(), json!(TRACE_VERSION));
+        }
         object.insert("agent".into(), json!(agent));
         object.insert("kind".into(), json!(kind));
         if let Some(id) = agent.parent_tool_use_id() {
@@ -143,7 +169,8 @@ pub struct RebuiltRequest {
 
 /// Rebuilds every request of a trace, in trace order. A line that is not a
 /// complete JSON object (such as a last line cut by a crash) is an error
-/// naming its number.
+/// naming its number, and so is a first line of another format version
+/// ([`check_version`]).
 pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
     struct AgentState {
         system: String,
@@ -156,6 +183,9 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
         let number = index + 1;
         let value: Value =
             serde_json::from_str(line).map_err(|err| format!("line {number}: {err}"))?;
+        if number == 1 {
+            check_version(&value).map_err(|err| format!("line 1: {err}"))?;
+        }
         if value["kind"] != "request" {
             continue;
         }

@@ -6,8 +6,10 @@
 #[cfg(feature = "live")]
 pub mod anthropic;
 pub mod demo;
+pub mod replay;
 mod scripted;
 
+pub use replay::{RecordedRun, ReplayModel};
 pub use scripted::{Script, ScriptedModel, ScriptedReply};
 
 use crate::error::ModelFailure;
