@@ -18,7 +18,7 @@ use crate::model::replay::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, 
 use crate::model::{Model, Script, ScriptedModel};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
-use crate::replay::{Difference, Divergence, ReplayReport};
+use crate::replay::{Difference, Divergence, ReplayReport, compare_tools_run};
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 use crate::trace::TraceWriter;
@@ -233,7 +233,9 @@ pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppErro
 /// (`settings.question` is not used); budgets, limits and policy come from
 /// `settings`, so give the recorded run's flags. Without `keep_going`, the
 /// first divergence stops the replay. After the run, each agent's number of
-/// requests and the parent's outcome (status and text) are compared too.
+/// requests, its tool calls (the trace's `tool` lines, which also hold a last
+/// round no request carried) and the parent's outcome (status and text) are
+/// compared too.
 pub fn replay(
     settings: &Settings,
     trace: &Path,
@@ -265,6 +267,26 @@ pub fn replay(
                         recorded: recorded_calls,
                         now,
                     },
+                });
+            }
+        }
+        // Tool records: the results of a last round no request carried.
+        let mut agents_now = vec![("parent".to_owned(), run.tools.as_slice())];
+        agents_now.extend(
+            run.children
+                .iter()
+                .map(|child| (child.agent.to_string(), child.tools.as_slice())),
+        );
+        let diverged = log.divergences();
+        for (name, tools) in agents_now {
+            if diverged.iter().any(|found| found.agent == name) {
+                continue;
+            }
+            if let Some(difference) = compare_tools_run(recorded.tools(&name), tools) {
+                log.push(Divergence {
+                    agent: name,
+                    call: None,
+                    difference,
                 });
             }
         }

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::agent::RunReport;
 use crate::conversation::StatusKind;
+use crate::executor::ToolRecord;
 use crate::protocol::{Block, Message, Request, ToolDefinition, ToolResultContent};
 use crate::trace::RebuiltRequest;
 
@@ -134,6 +135,25 @@ pub enum Difference {
         /// Requests made now.
         now: u32,
     },
+    /// A tool call's record (`name`, `decision`, `is_error`, `content`)
+    /// differs: this also covers a last round no later request carried.
+    Tool {
+        /// The recorded call id.
+        id: String,
+        /// The differing field.
+        field: String,
+        /// The recorded value (a bounded preview).
+        recorded: String,
+        /// The value now (a bounded preview).
+        now: String,
+    },
+    /// The agent made another number of tool calls than recorded.
+    ToolCount {
+        /// Tool calls in the trace.
+        recorded: usize,
+        /// Tool calls made now.
+        now: usize,
+    },
     /// The run finished differently.
     Outcome {
         /// The recorded status and text.
@@ -186,6 +206,18 @@ impl fmt::Display for Divergence {
             ),
             Difference::CallCount { recorded, now } => {
                 write!(f, "recorded {recorded} request(s), now {now}")
+            }
+            Difference::Tool {
+                id,
+                field,
+                recorded,
+                now,
+            } => write!(
+                f,
+                "tool {id} {field} differs: recorded {recorded}, now {now}"
+            ),
+            Difference::ToolCount { recorded, now } => {
+                write!(f, "recorded {recorded} tool call(s), now {now}")
             }
             Difference::Outcome { recorded, now } => {
                 write!(f, "outcome differs: recorded {recorded}, now {now}")
@@ -384,6 +416,35 @@ fn compare_blocks(message: usize, block: usize, old: &Block, new: &Block) -> Opt
             &json!(new).to_string(),
         )),
     }
+}
+
+/// The first difference between an agent's recorded `tool` lines and its
+/// tool records now: a field of a call, else the number of calls.
+pub fn compare_tools_run(recorded: &[Value], now: &[ToolRecord]) -> Option<Difference> {
+    for (old, new) in recorded.iter().zip(now) {
+        let new = json!(new);
+        for field in ["id", "name", "decision", "is_error", "content"] {
+            let (old_value, new_value) = (old.get(field), new.get(field));
+            if old_value != new_value {
+                let show = |value: Option<&Value>| match value {
+                    Some(Value::String(text)) => text.clone(),
+                    Some(other) => other.to_string(),
+                    None => "none".to_owned(),
+                };
+                let (recorded, now) = previews(&show(old_value), &show(new_value));
+                return Some(Difference::Tool {
+                    id: show(old.get("id")),
+                    field: field.to_owned(),
+                    recorded,
+                    now,
+                });
+            }
+        }
+    }
+    (recorded.len() != now.len()).then_some(Difference::ToolCount {
+        recorded: recorded.len(),
+        now: now.len(),
+    })
 }
 
 /// A tool result's content as text: the string, or the blocks as JSON.

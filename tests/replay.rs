@@ -231,6 +231,34 @@ fn keep_going_runs_on_with_the_recorded_replies_and_lists_every_divergence() {
     );
 }
 
+/// A run cut by its budget after a tool round: that round's results are in
+/// no request, only in the `tool` lines; they are compared too.
+#[test]
+fn a_last_round_no_request_carried_is_compared_through_the_tool_lines() {
+    let scene = Scene::new("replay-last-round");
+    scene.record(
+        "check_and_run.json",
+        "t.jsonl",
+        &["--decision", "allow", "--max-calls", "2"],
+    );
+    let same = scene.replay("t.jsonl", &["--decision", "allow", "--max-calls", "2"]);
+    assert_eq!(same.status.code(), Some(1), "call_limit was recorded");
+    assert!(
+        text(&same.stdout).starts_with("reproduced: "),
+        "{}",
+        text(&same.stdout)
+    );
+    assert!(text(&same.stdout).contains("status call_limit as recorded"));
+
+    std::fs::write(scene.workspace().join("expected.txt"), "43\n").expect("edit");
+    let output = scene.replay("t.jsonl", &["--decision", "allow", "--max-calls", "2"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        text(&output.stdout).trim_end(),
+        r#"diverged: parent: tool toolu_02 content differs: recorded "42\n", now "43\n""#
+    );
+}
+
 #[test]
 fn a_child_divergence_names_the_child_and_its_call() {
     let scene = Scene::new("replay-child");

@@ -70,6 +70,7 @@ pub struct RecordedOutcome {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecordedRun {
     agents: BTreeMap<String, Vec<RecordedCall>>,
+    tools: BTreeMap<String, Vec<Value>>,
     outcome: Option<RecordedOutcome>,
 }
 
@@ -106,6 +107,7 @@ impl RecordedRun {
             });
         }
         let mut outcome = None;
+        let mut tools: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for (index, line) in trace.lines().enumerate() {
             let number = index + 1;
             // Every line parsed once already, in `rebuild_requests`.
@@ -147,6 +149,10 @@ impl RecordedRun {
                     });
                     continue;
                 }
+                "tool" => {
+                    tools.entry(agent.to_owned()).or_default().push(value);
+                    continue;
+                }
                 _ => continue,
             };
             let call = value
@@ -169,7 +175,11 @@ impl RecordedRun {
         if !agents.contains_key("parent") {
             return Err("the trace holds no request of the parent".to_owned());
         }
-        Ok(Self { agents, outcome })
+        Ok(Self {
+            agents,
+            tools,
+            outcome,
+        })
     }
 
     /// The question the parent was asked: the text of its first message.
@@ -194,6 +204,12 @@ impl RecordedRun {
                 u32::try_from(calls.len()).unwrap_or(u32::MAX),
             )
         })
+    }
+
+    /// The recorded `tool` lines of `agent`, in order, as JSON objects
+    /// (`name`, `id`, `decision`, `is_error`, `content`, ...).
+    pub fn tools(&self, agent: &str) -> &[Value] {
+        self.tools.get(agent).map(Vec::as_slice).unwrap_or_default()
     }
 
     /// Requests of all agents together.
