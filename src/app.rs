@@ -242,7 +242,7 @@ pub fn replay(
     keep_going: bool,
 ) -> Result<ReplayReport, AppError> {
     let _cleanup = TemporaryWorkspace::for_settings(settings);
-    let recorded = RecordedRun::load(trace)?;
+    let recorded = Arc::new(RecordedRun::load(trace)?);
     let question = recorded.question().ok_or_else(|| ReplayError::Invalid {
         path: trace.to_owned(),
         message: "the parent's first request holds no question".to_owned(),
@@ -251,8 +251,8 @@ pub fn replay(
     settings.question = question;
     let budget = Budget::new(settings.max_calls)?;
     let log = Arc::new(ReplayLog::new(keep_going));
-    let mut parent = ReplayModel::new(&recorded, "parent", Arc::clone(&log));
-    let children = Arc::new(ReplayChildren::new(recorded.clone(), Arc::clone(&log)));
+    let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));
+    let children = Arc::new(ReplayChildren::new(Arc::clone(&recorded), Arc::clone(&log)));
     let agent = build_agent(&settings, children)?;
     let run = agent.run(&settings.question, budget, &mut parent)?;
     if !log.halted() {

@@ -2,8 +2,8 @@
 //! now differs from the recorded one ([`Divergence`]), and the verdict over
 //! the whole run ([`ReplayReport`]).
 //!
-//! Requests are compared through the crate's own types ([`Request`] against
-//! the [`RebuiltRequest`] read from the trace), in this order: system prompt,
+//! Requests are compared through the crate's own type (the [`Request`] read
+//! from the trace against the one built now), in this order: system prompt,
 //! tool names, tool definitions, messages (role, then block by block), plan
 //! attachment. The first difference found is the one reported; long texts are
 //! shown as a bounded window around the first differing character.
@@ -17,7 +17,6 @@ use crate::agent::RunReport;
 use crate::conversation::StatusKind;
 use crate::executor::ToolRecord;
 use crate::protocol::{Block, Message, Request, ToolDefinition, ToolResultContent};
-use crate::trace::RebuiltRequest;
 
 /// The most characters of a text a [`Difference`] keeps on each side.
 pub const PREVIEW_CHARS: usize = 80;
@@ -227,24 +226,23 @@ impl fmt::Display for Divergence {
 }
 
 /// The first difference between a recorded request and the one built now, if any.
-pub fn compare(recorded: &RebuiltRequest, now: &Request<'_>) -> Option<Difference> {
-    differences(recorded, now).into_iter().next()
+pub fn compare(recorded: &Request<'_>, now: &Request<'_>) -> Option<Difference> {
+    differences(recorded, now, 0).into_iter().next()
 }
 
 /// Every difference between a recorded request and the one built now, in
 /// request order: system prompt, tools, the first differing block of each
-/// message, the number of messages, the plan attachment.
-pub fn differences(recorded: &RebuiltRequest, now: &Request<'_>) -> Vec<Difference> {
+/// message from message `from` on (0-based; a history only grows, so the
+/// messages an earlier request of the same agent carried need no second
+/// look), the number of messages, the plan attachment.
+pub fn differences(recorded: &Request<'_>, now: &Request<'_>, from: usize) -> Vec<Difference> {
     let mut found = Vec::new();
     if recorded.system != now.system {
-        found.push(texts(Part::System, &recorded.system, now.system));
+        found.push(texts(Part::System, recorded.system, now.system));
     }
-    found.extend(compare_tools(&recorded.tools, now.tools));
-    found.extend(compare_messages(&recorded.messages, now.messages));
-    found.extend(compare_attachment(
-        recorded.attachment.as_deref(),
-        now.attachment,
-    ));
+    found.extend(compare_tools(recorded.tools, now.tools));
+    found.extend(compare_messages(recorded.messages, now.messages, from));
+    found.extend(compare_attachment(recorded.attachment, now.attachment));
     found
 }
 
@@ -297,12 +295,13 @@ fn compare_tools(recorded: &[ToolDefinition], now: &[ToolDefinition]) -> Option<
     })
 }
 
-/// The first difference of each message, then the difference in count.
-fn compare_messages(recorded: &[Message], now: &[Message]) -> Vec<Difference> {
+/// The first difference of each message from `from` on, then the difference in count.
+fn compare_messages(recorded: &[Message], now: &[Message], from: usize) -> Vec<Difference> {
     let mut found: Vec<Difference> = recorded
         .iter()
         .zip(now)
         .enumerate()
+        .skip(from)
         .filter_map(|(index, (old, new))| compare_message(index + 1, old, new))
         .collect();
     found.extend(count_difference(recorded, now));
@@ -571,12 +570,10 @@ mod tests {
     use super::*;
     use crate::protocol::Role;
 
-    fn recorded(messages: Vec<Message>) -> RebuiltRequest {
-        RebuiltRequest {
-            agent: "parent".into(),
-            call: 1,
-            system: "sys".into(),
-            tools: Vec::new(),
+    fn recorded(messages: &[Message]) -> Request<'_> {
+        Request {
+            system: "sys",
+            tools: &[],
             messages,
             attachment: None,
         }
@@ -593,7 +590,7 @@ mod tests {
         }
     }
 
-    fn divergence(old: &RebuiltRequest, now: &Request<'_>) -> String {
+    fn divergence(old: &Request<'_>, now: &Request<'_>) -> String {
         Divergence {
             agent: "parent".into(),
             call: Some(3),
@@ -604,7 +601,8 @@ mod tests {
 
     #[test]
     fn a_tool_result_difference_names_the_id_and_both_contents() {
-        let old = recorded(vec![Message::user_text("q"), result("toolu_02", "42")]);
+        let old = [Message::user_text("q"), result("toolu_02", "42")];
+        let old = recorded(&old);
         let messages = [Message::user_text("q"), result("toolu_02", "43")];
         let now = Request {
             system: "sys",
@@ -631,7 +629,8 @@ mod tests {
 
     #[test]
     fn system_attachment_and_history_length_are_compared() {
-        let old = recorded(vec![Message::user_text("q")]);
+        let old = [Message::user_text("q")];
+        let old = recorded(&old);
         let messages = [Message::user_text("q")];
         let now = Request {
             system: "other",
@@ -656,6 +655,19 @@ mod tests {
             ..now
         };
         assert!(divergence(&old, &longer).contains("number of messages differs"));
+    }
+
+    #[test]
+    fn messages_before_from_are_not_compared_again() {
+        let old = [Message::user_text("q"), result("toolu_02", "42")];
+        let old = recorded(&old);
+        let messages = [Message::user_text("q"), result("toolu_02", "43")];
+        let now = Request {
+            messages: &messages,
+            ..old
+        };
+        assert_eq!(differences(&old, &now, 1).len(), 1);
+        assert_eq!(differences(&old, &now, 2), Vec::new());
     }
 
     #[test]

@@ -22,10 +22,10 @@ use thiserror::Error;
 
 use super::{Model, ScriptedReply};
 use crate::error::ModelFailure;
-use crate::protocol::{ModelResponse, Request};
+use crate::protocol::{Message, ModelResponse, Request, ToolDefinition};
 use crate::replay::{Difference, Divergence, differences};
 use crate::subagent::ChildModels;
-use crate::trace::{RebuiltRequest, check_version, rebuild_requests};
+use crate::trace::check_version;
 
 /// A trace that cannot be replayed.
 #[derive(Debug, Error)]
@@ -48,13 +48,25 @@ pub enum ReplayError {
     },
 }
 
-/// One recorded request and the reply the trace holds for it.
+/// One recorded request (its end in the agent's history and its plan) and
+/// the reply the trace holds for it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RecordedCall {
-    /// The request as it was sent.
-    pub request: RebuiltRequest,
-    /// The reply; `None` when the trace ends before it.
-    pub reply: Option<ScriptedReply>,
+struct RecordedCall {
+    messages: usize,
+    attachment: Option<String>,
+    reply: Option<ScriptedReply>,
+}
+
+/// One agent's part of a trace: its system prompt and tools (from its first
+/// request), its whole history as sent (each request sent a prefix of it),
+/// and its calls.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RecordedAgent {
+    system: String,
+    tools: Vec<ToolDefinition>,
+    messages: Vec<Message>,
+    calls: Vec<RecordedCall>,
+    tool_lines: Vec<Value>,
 }
 
 /// The parent's recorded `outcome` line.
@@ -66,11 +78,11 @@ pub struct RecordedOutcome {
     pub text: String,
 }
 
-/// A trace read for replay.
+/// A trace read for replay. Each message is held once, however many
+/// requests carried it, so memory grows with the trace, not with its square.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecordedRun {
-    agents: BTreeMap<String, Vec<RecordedCall>>,
-    tools: BTreeMap<String, Vec<Value>>,
+    agents: BTreeMap<String, RecordedAgent>,
     outcome: Option<RecordedOutcome>,
 }
 
@@ -89,138 +101,202 @@ impl RecordedRun {
 
     /// Parses a trace; the error says what is wrong and on which line. A
     /// trace must hold the parent's first request; a line cut short (a
-    /// crashed run) is an error, not a shorter run.
+    /// crashed run) is an error, not a shorter run. Fields this reader does
+    /// not use are ignored.
     pub fn parse(trace: &str) -> Result<Self, String> {
-        let mut agents: BTreeMap<String, Vec<RecordedCall>> = BTreeMap::new();
-        for request in rebuild_requests(trace)? {
-            let calls = agents.entry(request.agent.clone()).or_default();
-            let expected = calls.len() as u64 + 1;
-            if request.call != expected {
-                return Err(format!(
-                    "{} request {} comes where request {expected} was expected",
-                    request.agent, request.call
-                ));
-            }
-            calls.push(RecordedCall {
-                request,
-                reply: None,
-            });
-        }
+        let mut agents: BTreeMap<String, RecordedAgent> = BTreeMap::new();
         let mut outcome = None;
-        let mut tools: BTreeMap<String, Vec<Value>> = BTreeMap::new();
         for (index, line) in trace.lines().enumerate() {
             let number = index + 1;
-            // Every line parsed once already, in `rebuild_requests`.
             let value: Value =
                 serde_json::from_str(line).map_err(|err| format!("line {number}: {err}"))?;
             if number == 1 {
                 check_version(&value).map_err(|err| format!("line 1: {err}"))?;
             }
+            let at = |err: String| format!("line {number}: {err}");
             let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
-            let agent = value.get("agent").and_then(Value::as_str).unwrap_or("");
-            let reply = match kind {
-                "response" => {
-                    let raw = value.get("response").cloned().unwrap_or(Value::Null);
-                    let response = ModelResponse::from_value(raw)
-                        .map_err(|err| format!("line {number}: response: {err}"))?;
-                    Ok(response)
+            let agent = value.get("agent").and_then(Value::as_str);
+            if agent.is_none() && !kind.is_empty() {
+                return Err(at(format!("a `{kind}` line without `agent`")));
+            }
+            let agent = agent.unwrap_or_default();
+            match kind {
+                "request" => {
+                    let call = call_number(&value).map_err(at)?;
+                    let entry = agents.entry(agent.to_owned()).or_default();
+                    let expected = entry.calls.len() as u64 + 1;
+                    if call != expected {
+                        return Err(at(format!(
+                            "{agent} request {call} comes where request {expected} was expected"
+                        )));
+                    }
+                    if call == 1 {
+                        entry.system = value
+                            .get("system")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        entry.tools = field(&value, "tool_definitions").map_err(at)?;
+                    }
+                    let new: Vec<Message> = field(&value, "messages").map_err(at)?;
+                    entry.messages.extend(new);
+                    entry.calls.push(RecordedCall {
+                        messages: entry.messages.len(),
+                        attachment: value
+                            .get("attachment")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        reply: None,
+                    });
                 }
-                "model_failed" => {
-                    let message = value
-                        .get("error")
-                        .and_then(Value::as_str)
-                        .unwrap_or("model request failed");
-                    Err(match value.get("error_type").and_then(Value::as_str) {
-                        Some(kind) => ModelFailure::with_kind(kind, message),
-                        None => ModelFailure::new(message),
-                    })
+                "response" | "model_failed" => {
+                    let reply = recorded_reply(kind, &value).map_err(at)?;
+                    let call = call_number(&value).map_err(at)?;
+                    let slot = agents
+                        .get_mut(agent)
+                        .and_then(|entry| {
+                            entry
+                                .calls
+                                .get_mut(usize::try_from(call).ok()?.checked_sub(1)?)
+                        })
+                        .ok_or_else(|| {
+                            at(format!(
+                                "a reply to {agent} call {call}, which has no request before it"
+                            ))
+                        })?;
+                    if slot.reply.is_some() {
+                        return Err(at(format!("a second reply to {agent} call {call}")));
+                    }
+                    slot.reply = Some(reply);
                 }
+                "tool" => agents
+                    .entry(agent.to_owned())
+                    .or_default()
+                    .tool_lines
+                    .push(value),
                 "outcome" if agent == "parent" => {
-                    let field = |name: &str| {
+                    let text = |name: &str| {
                         value
                             .get(name)
                             .and_then(Value::as_str)
                             .map(str::to_owned)
-                            .ok_or(format!("line {number}: outcome without `{name}`"))
+                            .ok_or_else(|| at(format!("outcome without `{name}`")))
                     };
                     outcome = Some(RecordedOutcome {
-                        status: field("status")?,
-                        text: field("text")?,
+                        status: text("status")?,
+                        text: text("text")?,
                     });
-                    continue;
                 }
-                "tool" => {
-                    tools.entry(agent.to_owned()).or_default().push(value);
-                    continue;
-                }
-                _ => continue,
-            };
-            let call = value
-                .get("call")
-                .and_then(Value::as_u64)
-                .ok_or(format!("line {number}: no call number"))?;
-            let slot = agents
-                .get_mut(agent)
-                .and_then(|calls| calls.get_mut(usize::try_from(call).ok()?.checked_sub(1)?))
-                .ok_or(format!(
-                    "line {number}: a reply to {agent} call {call}, which has no request before it"
-                ))?;
-            if slot.reply.is_some() {
-                return Err(format!(
-                    "line {number}: a second reply to {agent} call {call}"
-                ));
+                _ => {}
             }
-            slot.reply = Some(reply);
         }
-        if !agents.contains_key("parent") {
+        if agents
+            .get("parent")
+            .is_none_or(|parent| parent.calls.is_empty())
+        {
             return Err("the trace holds no request of the parent".to_owned());
         }
-        Ok(Self {
-            agents,
-            tools,
-            outcome,
-        })
+        Ok(Self { agents, outcome })
     }
 
     /// The question the parent was asked: the text of its first message.
     pub fn question(&self) -> Option<String> {
-        let first = self.agents.get("parent")?.first()?;
-        Some(first.request.messages.first()?.text())
+        Some(self.agents.get("parent")?.messages.first()?.text())
     }
 
-    /// The recorded calls of `agent`, in order.
-    pub fn calls(&self, agent: &str) -> &[RecordedCall] {
-        self.agents
-            .get(agent)
-            .map(Vec::as_slice)
-            .unwrap_or_default()
+    /// The recorded request `call` (1-based) of `agent`, as it was sent.
+    pub fn request(&self, agent: &str, call: u32) -> Option<Request<'_>> {
+        let entry = self.agents.get(agent)?;
+        let recorded = entry
+            .calls
+            .get(usize::try_from(call).ok()?.checked_sub(1)?)?;
+        Some(Request {
+            system: &entry.system,
+            tools: &entry.tools,
+            messages: entry.messages.get(..recorded.messages)?,
+            attachment: recorded.attachment.as_deref(),
+        })
     }
 
-    /// The agents of the trace with their request counts.
+    /// The recorded reply to request `call` of `agent`; `None` when the
+    /// trace has no such request or ends before its reply.
+    pub fn reply(&self, agent: &str, call: u32) -> Option<&ScriptedReply> {
+        let entry = self.agents.get(agent)?;
+        entry
+            .calls
+            .get(usize::try_from(call).ok()?.checked_sub(1)?)?
+            .reply
+            .as_ref()
+    }
+
+    /// The agents of the trace (`child-N` only if it made a request) with their request counts.
     pub fn agents(&self) -> impl Iterator<Item = (&str, u32)> {
-        self.agents.iter().map(|(agent, calls)| {
-            (
-                agent.as_str(),
-                u32::try_from(calls.len()).unwrap_or(u32::MAX),
-            )
+        self.agents
+            .iter()
+            .filter(|(_, entry)| !entry.calls.is_empty())
+            .map(|(agent, entry)| {
+                (
+                    agent.as_str(),
+                    u32::try_from(entry.calls.len()).unwrap_or(u32::MAX),
+                )
+            })
+    }
+
+    /// The number of recorded requests of `agent`.
+    pub fn calls(&self, agent: &str) -> u32 {
+        self.agents.get(agent).map_or(0, |entry| {
+            u32::try_from(entry.calls.len()).unwrap_or(u32::MAX)
         })
     }
 
     /// The recorded `tool` lines of `agent`, in order, as JSON objects
     /// (`name`, `id`, `decision`, `is_error`, `content`, ...).
     pub fn tools(&self, agent: &str) -> &[Value] {
-        self.tools.get(agent).map(Vec::as_slice).unwrap_or_default()
+        self.agents
+            .get(agent)
+            .map(|entry| entry.tool_lines.as_slice())
+            .unwrap_or_default()
     }
 
     /// Requests of all agents together.
     pub fn request_count(&self) -> usize {
-        self.agents.values().map(Vec::len).sum()
+        self.agents.values().map(|entry| entry.calls.len()).sum()
     }
 
     /// The parent's recorded outcome, when the trace has one.
     pub fn outcome(&self) -> Option<&RecordedOutcome> {
         self.outcome.as_ref()
     }
+}
+
+fn call_number(value: &Value) -> Result<u64, String> {
+    value
+        .get("call")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| "no call number".to_owned())
+}
+
+fn field<T: serde::de::DeserializeOwned>(value: &Value, name: &str) -> Result<T, String> {
+    let raw = value.get(name).cloned().unwrap_or(Value::Null);
+    serde_json::from_value(raw).map_err(|err| format!("{name}: {err}"))
+}
+
+/// The reply of a `response` or `model_failed` line.
+fn recorded_reply(kind: &str, value: &Value) -> Result<ScriptedReply, String> {
+    if kind == "response" {
+        let raw = value.get("response").cloned().unwrap_or(Value::Null);
+        return ModelResponse::from_value(raw)
+            .map(Ok)
+            .map_err(|err| format!("response: {err}"));
+    }
+    let message = value
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("model request failed");
+    Ok(Err(match value.get("error_type").and_then(Value::as_str) {
+        Some(kind) => ModelFailure::with_kind(kind, message),
+        None => ModelFailure::new(message),
+    }))
 }
 
 /// What every [`ReplayModel`] of one replay shares: the divergences found and
@@ -279,17 +355,20 @@ impl ReplayLog {
 #[derive(Debug)]
 pub struct ReplayModel {
     agent: String,
-    calls: Vec<RecordedCall>,
+    run: Arc<RecordedRun>,
     log: Arc<ReplayLog>,
+    /// Messages of the history already compared (a history only grows).
+    checked: usize,
 }
 
 impl ReplayModel {
     /// The model of `agent` (`parent`, `child-N`) in `run`, reporting to `log`.
-    pub fn new(run: &RecordedRun, agent: &str, log: Arc<ReplayLog>) -> Self {
+    pub fn new(run: Arc<RecordedRun>, agent: &str, log: Arc<ReplayLog>) -> Self {
         Self {
             agent: agent.to_owned(),
-            calls: run.calls(agent).to_vec(),
+            run,
             log,
+            checked: 0,
         }
     }
 }
@@ -315,20 +394,18 @@ impl Model for ReplayModel {
             call: Some(call),
             difference,
         };
-        let recorded = usize::try_from(call)
-            .ok()
-            .and_then(|call| call.checked_sub(1))
-            .and_then(|index| self.calls.get(index));
-        let Some(recorded) = recorded else {
+        let Some(recorded) = self.run.request(&self.agent, call) else {
             let found = divergence(Difference::Unrecorded {
-                recorded_calls: u32::try_from(self.calls.len()).unwrap_or(u32::MAX),
+                recorded_calls: self.run.calls(&self.agent),
             });
             let failure = stopped(&found);
             state.divergences.push(found);
             state.halted = true;
             return Err(failure);
         };
-        for difference in differences(&recorded.request, request) {
+        let from = self.checked;
+        self.checked = recorded.messages.len().min(request.messages.len());
+        for difference in differences(&recorded, request, from) {
             let seen = state
                 .divergences
                 .iter()
@@ -345,7 +422,7 @@ impl Model for ReplayModel {
             }
             state.divergences.push(found);
         }
-        match &recorded.reply {
+        match self.run.reply(&self.agent, call) {
             Some(reply) => reply.clone(),
             None => {
                 let found = divergence(Difference::NoReply);
@@ -361,13 +438,13 @@ impl Model for ReplayModel {
 /// Child models of a replay: delegation `n` replays `child-n`'s recorded calls.
 #[derive(Debug)]
 pub struct ReplayChildren {
-    run: RecordedRun,
+    run: Arc<RecordedRun>,
     log: Arc<ReplayLog>,
 }
 
 impl ReplayChildren {
     /// The children of `run`, reporting to `log`.
-    pub fn new(run: RecordedRun, log: Arc<ReplayLog>) -> Self {
+    pub fn new(run: Arc<RecordedRun>, log: Arc<ReplayLog>) -> Self {
         Self { run, log }
     }
 }
@@ -375,9 +452,76 @@ impl ReplayChildren {
 impl ChildModels for ReplayChildren {
     fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
         Box::new(ReplayModel::new(
-            &self.run,
+            Arc::clone(&self.run),
             &format!("child-{number}"),
             Arc::clone(&self.log),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn line(value: Value) -> String {
+        format!("{value}\n")
+    }
+
+    fn request(call: u64, messages: Value) -> String {
+        line(
+            json!({"agent": "parent", "kind": "request", "call": call, "tools": [],
+            "messages": messages, "attachment": null, "system": "sys", "tool_definitions": []}),
+        )
+    }
+
+    fn response(call: u64) -> String {
+        line(json!({"agent": "parent", "kind": "response", "call": call,
+            "response": {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}}))
+    }
+
+    #[test]
+    fn each_message_is_held_once_and_requests_are_prefixes_of_the_history() {
+        let user = |text: &str| json!([{"role": "user", "content": text}]);
+        let pair = json!([{"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+            {"role": "user", "content": "b"}]);
+        let trace = [
+            request(1, user("q")),
+            response(1),
+            request(2, pair.clone()),
+            response(2),
+            request(3, pair),
+        ]
+        .concat();
+        let run = RecordedRun::parse(&trace).expect("valid");
+        assert_eq!(run.agents["parent"].messages.len(), 5);
+        let lengths: Vec<usize> = (1..=3)
+            .map(|call| {
+                run.request("parent", call)
+                    .expect("recorded")
+                    .messages
+                    .len()
+            })
+            .collect();
+        assert_eq!(lengths, [1, 3, 5]);
+        assert!(run.reply("parent", 2).is_some());
+        assert!(run.reply("parent", 3).is_none(), "the trace ends before it");
+        assert!(run.request("parent", 4).is_none());
+        assert_eq!(run.question().as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn replies_out_of_place_and_requests_out_of_order_are_errors_naming_the_line() {
+        let q = json!([{"role": "user", "content": "q"}]);
+        let orphan = [request(1, q.clone()), response(2)].concat();
+        let err = RecordedRun::parse(&orphan).expect_err("no request 2");
+        assert!(err.starts_with("line 2: a reply to parent call 2"), "{err}");
+        let twice = [request(1, q.clone()), response(1), response(1)].concat();
+        let err = RecordedRun::parse(&twice).expect_err("two replies");
+        assert!(err.starts_with("line 3: a second reply"), "{err}");
+        let skipped = [request(1, q.clone()), request(3, json!([]))].concat();
+        let err = RecordedRun::parse(&skipped).expect_err("request 2 missing");
+        assert!(err.contains("request 3 comes where request 2"), "{err}");
+        assert!(RecordedRun::parse("").is_err());
     }
 }
