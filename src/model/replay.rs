@@ -120,6 +120,12 @@ impl RecordedRun {
                 return Err(at(format!("a `{kind}` line without `agent`")));
             }
             let agent = agent.unwrap_or_default();
+            if !kind.is_empty() && !is_agent_name(agent) {
+                return Err(at(format!(
+                    "agent {} is neither `parent` nor `child-N`",
+                    Value::from(agent)
+                )));
+            }
             match kind {
                 "request" => {
                     let call = call_number(&value).map_err(at)?;
@@ -267,6 +273,15 @@ impl RecordedRun {
     pub fn outcome(&self) -> Option<&RecordedOutcome> {
         self.outcome.as_ref()
     }
+}
+
+/// `parent` or `child-N` with N a positive number.
+fn is_agent_name(name: &str) -> bool {
+    name == "parent"
+        || name
+            .strip_prefix("child-")
+            .and_then(|number| number.parse::<u64>().ok())
+            .is_some_and(|number| number > 0 && !name.contains('+'))
 }
 
 fn call_number(value: &Value) -> Result<u64, String> {
@@ -523,5 +538,11 @@ mod tests {
         let err = RecordedRun::parse(&skipped).expect_err("request 2 missing");
         assert!(err.contains("request 3 comes where request 2"), "{err}");
         assert!(RecordedRun::parse("").is_err());
+        let odd = request(1, q).replace("\"parent\"", "\"boss\\nx\"");
+        let err = RecordedRun::parse(&odd).expect_err("odd agent");
+        assert!(
+            !err.contains('\n') && err.contains("neither `parent`"),
+            "{err}"
+        );
     }
 }
