@@ -275,6 +275,59 @@ fn a_child_divergence_names_the_child_and_its_call() {
     );
 }
 
+/// Two `task` calls of one reply run as one concurrent batch; each child
+/// still gets the replies recorded under its own delegation number.
+#[test]
+fn concurrent_children_replay_by_delegation_number() {
+    let scene = Scene::new("replay-batch");
+    let task = |id: &str, text: &str| serde_json::json!({"type": "tool_use", "id": id, "name": "task", "input": {"task": text}});
+    let read = |id: &str, path: &str| {
+        serde_json::json!({"content": [{"type": "tool_use", "id": id, "name": "read_file",
+            "input": {"path": path}}], "stop_reason": "tool_use"})
+    };
+    let answer = |text: &str| serde_json::json!({"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"});
+    let script = serde_json::json!({
+        "parent": [
+            {"content": [task("toolu_t1", "Read main.py."), task("toolu_t2", "Read expected.txt.")],
+             "stop_reason": "tool_use"},
+            answer("Both read."),
+        ],
+        "children": [
+            [read("toolu_a", "main.py"), answer("main.py read")],
+            [read("toolu_b", "expected.txt"), answer("expected.txt read")],
+        ],
+    });
+    let script_path = scene.dir.write("batch.json", script.to_string());
+    let trace = scene.path("t.jsonl");
+    let recorded = subloop(&[
+        "run",
+        "--workspace",
+        &scene.workspace().display().to_string(),
+        "--script",
+        &script_path.display().to_string(),
+        "--trace",
+        &trace.display().to_string(),
+        "--quiet",
+    ]);
+    assert_eq!(
+        recorded.status.code(),
+        Some(0),
+        "{}",
+        text(&recorded.stderr)
+    );
+    let output = scene.replay("t.jsonl", &[]);
+    assert_reproduced(&output);
+    assert!(text(&output.stdout).contains("all 6 recorded request(s) of 3 agent(s)"));
+
+    std::fs::write(scene.workspace().join("expected.txt"), "43\n").expect("edit");
+    let output = scene.replay("t.jsonl", &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        text(&output.stdout).trim_end(),
+        r#"diverged: child-2 call 2: tool_result toolu_b content differs: recorded "42\n", now "43\n""#
+    );
+}
+
 #[test]
 fn another_policy_is_a_divergence_of_the_host() {
     let scene = Scene::new("replay-policy");
