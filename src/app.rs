@@ -17,9 +17,11 @@ use crate::executor::Warning;
 use crate::hooks::Hooks;
 use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
+use crate::model::replay::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, ReplayModel};
 use crate::model::{Model, Script, ScriptedModel, WithRawReplies};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
+use crate::replay::{Difference, Divergence, ReplayReport, compare_tools_run};
 use crate::signals;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
@@ -152,6 +154,9 @@ pub enum AppError {
     /// The script could not be loaded.
     #[error(transparent)]
     Script(#[from] ScriptError),
+    /// The trace to replay could not be read or is not a usable trace.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
     /// The question or budget is unusable.
     #[error(transparent)]
     Input(#[from] InputError),
@@ -350,6 +355,101 @@ impl Prepared {
             trace_error,
         })
     }
+}
+
+/// Replays the trace at `trace`: the parent and every child get their
+/// replies from it (child `n` from `child-n`'s lines), the tools run for real
+/// through `settings`' gate against its workspace, and every request is
+/// compared with the recorded one. The question is the recorded one
+/// (`settings.question` is not used); budgets, limits and policy come from
+/// `settings`, so give the recorded run's flags. Without `keep_going`, the
+/// first divergence stops the replay. After the run, each agent's number of
+/// requests, its tool calls (the trace's `tool` lines, which also hold a last
+/// round no request carried) and the parent's outcome (status and text) are
+/// compared too.
+pub fn replay(
+    settings: &Settings,
+    trace: &Path,
+    keep_going: bool,
+) -> Result<ReplayReport, AppError> {
+    let _cleanup = TemporaryWorkspace::for_settings(settings);
+    let recorded = Arc::new(RecordedRun::load(trace)?);
+    let question = recorded.question().ok_or_else(|| ReplayError::Invalid {
+        path: trace.to_owned(),
+        message: "the parent's first request holds no question".to_owned(),
+    })?;
+    let mut settings = settings.clone();
+    settings.question = question;
+    let budget = Budget::new(settings.max_calls)?;
+    let log = Arc::new(ReplayLog::new(keep_going));
+    let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));
+    let children = Arc::new(ReplayChildren::new(Arc::clone(&recorded), Arc::clone(&log)));
+    let agent = build_agent(&settings, children)?;
+    let run = agent.run(&settings.question, budget, &mut parent)?;
+    if !log.halted() {
+        let diverged = log.divergences();
+        for (name, recorded_calls) in recorded.agents() {
+            let now = log.made(name);
+            if now != recorded_calls && !diverged.iter().any(|found| found.agent == name) {
+                log.push(Divergence {
+                    agent: name.to_owned(),
+                    call: None,
+                    difference: Difference::CallCount {
+                        recorded: recorded_calls,
+                        now,
+                    },
+                });
+            }
+        }
+        // Tool records: the results of a last round no request carried.
+        let mut agents_now = vec![("parent".to_owned(), run.tools.as_slice())];
+        agents_now.extend(
+            run.children
+                .iter()
+                .map(|child| (child.agent.to_string(), child.tools.as_slice())),
+        );
+        let diverged = log.divergences();
+        for (name, tools) in agents_now {
+            if diverged.iter().any(|found| found.agent == name) {
+                continue;
+            }
+            if let Some(difference) = compare_tools_run(recorded.tools(&name), tools) {
+                log.push(Divergence {
+                    agent: name,
+                    call: None,
+                    difference,
+                });
+            }
+        }
+        let now = format!("{} {:?}", run.outcome.status, run.outcome.text);
+        let same = recorded.outcome().map(|outcome| {
+            (
+                outcome.status == run.outcome.status.as_str() && outcome.text == run.outcome.text,
+                format!("{} {:?}", outcome.status, outcome.text),
+            )
+        });
+        let difference = match same {
+            Some((true, _)) => None,
+            Some((false, recorded)) => Some(Difference::Outcome { recorded, now }),
+            None => Some(Difference::Outcome {
+                recorded: "no outcome (the recorded run did not finish)".to_owned(),
+                now,
+            }),
+        };
+        if let Some(difference) = difference {
+            log.push(Divergence {
+                agent: "parent".to_owned(),
+                call: None,
+                difference,
+            });
+        }
+    }
+    Ok(ReplayReport {
+        run,
+        recorded_status: recorded.outcome().map(|outcome| outcome.status.clone()),
+        recorded_requests: recorded.request_count(),
+        divergences: log.divergences(),
+    })
 }
 
 /// Settings for `subloop demo`: the demo question, and the workspace given,

@@ -20,10 +20,11 @@
 //! deadline, a token budget) and cancels it from another thread.
 //! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
 //! driver calls for the parent and every child; [`trace`] writes a JSON Lines
-//! record of every request and reply, in a place [`trace_target`] allows;
-//! [`app`] is what the CLI runs, [`cli`] parses its command line, [`output`]
-//! how it prints the answer, and [`signals`] how it ends on Ctrl-C,
-//! `SIGTERM` and `SIGHUP`.
+//! record of every request and reply, in a place [`trace_target`] allows,
+//! which [`model::replay`] answers from and [`replay`] checks a replayed run
+//! against; [`app`] is what the CLI runs, [`cli`] parses its command line,
+//! [`output`] how it prints the answer, and [`signals`] how it ends on
+//! Ctrl-C, `SIGTERM` and `SIGHUP`.
 //!
 //! ## Invariants, and the tests that guard them
 //!
@@ -99,6 +100,7 @@ pub mod permission;
 pub mod plan;
 pub mod progress;
 pub mod protocol;
+pub mod replay;
 pub mod signals;
 pub mod subagent;
 #[cfg(feature = "testing")]

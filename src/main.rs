@@ -59,6 +59,29 @@ fn live_client(_flags: LiveFlags, _progress: bool) -> Result<Models, String> {
     )
 }
 
+/// `subloop replay`: the verdict lines (or the JSON object) on stdout; exit
+/// 0 reproduced and answered, 1 diverged or another status, 2 a bad trace.
+fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode {
+    let report = match app::replay(&cli.settings, trace, cli.keep_going) {
+        Ok(report) => report,
+        Err(err) => return usage_error(CliError::new(Some(command), err)),
+    };
+    let text = if cli.json {
+        report.to_json().to_string()
+    } else {
+        report.lines(cli.keep_going).join("\n")
+    };
+    if let Err(err) = subloop::output::print_stdout(&text, cli.json) {
+        let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
+        return ExitCode::from(1);
+    }
+    if report.success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 /// Exit 2 with one line: every usage error ends with the same `--help` hint.
 fn usage_error(err: CliError) -> ExitCode {
     // A closed stderr must not turn a usage error into a panic.
@@ -84,6 +107,9 @@ fn main() -> ExitCode {
     let _cleanup = app::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
     cli.settings.script = cli.script.clone();
+    if let Some(trace) = &cli.replay {
+        return replay(&cli, trace, command);
+    }
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
             Ok(models) => models,

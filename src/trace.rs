@@ -2,7 +2,10 @@
 //! every child, one object per line, written and flushed line by line.
 //!
 //! Every line has `agent` (`parent`, `child-1`, ...) and `kind`; a child's
-//! lines also have `parent_tool_use_id`. Kinds:
+//! lines also have `parent_tool_use_id`. The first line also carries
+//! `version`, the format version ([`TRACE_VERSION`]); a reader refuses a
+//! trace of another version, and reads a trace without one (written before
+//! the field existed, in the same format) as version 1. Kinds:
 //!
 //! | kind | fields |
 //! |---|---|
@@ -41,6 +44,23 @@ use crate::monitor::Monitor;
 use crate::protocol::{Message, ToolDefinition, Usage};
 use crate::signals::{self, Termination};
 
+/// The trace format version written on a trace's first line, and the only one read.
+pub const TRACE_VERSION: u64 = 1;
+
+/// The format version declared by `first`, a trace's first line: its
+/// `version` field, or 1 when there is none (traces written before the field
+/// existed have the same format). Any version but [`TRACE_VERSION`] is an
+/// error saying which version was found.
+pub fn check_version(first: &Value) -> Result<u64, String> {
+    match first.get("version") {
+        None => Ok(1),
+        Some(Value::Number(number)) if number.as_u64() == Some(TRACE_VERSION) => Ok(TRACE_VERSION),
+        Some(other) => Err(format!(
+            "trace format version {other} is not supported: this subloop reads version {TRACE_VERSION}"
+        )),
+    }
+}
+
 /// Writes the trace; each line goes to the file in one write.
 ///
 /// If the process is ended by a signal [`crate::signals`] handles
@@ -73,15 +93,21 @@ struct TraceFile {
     closed: bool,
     /// Agents that sent a request and have not finished: (agent, calls, usage).
     open: Vec<(AgentId, u32, Usage)>,
+    /// Whether a line was written (the first one carries the format version).
+    started: bool,
 }
 
 fn lock(shared: &Mutex<TraceFile>) -> MutexGuard<'_, TraceFile> {
     shared.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
-/// One trace line: `agent`, `kind`, `parent_tool_use_id` for a child, then `fields`.
-fn render(agent: &AgentId, kind: &str, fields: Value) -> String {
+/// One trace line: `version` on the first line of a trace, then `agent`,
+/// `kind`, `parent_tool_use_id` for a child, then `fields`.
+fn render(agent: &AgentId, kind: &str, fields: Value, first: bool) -> String {
     let mut object = Map::new();
+    if first {
+        object.insert("version".into(), json!(TRACE_VERSION));
+    }
     object.insert("agent".into(), json!(agent));
     object.insert("kind".into(), json!(kind));
     if let Some(id) = agent.parent_tool_use_id() {
@@ -96,6 +122,13 @@ fn render(agent: &AgentId, kind: &str, fields: Value) -> String {
 }
 
 impl TraceFile {
+    /// Renders and writes one line (the first one with the format version).
+    fn emit(&mut self, agent: &AgentId, kind: &str, fields: Value) {
+        let text = render(agent, kind, fields, !self.started);
+        self.started = true;
+        self.write(&text);
+    }
+
     fn write(&mut self, text: &str) {
         if self.error.is_some() || self.closed {
             return;
@@ -122,7 +155,7 @@ impl TraceFile {
             );
             let fields =
                 json!({"status": "cancelled", "text": text, "calls": calls, "usage": usage});
-            self.write(&render(&agent, "outcome", fields));
+            self.emit(&agent, "outcome", fields);
         }
         self.closed = true;
     }
@@ -164,6 +197,7 @@ impl TraceWriter {
             file,
             error: None,
             closed: false,
+            started: false,
             open: Vec::new(),
         }));
         let on_exit = Arc::clone(&shared);
@@ -195,8 +229,7 @@ impl TraceWriter {
     }
 
     fn line(&mut self, agent: &AgentId, kind: &str, fields: Value) {
-        let text = render(agent, kind, fields);
-        lock(&self.shared).write(&text);
+        lock(&self.shared).emit(agent, kind, fields);
     }
 }
 
@@ -290,7 +323,8 @@ pub struct RebuiltRequest {
 
 /// Rebuilds every request of a trace, in trace order. A line that is not a
 /// complete JSON object (such as a last line cut by a crash) is an error
-/// naming its number.
+/// naming its number, and so is a first line of another format version
+/// ([`check_version`]).
 pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
     struct AgentState {
         system: String,
@@ -303,6 +337,9 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
         let number = index + 1;
         let value: Value =
             serde_json::from_str(line).map_err(|err| format!("line {number}: {err}"))?;
+        if number == 1 {
+            check_version(&value).map_err(|err| format!("line 1: {err}"))?;
+        }
         if value["kind"] != "request" {
             continue;
         }

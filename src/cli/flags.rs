@@ -13,12 +13,18 @@ use crate::{error::SetupError, subagent::ChildBudget};
 
 use super::{Command, LiveFlags};
 
-/// Both subcommands.
+/// Every subcommand: the policy, limit and output flags.
+const ALL: &[Command] = &[Command::Demo, Command::Run, Command::Replay];
+/// The subcommands that ask a model (`replay` takes its replies from the trace).
 const BOTH: &[Command] = &[Command::Demo, Command::Run];
 /// `subloop run` only.
 const RUN: &[Command] = &[Command::Run];
 /// `subloop demo` only.
 const DEMO: &[Command] = &[Command::Demo];
+/// `subloop run` and `subloop replay`: a workspace is required.
+const RUN_REPLAY: &[Command] = &[Command::Run, Command::Replay];
+/// `subloop replay` only.
+const REPLAY: &[Command] = &[Command::Replay];
 
 /// The longest `--deadline`, `--run-timeout` or `--timeout-*`, in seconds: one day.
 pub const MAX_SECONDS: f64 = 86_400.0;
@@ -127,6 +133,8 @@ pub(crate) struct Draft {
     pub live: bool,
     /// The live flags.
     pub live_flags: LiveFlags,
+    /// `replay --keep-going`.
+    pub keep_going: bool,
 }
 
 /// A flag's value, with the flag's name for messages.
@@ -216,13 +224,13 @@ impl Value {
     }
 }
 
-/// Every flag of `subloop demo` and `subloop run`. Adding a flag is one entry here.
+/// Every flag of `subloop demo`, `subloop run` and `subloop replay`. Adding a flag is one entry here.
 pub(crate) const FLAGS: &[Flag] = &[
     Flag {
         long: "workspace",
         short: None,
         help: "the directory read_file and run_main work in (required)",
-        commands: RUN,
+        commands: RUN_REPLAY,
         group: Group::Options,
         action: Action::Value("DIR", |d, v| {
             d.workspace = Some(v.path());
@@ -270,7 +278,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "decision",
         short: None,
         help: "how run_main calls are decided (default ask: a y/N prompt; a non-terminal stdin denies)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("allow|deny|ask", |d, v| {
             d.settings.decision = v
@@ -285,7 +293,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "max-calls",
         short: None,
         help: "the parent's model-call budget, at least 1 (default 8)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("N", |d, v| {
             d.settings.max_calls = v.positive()?;
@@ -296,7 +304,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "child-calls",
         short: None,
         help: "each subagent's model-call budget, 1 to 8 (default 4)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("N", |d, v| {
             d.settings.child_budget = v.whole(1, ChildBudget::MAX, "a whole number from 1 to 8")?;
@@ -307,7 +315,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "read-limit",
         short: None,
         help: "read_file shows at most this many bytes, 1 to 1073741824 (1 GiB) (default 65536)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("BYTES", |d, v| {
             d.settings.read_limit = v.whole(
@@ -322,7 +330,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "run-command",
         short: None,
         help: "run_main's command, split into words without a shell; quotes and backslash escapes work (default \"python3 main.py\")",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("CMD", |d, v| {
             let text = v.text()?;
@@ -337,7 +345,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "run-timeout",
         short: None,
         help: "run_main's timeout; the whole process group is killed (default 10)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("SECS", |d, v| {
             d.settings.run.timeout = Duration::from_secs_f64(v.seconds()?);
@@ -348,7 +356,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "trace",
         short: None,
         help: "write a JSON Lines trace of every request and reply",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("FILE", |d, v| {
             d.settings.trace = Some(v.path());
@@ -359,7 +367,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "json",
         short: None,
         help: "print one JSON object on stdout instead of the final text",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Switch(|d| d.json = true),
     },
@@ -367,7 +375,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "quiet",
         short: None,
         help: "no progress lines on stderr",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Switch(|d| d.settings.progress = false),
     },
@@ -375,7 +383,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "on-empty-reply",
         short: None,
         help: "an empty end_turn reply is protocol_error (stop, the default), or is answered once in a row with \"Please continue.\" (continue)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Value("stop|continue", |d, v| {
             d.settings.on_empty_reply = v
@@ -387,10 +395,18 @@ pub(crate) const FLAGS: &[Flag] = &[
         }),
     },
     Flag {
+        long: "keep-going",
+        short: None,
+        help: "go on past a divergence while the trace has a reply for each request, and list every divergence",
+        commands: REPLAY,
+        group: Group::Options,
+        action: Action::Switch(|d| d.keep_going = true),
+    },
+    Flag {
         long: "help",
         short: Some('h'),
         help: "this help",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Help,
     },
@@ -398,7 +414,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "version",
         short: Some('V'),
         help: "the version",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Options,
         action: Action::Version,
     },
@@ -406,7 +422,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "max-tools-per-reply",
         short: None,
         help: "tool calls run per model reply, at least 1; the rest are refused (default 16)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Limits,
         action: Action::Value("N", |d, v| {
             d.settings.limits.max_tools_per_reply = v.positive()?;
@@ -417,7 +433,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "max-delegations",
         short: None,
         help: "subagents started per run; later task calls get delegation_limit (default 8)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Limits,
         action: Action::Value("N", |d, v| {
             d.settings.limits.max_delegations = v.count()?;
@@ -428,7 +444,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "deadline",
         short: None,
         help: "wall-clock limit of the run: status deadline (default none)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Limits,
         action: Action::Value("SECS", |d, v| {
             d.settings.limits.deadline = Some(Duration::from_secs_f64(v.seconds()?));
@@ -439,7 +455,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "max-tokens-total",
         short: None,
         help: "input + output tokens of the run: status token_limit (default none)",
-        commands: BOTH,
+        commands: ALL,
         group: Group::Limits,
         action: Action::Value("N", |d, v| {
             d.settings.limits.max_tokens_total = Some(v.positive()?);

@@ -7,8 +7,9 @@ use super::flags::{FLAGS, Group};
 /// Lines of a help text are wrapped at this many characters.
 const WIDTH: usize = 100;
 
-const EXIT: &str =
-    "EXIT: 0 answered, 1 any other status, 2 bad invocation or unusable input (nothing is run).";
+const EXIT: &str = "EXIT: 0 answered (replay: reproduced and answered), 1 any other status (replay: \
+     also diverged) or an incomplete trace, 2 bad invocation or unusable input (nothing is run), \
+     130 / 143 / 129 a second Ctrl-C, SIGTERM or SIGHUP.";
 
 /// `subloop 0.1.0`.
 pub fn version() -> String {
@@ -27,6 +28,7 @@ fn overview() -> String {
     let usage = [
         usage_lines(Command::Demo),
         usage_lines(Command::Run),
+        usage_lines(Command::Replay),
         vec![
             "subloop help [COMMAND]".to_owned(),
             "subloop -h | --help".to_owned(),
@@ -45,6 +47,7 @@ fn overview() -> String {
     for (name, what) in [
         ("demo", summary(Command::Demo)),
         ("run", summary(Command::Run)),
+        ("replay", summary(Command::Replay)),
         (
             "help",
             "this overview, or a command's help: `subloop help run`",
@@ -53,9 +56,10 @@ fn overview() -> String {
         text.push_str(&entry(name, what, 8));
     }
     text.push_str(
-        "\nEach command lists its flags and examples: `subloop demo --help`, `subloop run --help`.\n\n",
+        "\nEach command lists its flags and examples: `subloop demo --help`, `subloop run --help`, \
+         `subloop replay --help`.\n\n",
     );
-    text.push_str(EXIT);
+    text.push_str(wrap(EXIT, 0).trim_end());
     text
 }
 
@@ -66,6 +70,9 @@ fn summary(command: Command) -> &'static str {
         }
         Command::Run => {
             "the agent against a workspace, on a replay script or on the Messages API (--live)"
+        }
+        Command::Replay => {
+            "a recorded run (a --trace file) re-run offline: recorded replies, real tools, every request compared"
         }
     }
 }
@@ -80,6 +87,7 @@ fn usage_lines(command: Command) -> Vec<String> {
             "subloop run --workspace DIR --script FILE [OPTIONS]".to_owned(),
             "subloop run --workspace DIR --live [OPTIONS]".to_owned(),
         ],
+        Command::Replay => vec!["subloop replay TRACE --workspace DIR [OPTIONS]".to_owned()],
     }
 }
 
@@ -98,6 +106,15 @@ fn description(command: Command) -> &'static str {
              is {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]}, where REPLY is a \
              Messages API response object (content, stop_reason, ...) or {\"error\": \"text\"} \
              for a failed request; children[i] is replayed by the i-th delegation."
+        }
+        Command::Replay => {
+            "subloop replay: re-runs the run recorded in TRACE (a --trace file of run or demo, \
+             also of a live run) offline, with no API key. Every model reply of the parent and \
+             of each child comes from the trace; the tools run for real against the workspace, \
+             through the same gate and hooks; each request is compared with the recorded one \
+             (system, tools, messages, plan). Give the recorded run's policy and limit flags \
+             (--decision, --max-calls, ...). The question is the recorded one. The first \
+             divergence stops the replay unless --keep-going."
         }
     }
 }
@@ -126,6 +143,16 @@ fn examples(command: Command) -> &'static [(&'static str, &'static str)] {
             (
                 "subloop run --workspace . --live --question \"Does main.py print what expected.txt says?\"",
                 "",
+            ),
+        ],
+        Command::Replay => &[
+            (
+                "subloop replay run.jsonl --workspace examples/workspace --decision allow",
+                "prints `reproduced: ...` or the first divergence, e.g. `diverged: parent call 3: tool_result toolu_02 content differs: ...`",
+            ),
+            (
+                "subloop replay run.jsonl --workspace ws --decision allow --keep-going --json",
+                "every divergence, as one JSON object",
             ),
         ],
     }
@@ -183,7 +210,7 @@ fn command_help(command: Command) -> String {
         }
     }
     text.push('\n');
-    text.push_str(EXIT);
+    text.push_str(wrap(EXIT, 0).trim_end());
     text
 }
 

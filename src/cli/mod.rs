@@ -1,4 +1,4 @@
-//! The command line: `subloop demo`, `subloop run` and `subloop help`.
+//! The command line: `subloop demo`, `subloop run`, `subloop replay` and `subloop help`.
 //!
 //! Every flag is one entry of a table (`flags.rs`) that says which
 //! subcommands take it, what its help line is, and what it sets; the parser
@@ -27,17 +27,20 @@ pub enum Command {
     Demo,
     /// `subloop run`: a script or the live API against a workspace.
     Run,
+    /// `subloop replay TRACE`: a recorded run re-run offline and compared.
+    Replay,
 }
 
 impl Command {
     /// Every subcommand, in help order.
-    pub const ALL: [Command; 2] = [Command::Demo, Command::Run];
+    pub const ALL: [Command; 3] = [Command::Demo, Command::Run, Command::Replay];
 
     /// The subcommand's name on the command line.
     pub fn name(self) -> &'static str {
         match self {
             Self::Demo => "demo",
             Self::Run => "run",
+            Self::Replay => "replay",
         }
     }
 
@@ -66,7 +69,7 @@ pub struct LiveFlags {
     pub total: Option<f64>,
 }
 
-/// A parsed `subloop demo` or `subloop run`.
+/// A parsed `subloop demo`, `subloop run` or `subloop replay`.
 #[derive(Debug)]
 pub struct Cli {
     /// The subcommand.
@@ -79,6 +82,10 @@ pub struct Cli {
     pub json: bool,
     /// `--live` and its flags.
     pub live: Option<LiveFlags>,
+    /// `replay TRACE`: the trace to replay.
+    pub replay: Option<PathBuf>,
+    /// `replay --keep-going`.
+    pub keep_going: bool,
 }
 
 /// What the command line asks for.
@@ -140,7 +147,11 @@ where
     let mut parser = lexopt::Parser::from_args(args);
     let top = |message: String| CliError::new(None, message);
     let command = match parser.next().map_err(|err| top(lexopt_message(err)))? {
-        None => return Err(top("no command: use `subloop demo` or `subloop run`".into())),
+        None => {
+            return Err(top(
+                "no command: use `subloop demo`, `subloop run` or `subloop replay`".into(),
+            ));
+        }
         Some(Arg::Short('h') | Arg::Long("help")) => return Ok(Invocation::Print(help(None))),
         Some(Arg::Short('V') | Arg::Long("version")) => return Ok(Invocation::Print(version())),
         Some(Arg::Value(word)) if word == "help" => return help_topic(&mut parser),
@@ -165,7 +176,9 @@ where
         json: false,
         live: false,
         live_flags: LiveFlags::default(),
+        keep_going: false,
     };
+    let mut replay: Option<PathBuf> = None;
     let mut seen: Vec<&'static str> = Vec::new();
     let mut live_only: Option<&'static str> = None;
     while let Some(arg) = parser.next().map_err(|err| fail(lexopt_message(err)))? {
@@ -175,6 +188,10 @@ where
                     .ok_or_else(|| fail(not_a_flag(command, name)))?,
                 Arg::Short(c) => flags::find_short(command, c)
                     .ok_or_else(|| fail(format!("unknown flag `-{c}`")))?,
+                Arg::Value(word) if command == Command::Replay && replay.is_none() => {
+                    replay = Some(PathBuf::from(word));
+                    continue;
+                }
                 Arg::Value(word) => {
                     return Err(fail(format!(
                         "unexpected argument `{}`",
@@ -208,11 +225,16 @@ where
             }
         }
     }
-    finish(command, draft, live_only).map(|cli| Invocation::Run(Box::new(cli)))
+    finish(command, draft, live_only, replay).map(|cli| Invocation::Run(Box::new(cli)))
 }
 
 /// The checks that span several flags, and the demo's workspace.
-fn finish(command: Command, draft: flags::Draft, live_only: Option<&str>) -> Result<Cli, CliError> {
+fn finish(
+    command: Command,
+    draft: flags::Draft,
+    live_only: Option<&str>,
+    replay: Option<PathBuf>,
+) -> Result<Cli, CliError> {
     let fail = |message: String| CliError::new(Some(command), message);
     let flags::Draft {
         mut settings,
@@ -222,6 +244,7 @@ fn finish(command: Command, draft: flags::Draft, live_only: Option<&str>) -> Res
         json,
         live,
         live_flags,
+        keep_going,
     } = draft;
     if live && script.is_some() {
         return Err(fail("--live and --script cannot be used together".into()));
@@ -249,6 +272,15 @@ fn finish(command: Command, draft: flags::Draft, live_only: Option<&str>) -> Res
                 settings.question = question;
             }
         }
+        Command::Replay => {
+            if replay.is_none() {
+                return Err(fail(
+                    "replay needs a TRACE file: `subloop replay TRACE --workspace DIR`".into(),
+                ));
+            }
+            settings.workspace =
+                workspace.ok_or_else(|| fail("replay needs --workspace DIR".into()))?;
+        }
     }
     Ok(Cli {
         command,
@@ -256,6 +288,8 @@ fn finish(command: Command, draft: flags::Draft, live_only: Option<&str>) -> Res
         script,
         json,
         live: live.then_some(live_flags),
+        replay,
+        keep_going,
     })
 }
 
@@ -290,7 +324,7 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
         }
         Some(_) => {
             return Err(top(
-                "help takes a command name: `subloop help demo` or `subloop help run`".into(),
+                "help takes a command name: `subloop help demo`, `subloop help run` or `subloop help replay`".into(),
             ));
         }
     };
@@ -301,7 +335,9 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
 }
 
 fn unknown_command(word: &str) -> String {
-    format!("unknown command `{word}`: use `subloop demo`, `subloop run` or `subloop help`")
+    format!(
+        "unknown command `{word}`: use `subloop demo`, `subloop run`, `subloop replay` or `subloop help`"
+    )
 }
 
 /// `--script` on `demo`: say where the flag belongs.

@@ -6,8 +6,10 @@
 #[cfg(feature = "live")]
 pub mod anthropic;
 pub mod demo;
+pub mod replay;
 mod scripted;
 
+pub use replay::{RecordedRun, ReplayModel};
 pub use scripted::{Script, ScriptText, ScriptedModel, ScriptedReply, WithRawReplies};
 
 use serde_json::Value;

@@ -1,0 +1,548 @@
+//! A model that answers from a recorded trace, checking each request
+//! against the recorded one.
+//!
+//! [`RecordedRun::parse`] reads a trace (see [`crate::trace`]): for every
+//! agent (`parent`, `child-1`, ...) its requests in call order, each with the
+//! reply the trace holds for it (`response` or `model_failed`). A
+//! [`ReplayModel`] for one agent answers its `n`-th request with the recorded
+//! reply to call `n`, after comparing the request it is given with the
+//! recorded one ([`crate::replay::differences`]); differences go to a
+//! shared [`ReplayLog`]. Without `keep_going`, the first difference stops the
+//! replay: that request and every later one of any agent fails
+//! (`replay_diverged`), so no further tool runs. With it, the recorded
+//! replies keep coming as long as the trace has one for the request asked,
+//! and each difference is filed once (a changed tool result stays in every
+//! later request of the history; it is reported where it first appeared).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use thiserror::Error;
+
+use super::{Model, ScriptedReply};
+use crate::error::ModelFailure;
+use crate::protocol::{Message, ModelResponse, Request, ToolDefinition};
+use crate::replay::{Difference, Divergence, differences};
+use crate::subagent::ChildModels;
+use crate::trace::check_version;
+
+/// A trace that cannot be replayed.
+#[derive(Debug, Error)]
+pub enum ReplayError {
+    /// The trace file could not be read.
+    #[error("cannot read trace {path}: {source}")]
+    Read {
+        /// The path.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The trace is not a trace this crate can replay.
+    #[error("invalid trace {path}: {message}")]
+    Invalid {
+        /// The path.
+        path: std::path::PathBuf,
+        /// What is wrong, with the line number where there is one.
+        message: String,
+    },
+}
+
+/// One recorded request (its end in the agent's history and its plan) and
+/// the reply the trace holds for it.
+#[derive(Debug, Clone, PartialEq)]
+struct RecordedCall {
+    messages: usize,
+    attachment: Option<String>,
+    reply: Option<ScriptedReply>,
+}
+
+/// One agent's part of a trace: its system prompt and tools (from its first
+/// request), its whole history as sent (each request sent a prefix of it),
+/// and its calls.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RecordedAgent {
+    system: String,
+    tools: Vec<ToolDefinition>,
+    messages: Vec<Message>,
+    calls: Vec<RecordedCall>,
+    tool_lines: Vec<Value>,
+}
+
+/// The parent's recorded `outcome` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedOutcome {
+    /// The status string (`answered`, `call_limit`, ...).
+    pub status: String,
+    /// The final text.
+    pub text: String,
+}
+
+/// A trace read for replay. Each message is held once, however many
+/// requests carried it, so memory grows with the trace, not with its square.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordedRun {
+    agents: BTreeMap<String, RecordedAgent>,
+    outcome: Option<RecordedOutcome>,
+}
+
+impl RecordedRun {
+    /// Reads a trace file.
+    pub fn load(path: &std::path::Path) -> Result<Self, ReplayError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ReplayError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses a trace; the error says what is wrong and on which line. A
+    /// trace must hold the parent's first request; a line cut short (a
+    /// crashed run) is an error, not a shorter run. Fields this reader does
+    /// not use are ignored.
+    pub fn parse(trace: &str) -> Result<Self, String> {
+        let mut agents: BTreeMap<String, RecordedAgent> = BTreeMap::new();
+        let mut outcome = None;
+        for (index, line) in trace.lines().enumerate() {
+            let number = index + 1;
+            let value: Value =
+                serde_json::from_str(line).map_err(|err| format!("line {number}: {err}"))?;
+            if number == 1 {
+                check_version(&value).map_err(|err| format!("line 1: {err}"))?;
+            }
+            let at = |err: String| format!("line {number}: {err}");
+            let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+            let agent = value.get("agent").and_then(Value::as_str);
+            if agent.is_none() && !kind.is_empty() {
+                return Err(at(format!("a `{kind}` line without `agent`")));
+            }
+            let agent = agent.unwrap_or_default();
+            if !kind.is_empty() && !is_agent_name(agent) {
+                return Err(at(format!(
+                    "agent {} is neither `parent` nor `child-N`",
+                    Value::from(agent)
+                )));
+            }
+            match kind {
+                "request" => {
+                    let call = call_number(&value).map_err(at)?;
+                    let entry = agents.entry(agent.to_owned()).or_default();
+                    let expected = entry.calls.len() as u64 + 1;
+                    if call != expected {
+                        return Err(at(format!(
+                            "{agent} request {call} comes where request {expected} was expected"
+                        )));
+                    }
+                    if call == 1 {
+                        entry.system = value
+                            .get("system")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned();
+                        entry.tools = field(&value, "tool_definitions").map_err(at)?;
+                    }
+                    let new: Vec<Message> = field(&value, "messages").map_err(at)?;
+                    entry.messages.extend(new);
+                    entry.calls.push(RecordedCall {
+                        messages: entry.messages.len(),
+                        attachment: value
+                            .get("attachment")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
+                        reply: None,
+                    });
+                }
+                "response" | "model_failed" => {
+                    let reply = recorded_reply(kind, &value).map_err(at)?;
+                    let call = call_number(&value).map_err(at)?;
+                    let slot = agents
+                        .get_mut(agent)
+                        .and_then(|entry| {
+                            entry
+                                .calls
+                                .get_mut(usize::try_from(call).ok()?.checked_sub(1)?)
+                        })
+                        .ok_or_else(|| {
+                            at(format!(
+                                "a reply to {agent} call {call}, which has no request before it"
+                            ))
+                        })?;
+                    if slot.reply.is_some() {
+                        return Err(at(format!("a second reply to {agent} call {call}")));
+                    }
+                    slot.reply = Some(reply);
+                }
+                "tool" => agents
+                    .entry(agent.to_owned())
+                    .or_default()
+                    .tool_lines
+                    .push(value),
+                "outcome" if agent == "parent" => {
+                    let text = |name: &str| {
+                        value
+                            .get(name)
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                            .ok_or_else(|| at(format!("outcome without `{name}`")))
+                    };
+                    outcome = Some(RecordedOutcome {
+                        status: text("status")?,
+                        text: text("text")?,
+                    });
+                }
+                _ => {}
+            }
+        }
+        if agents
+            .get("parent")
+            .is_none_or(|parent| parent.calls.is_empty())
+        {
+            return Err("the trace holds no request of the parent".to_owned());
+        }
+        Ok(Self { agents, outcome })
+    }
+
+    /// The question the parent was asked: the text of its first message.
+    pub fn question(&self) -> Option<String> {
+        Some(self.agents.get("parent")?.messages.first()?.text())
+    }
+
+    /// The recorded request `call` (1-based) of `agent`, as it was sent.
+    pub fn request(&self, agent: &str, call: u32) -> Option<Request<'_>> {
+        let entry = self.agents.get(agent)?;
+        let recorded = entry
+            .calls
+            .get(usize::try_from(call).ok()?.checked_sub(1)?)?;
+        Some(Request {
+            system: &entry.system,
+            tools: &entry.tools,
+            messages: entry.messages.get(..recorded.messages)?,
+            attachment: recorded.attachment.as_deref(),
+        })
+    }
+
+    /// The recorded reply to request `call` of `agent`; `None` when the
+    /// trace has no such request or ends before its reply.
+    pub fn reply(&self, agent: &str, call: u32) -> Option<&ScriptedReply> {
+        let entry = self.agents.get(agent)?;
+        entry
+            .calls
+            .get(usize::try_from(call).ok()?.checked_sub(1)?)?
+            .reply
+            .as_ref()
+    }
+
+    /// The agents of the trace (`child-N` only if it made a request) with their request counts.
+    pub fn agents(&self) -> impl Iterator<Item = (&str, u32)> {
+        self.agents
+            .iter()
+            .filter(|(_, entry)| !entry.calls.is_empty())
+            .map(|(agent, entry)| {
+                (
+                    agent.as_str(),
+                    u32::try_from(entry.calls.len()).unwrap_or(u32::MAX),
+                )
+            })
+    }
+
+    /// The number of recorded requests of `agent`.
+    pub fn calls(&self, agent: &str) -> u32 {
+        self.agents.get(agent).map_or(0, |entry| {
+            u32::try_from(entry.calls.len()).unwrap_or(u32::MAX)
+        })
+    }
+
+    /// The recorded `tool` lines of `agent`, in order, as JSON objects
+    /// (`name`, `id`, `decision`, `is_error`, `content`, ...).
+    pub fn tools(&self, agent: &str) -> &[Value] {
+        self.agents
+            .get(agent)
+            .map(|entry| entry.tool_lines.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// Requests of all agents together.
+    pub fn request_count(&self) -> usize {
+        self.agents.values().map(|entry| entry.calls.len()).sum()
+    }
+
+    /// The parent's recorded outcome, when the trace has one.
+    pub fn outcome(&self) -> Option<&RecordedOutcome> {
+        self.outcome.as_ref()
+    }
+}
+
+/// `parent` or `child-N` with N a positive number.
+fn is_agent_name(name: &str) -> bool {
+    name == "parent"
+        || name
+            .strip_prefix("child-")
+            .and_then(|number| number.parse::<u64>().ok())
+            .is_some_and(|number| number > 0 && !name.contains('+'))
+}
+
+fn call_number(value: &Value) -> Result<u64, String> {
+    value
+        .get("call")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| "no call number".to_owned())
+}
+
+fn field<T: serde::de::DeserializeOwned>(value: &Value, name: &str) -> Result<T, String> {
+    let raw = value.get(name).cloned().unwrap_or(Value::Null);
+    serde_json::from_value(raw).map_err(|err| format!("{name}: {err}"))
+}
+
+/// The reply of a `response` or `model_failed` line.
+fn recorded_reply(kind: &str, value: &Value) -> Result<ScriptedReply, String> {
+    if kind == "response" {
+        let raw = value.get("response").cloned().unwrap_or(Value::Null);
+        return ModelResponse::from_value(raw)
+            .map(Ok)
+            .map_err(|err| format!("response: {err}"));
+    }
+    let message = value
+        .get("error")
+        .and_then(Value::as_str)
+        .unwrap_or("model request failed");
+    Ok(Err(match value.get("error_type").and_then(Value::as_str) {
+        Some(kind) => ModelFailure::with_kind(kind, message),
+        None => ModelFailure::new(message),
+    }))
+}
+
+/// What every [`ReplayModel`] of one replay shares: the divergences found and
+/// the requests each agent made.
+#[derive(Debug, Default)]
+pub struct ReplayLog {
+    keep_going: bool,
+    state: Mutex<LogState>,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    divergences: Vec<Divergence>,
+    halted: bool,
+    made: HashMap<String, u32>,
+}
+
+impl ReplayLog {
+    /// A log; with `keep_going`, a divergence does not stop the replay.
+    pub fn new(keep_going: bool) -> Self {
+        Self {
+            keep_going,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LogState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Every divergence found so far, in order.
+    pub fn divergences(&self) -> Vec<Divergence> {
+        self.state().divergences.clone()
+    }
+
+    /// Whether the replay was stopped (a divergence without `keep_going`, or
+    /// a request the trace cannot answer).
+    pub fn halted(&self) -> bool {
+        self.state().halted
+    }
+
+    /// Requests `agent` made in this replay.
+    pub fn made(&self, agent: &str) -> u32 {
+        self.state().made.get(agent).copied().unwrap_or(0)
+    }
+
+    /// Files a divergence found after the run.
+    pub fn push(&self, divergence: Divergence) {
+        self.state().divergences.push(divergence);
+    }
+}
+
+/// Answers one agent's requests from its recorded calls.
+#[derive(Debug)]
+pub struct ReplayModel {
+    agent: String,
+    run: Arc<RecordedRun>,
+    log: Arc<ReplayLog>,
+    /// Messages of the history already compared (a history only grows).
+    checked: usize,
+}
+
+impl ReplayModel {
+    /// The model of `agent` (`parent`, `child-N`) in `run`, reporting to `log`.
+    pub fn new(run: Arc<RecordedRun>, agent: &str, log: Arc<ReplayLog>) -> Self {
+        Self {
+            agent: agent.to_owned(),
+            run,
+            log,
+            checked: 0,
+        }
+    }
+}
+
+fn stopped(divergence: &Divergence) -> ModelFailure {
+    ModelFailure::with_kind("replay_diverged", format!("replay stopped: {divergence}"))
+}
+
+impl Model for ReplayModel {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        let mut state = self.log.state();
+        let made = state.made.entry(self.agent.clone()).or_insert(0);
+        *made = made.saturating_add(1);
+        let call = *made;
+        if state.halted {
+            return Err(ModelFailure::with_kind(
+                "replay_diverged",
+                "replay stopped: an earlier request diverged",
+            ));
+        }
+        let divergence = |difference| Divergence {
+            agent: self.agent.clone(),
+            call: Some(call),
+            difference,
+        };
+        let Some(recorded) = self.run.request(&self.agent, call) else {
+            let found = divergence(Difference::Unrecorded {
+                recorded_calls: self.run.calls(&self.agent),
+            });
+            let failure = stopped(&found);
+            state.divergences.push(found);
+            state.halted = true;
+            return Err(failure);
+        };
+        let from = self.checked;
+        self.checked = recorded.messages.len().min(request.messages.len());
+        for difference in differences(&recorded, request, from) {
+            let seen = state
+                .divergences
+                .iter()
+                .any(|earlier| earlier.agent == self.agent && earlier.difference == difference);
+            if seen {
+                continue;
+            }
+            let found = divergence(difference);
+            if !self.log.keep_going {
+                let failure = stopped(&found);
+                state.divergences.push(found);
+                state.halted = true;
+                return Err(failure);
+            }
+            state.divergences.push(found);
+        }
+        match self.run.reply(&self.agent, call) {
+            Some(reply) => reply.clone(),
+            None => {
+                let found = divergence(Difference::NoReply);
+                let failure = stopped(&found);
+                state.divergences.push(found);
+                state.halted = true;
+                Err(failure)
+            }
+        }
+    }
+}
+
+/// Child models of a replay: delegation `n` replays `child-n`'s recorded calls.
+#[derive(Debug)]
+pub struct ReplayChildren {
+    run: Arc<RecordedRun>,
+    log: Arc<ReplayLog>,
+}
+
+impl ReplayChildren {
+    /// The children of `run`, reporting to `log`.
+    pub fn new(run: Arc<RecordedRun>, log: Arc<ReplayLog>) -> Self {
+        Self { run, log }
+    }
+}
+
+impl ChildModels for ReplayChildren {
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        Box::new(ReplayModel::new(
+            Arc::clone(&self.run),
+            &format!("child-{number}"),
+            Arc::clone(&self.log),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn line(value: Value) -> String {
+        format!("{value}\n")
+    }
+
+    fn request(call: u64, messages: Value) -> String {
+        line(
+            json!({"agent": "parent", "kind": "request", "call": call, "tools": [],
+            "messages": messages, "attachment": null, "system": "sys", "tool_definitions": []}),
+        )
+    }
+
+    fn response(call: u64) -> String {
+        line(json!({"agent": "parent", "kind": "response", "call": call,
+            "response": {"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}}))
+    }
+
+    #[test]
+    fn each_message_is_held_once_and_requests_are_prefixes_of_the_history() {
+        let user = |text: &str| json!([{"role": "user", "content": text}]);
+        let pair = json!([{"role": "assistant", "content": [{"type": "text", "text": "a"}]},
+            {"role": "user", "content": "b"}]);
+        let trace = [
+            request(1, user("q")),
+            response(1),
+            request(2, pair.clone()),
+            response(2),
+            request(3, pair),
+        ]
+        .concat();
+        let run = RecordedRun::parse(&trace).expect("valid");
+        assert_eq!(run.agents["parent"].messages.len(), 5);
+        let lengths: Vec<usize> = (1..=3)
+            .map(|call| {
+                run.request("parent", call)
+                    .expect("recorded")
+                    .messages
+                    .len()
+            })
+            .collect();
+        assert_eq!(lengths, [1, 3, 5]);
+        assert!(run.reply("parent", 2).is_some());
+        assert!(run.reply("parent", 3).is_none(), "the trace ends before it");
+        assert!(run.request("parent", 4).is_none());
+        assert_eq!(run.question().as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn replies_out_of_place_and_requests_out_of_order_are_errors_naming_the_line() {
+        let q = json!([{"role": "user", "content": "q"}]);
+        let orphan = [request(1, q.clone()), response(2)].concat();
+        let err = RecordedRun::parse(&orphan).expect_err("no request 2");
+        assert!(err.starts_with("line 2: a reply to parent call 2"), "{err}");
+        let twice = [request(1, q.clone()), response(1), response(1)].concat();
+        let err = RecordedRun::parse(&twice).expect_err("two replies");
+        assert!(err.starts_with("line 3: a second reply"), "{err}");
+        let skipped = [request(1, q.clone()), request(3, json!([]))].concat();
+        let err = RecordedRun::parse(&skipped).expect_err("request 2 missing");
+        assert!(err.contains("request 3 comes where request 2"), "{err}");
+        assert!(RecordedRun::parse("").is_err());
+        let odd = request(1, q).replace("\"parent\"", "\"boss\\nx\"");
+        let err = RecordedRun::parse(&odd).expect_err("odd agent");
+        assert!(
+            !err.contains('\n') && err.contains("neither `parent`"),
+            "{err}"
+        );
+    }
+}
