@@ -210,12 +210,12 @@ fn flags_and_commands_in_the_wrong_place() {
     );
     assert_usage_error(
         &["frobnicate"],
-        "unknown command `frobnicate`: use `subloop demo`, `subloop run` or `subloop help`",
+        "unknown command `frobnicate`: use `subloop demo`, `subloop run`, `subloop replay` or `subloop help`",
         "subloop --help",
     );
     assert_usage_error(
         &[],
-        "no command: use `subloop demo` or `subloop run`",
+        "no command: use `subloop demo`, `subloop run` or `subloop replay`",
         "subloop --help",
     );
     assert_usage_error(

@@ -410,7 +410,7 @@ fn both_resolutions(ws: &Path) -> Vec<(Resolution, ReadFile)> {
     )];
     match ReadFile::with_resolution(ws, DEFAULT_READ_LIMIT, Resolution::Openat2) {
         Ok(reader) => readers.push((Resolution::Openat2, reader)),
-        Err(err) => eprintln!("openat2 cases skipped: {err}"),
+        Err(err) => common::skipped(format!("openat2 cases: {err}")),
     }
     readers
 }
@@ -553,7 +553,7 @@ fn openat2_refused_by_seccomp_falls_back_to_the_walk_and_stays_there() {
     let fx = Fixture::new("rf-seccomp");
     symlink(fx.outside(), fx.ws().join("link")).unwrap();
     let Ok(forced) = ReadFile::with_resolution(&fx.ws(), 64, Resolution::Openat2) else {
-        eprintln!("skipped: openat2 is not available here");
+        common::skipped("openat2 is not available here");
         return;
     };
     for errno in [libc::ENOSYS, libc::EPERM] {

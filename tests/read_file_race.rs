@@ -192,7 +192,7 @@ impl Race {
         let ws = Arc::new(open_dir(&self.ws()));
         let (d, l) = (cstr(b"d"), cstr(b"l"));
         if !exchange(&ws, &d, &l) {
-            eprintln!("skipped: {}", last_error("renameat2(RENAME_EXCHANGE)"));
+            common::skipped(last_error("renameat2(RENAME_EXCHANGE)"));
             return None;
         }
         assert!(exchange(&ws, &d, &l), "{}", last_error("renameat2"));
@@ -250,7 +250,7 @@ fn reader(race: &Race, resolution: Resolution) -> Option<ReadFile> {
     match ReadFile::with_resolution(&race.ws(), DEFAULT_READ_LIMIT, resolution) {
         Ok(reader) => Some(reader),
         Err(err) if resolution == Resolution::Openat2 => {
-            eprintln!("skipped: openat2 is not available here ({err})");
+            common::skipped(format!("openat2 is not available here ({err})"));
             None
         }
         Err(err) => panic!("{err}"),

@@ -85,7 +85,7 @@ fn is_overhead(name: &str) -> bool {
 #[test]
 fn reads_take_few_syscalls_and_never_touch_proc() {
     if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("skipped: strace not installed");
+        common::skipped("strace not installed");
         return;
     }
     let tmp = TempDir::new("rf-strace");
@@ -109,7 +109,7 @@ fn reads_take_few_syscalls_and_never_touch_proc() {
         .expect("run strace");
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() && stderr.contains("ptrace") {
-        eprintln!("skipped: strace cannot trace here: {stderr}");
+        common::skipped(format!("strace cannot trace here: {stderr}"));
         return;
     }
     assert!(

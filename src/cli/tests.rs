@@ -40,6 +40,13 @@ fn base(command: Command, live: bool) -> Vec<String> {
             args.extend(["--script".to_owned(), "script.json".to_owned()]);
         }
     }
+    if command == Command::Replay {
+        args.extend([
+            "run.jsonl".to_owned(),
+            "--workspace".to_owned(),
+            workspace(),
+        ]);
+    }
     if live {
         args.push("--live".to_owned());
     }
@@ -216,4 +223,24 @@ fn help_and_version_are_reached_every_way() {
         err.to_string().contains("unknown command `frobnicate`"),
         "{err}"
     );
+}
+
+#[test]
+fn replay_takes_one_trace_and_a_workspace() {
+    let cli = run(&base(Command::Replay, false)).unwrap();
+    assert_eq!(cli.replay.as_deref(), Some(Path::new("run.jsonl")));
+    assert!(!cli.keep_going);
+    let err = parse(["replay", "--workspace", &workspace()]).unwrap_err();
+    assert!(err.to_string().starts_with("replay needs a TRACE file"), "{err}");
+    let err = parse(["replay", "a.jsonl", "b.jsonl", "--workspace", &workspace()]).unwrap_err();
+    assert!(err.to_string().contains("unexpected argument `b.jsonl`"), "{err}");
+    let err = parse(["replay", "a.jsonl"]).unwrap_err();
+    assert!(err.to_string().starts_with("replay needs --workspace DIR"), "{err}");
+    for refused in ["--script", "--question", "--live"] {
+        let mut args = base(Command::Replay, false);
+        args.push(refused.to_owned());
+        args.push("x".to_owned());
+        let err = parse(&args).unwrap_err();
+        assert!(err.to_string().contains("takes no"), "{refused}: {err}");
+    }
 }

@@ -156,3 +156,13 @@ pub fn marker_workspace() -> TempDir {
     dir.write("expected.txt", "42\n");
     dir
 }
+
+/// A test that cannot run here (a missing tool or kernel feature) says so on
+/// stderr — and fails instead when `SUBLOOP_NO_SKIP` is set, as `.ci/run`
+/// does, so that a CI run cannot pass by skipping.
+pub fn skipped(reason: impl std::fmt::Display) {
+    if std::env::var_os("SUBLOOP_NO_SKIP").is_some() {
+        panic!("skipped: {reason} (SUBLOOP_NO_SKIP is set: install what this test needs)");
+    }
+    eprintln!("skipped: {reason}");
+}
