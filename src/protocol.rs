@@ -380,7 +380,8 @@ impl ReplyBlock {
         match kind.as_str() {
             // `tool_result` is a user-side block: a model may not send one.
             "text" | "tool_use" | "thinking" | "redacted_thinking" => {
-                match serde_json::from_value::<Block>(raw.clone()) {
+                // Read from a borrow: only the block's own fields are copied, not the whole value.
+                match Block::deserialize(&raw) {
                     Ok(block) => Self::Known(block),
                     Err(err) => Self::Unsupported {
                         kind,

@@ -6,6 +6,7 @@
 #[cfg(feature = "live")]
 pub mod anthropic;
 pub mod demo;
+mod script_reader;
 mod scripted;
 
 pub use scripted::{Script, ScriptedModel, ScriptedReply};

@@ -15,8 +15,6 @@
 
 use std::path::Path;
 
-use serde_json::Value;
-
 use super::Model;
 use crate::error::{ModelFailure, ScriptError};
 use crate::protocol::{ModelResponse, Request};
@@ -47,74 +45,13 @@ impl Script {
     }
 
     /// Parses a script from JSON text; the error says what is wrong.
+    ///
+    /// The text is read in one pass straight into typed replies (no JSON
+    /// value of the whole script is built), so a large script costs about
+    /// its replies' own size on top of the text.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let value: Value = serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"))?;
-        let Value::Object(mut top) = value else {
-            return Err("the script must be a JSON object".to_owned());
-        };
-        if let Some(key) = top
-            .keys()
-            .find(|key| *key != "parent" && *key != "children")
-        {
-            return Err(format!("unknown key `{key}`"));
-        }
-        let parent = match top.remove("parent") {
-            Some(value) => replies(value, "parent")?,
-            None => return Err("missing key `parent`".to_owned()),
-        };
-        let children = match top.remove("children") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .into_iter()
-                .enumerate()
-                .map(|(index, item)| replies(item, &format!("children[{index}]")))
-                .collect::<Result<_, _>>()?,
-            Some(_) => return Err("`children` must be an array of arrays".to_owned()),
-        };
-        Ok(Self { parent, children })
+        super::script_reader::parse(text)
     }
-}
-
-fn replies(value: Value, place: &str) -> Result<Vec<ScriptedReply>, String> {
-    let Value::Array(items) = value else {
-        return Err(format!("`{place}` must be an array of replies"));
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(index, item)| reply(item).map_err(|err| format!("{place}[{index}]: {err}")))
-        .collect()
-}
-
-/// Interprets one scripted reply.
-fn reply(value: Value) -> Result<ScriptedReply, String> {
-    if !value.is_object() {
-        return Err("a reply must be a JSON object".to_owned());
-    }
-    if let Some(error) = value.get("error") {
-        let failure = match error {
-            Value::String(text) => ModelFailure::new(text.clone()),
-            Value::Object(body) => {
-                let message = body
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("model request failed")
-                    .to_owned();
-                match body.get("type").and_then(Value::as_str) {
-                    Some(kind) => ModelFailure::with_kind(kind, message),
-                    None => ModelFailure::new(message),
-                }
-            }
-            other => ModelFailure::new(other.to_string()),
-        };
-        return Ok(Err(failure));
-    }
-    // A reply that is not a message makes the script invalid (exit 2 before
-    // anything runs); hostile but well-shaped replies stay, for the
-    // conversation to judge.
-    ModelResponse::from_value(value)
-        .map(Ok)
-        .map_err(|err| format!("not a message: {err}"))
 }
 
 /// Replays a list of replies, one per request; running out is a model failure.
