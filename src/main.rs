@@ -1,5 +1,6 @@
 //! The `subloop` command line: parses flags, wires [`subloop::app`], prints.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -356,11 +357,24 @@ fn main() -> ExitCode {
         }
     };
     if cli.json {
-        println!("{}", report.to_json());
+        // Serialized straight from the report into one buffered write.
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let written = report
+            .write_json(&mut out)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush());
+        if let Err(err) = written {
+            eprintln!("subloop: cannot write the output: {err}");
+            return ExitCode::from(1);
+        }
     } else {
         println!("{}", report.outcome.text);
     }
-    if report.outcome.status == StatusKind::Answered {
+    let answered = report.outcome.status == StatusKind::Answered;
+    // The process ends here: freeing the whole history first is wasted work.
+    std::mem::forget(report);
+    if answered {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

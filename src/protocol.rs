@@ -371,7 +371,10 @@ impl<'de> Deserialize<'de> for ReplyBlock {
 
 impl ReplyBlock {
     /// Classifies a raw JSON block. Never fails: what cannot be used is `Unsupported`.
-    pub fn from_value(raw: Value) -> Self {
+    pub fn from_value(mut raw: Value) -> Self {
+        if let Some(block) = take_known(&mut raw) {
+            return Self::Known(block);
+        }
         let kind = raw
             .get("type")
             .and_then(Value::as_str)
@@ -402,6 +405,65 @@ impl ReplyBlock {
             },
         }
     }
+}
+
+/// A well-formed block of a known model-side type, its fields moved out of
+/// `raw` (no copy); `None`, with `raw` untouched, when any field it needs is
+/// missing or mistyped, for serde to name the reason. Other fields are
+/// ignored, as serde ignores them.
+fn take_known(raw: &mut Value) -> Option<Block> {
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Text,
+        ToolUse,
+        Thinking,
+        RedactedThinking,
+    }
+    let Value::Object(fields) = raw else {
+        return None;
+    };
+    let kind = match fields.get("type").and_then(Value::as_str)? {
+        "text" => Kind::Text,
+        "tool_use" => Kind::ToolUse,
+        "thinking" => Kind::Thinking,
+        "redacted_thinking" => Kind::RedactedThinking,
+        _ => return None,
+    };
+    let string = |fields: &serde_json::Map<String, Value>, key: &str| {
+        matches!(fields.get(key), Some(Value::String(_)))
+    };
+    let well_formed = match kind {
+        Kind::Text => string(fields, "text"),
+        Kind::ToolUse => {
+            string(fields, "id") && string(fields, "name") && fields.contains_key("input")
+        }
+        Kind::Thinking => string(fields, "thinking") && string(fields, "signature"),
+        Kind::RedactedThinking => string(fields, "data"),
+    };
+    if !well_formed {
+        return None;
+    }
+    let mut take = |key: &str| match fields.remove(key) {
+        Some(Value::String(text)) => text,
+        _ => String::new(),
+    };
+    Some(match kind {
+        Kind::Text => Block::Text { text: take("text") },
+        Kind::ToolUse => {
+            let id = ToolUseId(take("id"));
+            let name = take("name");
+            Block::ToolUse {
+                id,
+                name,
+                input: fields.remove("input").unwrap_or(Value::Null),
+            }
+        }
+        Kind::Thinking => Block::Thinking {
+            thinking: take("thinking"),
+            signature: take("signature"),
+        },
+        Kind::RedactedThinking => Block::RedactedThinking { data: take("data") },
+    })
 }
 
 /// One reply of the model, as the Messages API returns it.
@@ -498,5 +560,112 @@ impl Request<'_> {
     /// The names of the tools offered, in order.
     pub fn tool_names(&self) -> Vec<&str> {
         self.tools.iter().map(|tool| tool.name.as_str()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Classification by serde alone (what `from_value` did before it took
+    /// well-formed blocks apart by hand): the oracle for the fast path.
+    fn by_serde(raw: Value) -> ReplyBlock {
+        let kind = raw
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("<missing>")
+            .to_owned();
+        match kind.as_str() {
+            "text" | "tool_use" | "thinking" | "redacted_thinking" => {
+                match serde_json::from_value::<Block>(raw.clone()) {
+                    Ok(block) => ReplyBlock::Known(block),
+                    Err(err) => ReplyBlock::Unsupported {
+                        kind,
+                        reason: format!("malformed block: {err}"),
+                        raw,
+                    },
+                }
+            }
+            "tool_result" => ReplyBlock::Unsupported {
+                kind,
+                reason: "a model reply may not contain tool results".to_owned(),
+                raw,
+            },
+            _ => ReplyBlock::Unsupported {
+                kind,
+                reason: "block type not supported".to_owned(),
+                raw,
+            },
+        }
+    }
+
+    fn field_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            Just(Value::from(7)),
+            Just(Value::from("text")),
+            Just(serde_json::json!({"path": "a"})),
+            Just(serde_json::json!(["x"])),
+        ]
+    }
+
+    fn block() -> impl Strategy<Value = Value> {
+        let kind = prop_oneof![
+            Just(Value::from("text")),
+            Just(Value::from("tool_use")),
+            Just(Value::from("thinking")),
+            Just(Value::from("redacted_thinking")),
+            Just(Value::from("tool_result")),
+            Just(Value::from("image")),
+            Just(Value::from(3)),
+        ];
+        let key = prop_oneof![
+            Just("text"),
+            Just("id"),
+            Just("name"),
+            Just("input"),
+            Just("thinking"),
+            Just("signature"),
+            Just("data"),
+            Just("citations"),
+        ];
+        (
+            prop::option::of(kind),
+            prop::collection::vec((key, field_value()), 0..6),
+        )
+            .prop_map(|(kind, fields)| {
+                let mut object = serde_json::Map::new();
+                for (key, value) in fields {
+                    object.insert(key.to_owned(), value);
+                }
+                if let Some(kind) = kind {
+                    object.insert("type".to_owned(), kind);
+                }
+                Value::Object(object)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+        #[test]
+        fn blocks_classify_as_serde_alone_would(raw in block()) {
+            prop_assert_eq!(ReplyBlock::from_value(raw.clone()), by_serde(raw));
+        }
+    }
+
+    #[test]
+    fn well_formed_blocks_of_every_known_type_are_known() {
+        for raw in [
+            serde_json::json!({"type": "text", "text": "hi", "citations": null}),
+            serde_json::json!({"type": "tool_use", "id": "t", "name": "read_file", "input": {"path": "a"}}),
+            serde_json::json!({"type": "tool_use", "id": "t", "name": "x", "input": null}),
+            serde_json::json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}),
+            serde_json::json!({"type": "redacted_thinking", "data": "opaque"}),
+        ] {
+            let block = ReplyBlock::from_value(raw.clone());
+            assert!(matches!(block, ReplyBlock::Known(_)), "{raw}");
+            assert_eq!(block, by_serde(raw));
+        }
     }
 }
