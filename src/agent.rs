@@ -268,7 +268,8 @@ impl Agent {
             tools,
             children,
             warnings,
-            audit: self.shared.audit.entries(),
+            // The run is over (children included): the log is handed over, not copied.
+            audit: self.shared.audit.take(),
         })
     }
 }
