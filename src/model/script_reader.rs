@@ -49,8 +49,8 @@ pub(super) fn parse(text: &str) -> Result<Script, String> {
     Ok(Script { parent, children })
 }
 
-/// Builds a value with the scalar visit methods of a visitor: each hands the
-/// scalar, as a [`Value`], to the visitor's `other` method.
+/// Implements a visitor's scalar `visit_*` methods: each hands the scalar,
+/// as a [`Value`], to the visitor's own `other` method.
 macro_rules! scalars_to_other {
     () => {
         fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
@@ -282,7 +282,7 @@ impl<'de> Visitor<'de> for ChildrenSeed {
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
         skip_map(map)?;
-        Ok(self.other(Value::Bool(false)))
+        Ok(Err("`children` must be an array of arrays".to_owned()))
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
