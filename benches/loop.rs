@@ -7,7 +7,13 @@
 //!   reading the same 100 KiB (5 files) directly;
 //! * `memory`: peak resident memory of the long replay (in a fresh process),
 //!   against 3 × the transcript's bytes + 16 MiB;
-//! * `cli_replay`: `subloop run --script` on the 1000-turn script, end to end.
+//! * `cli_replay`: `subloop run --script` on the 1000-turn script, end to end;
+//! * `replay_floor`: the same `subloop run --script --json` process against a
+//!   floor process that only reads the same script (serde into a minimal
+//!   struct) and does the same 1000 file reads, interleaved in one run; the
+//!   ratio is the figure (also against a floor that keeps what it read);
+//! * `script_memory`: peak resident memory of `subloop run` loading a script
+//!   of one million small replies, against the script's size.
 //!
 //! Medians of several runs; the machine is shared, so read the figures as
 //! orders of magnitude with a target, not as exact timings.
@@ -356,6 +362,164 @@ fn memory_child() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The floor: what any replay of the script must do. Parse the same script
+/// (serde into the least a replay needs: each call's `path`) and read the
+/// same file once per call. Run as its own process, like `subloop`.
+fn floor_child(dir: &Path) -> usize {
+    #[derive(serde::Deserialize)]
+    struct FloorScript {
+        parent: Vec<FloorReply>,
+    }
+    #[derive(serde::Deserialize)]
+    struct FloorReply {
+        content: Vec<FloorBlock>,
+    }
+    #[derive(serde::Deserialize)]
+    struct FloorBlock {
+        #[serde(default)]
+        input: Option<FloorInput>,
+    }
+    #[derive(serde::Deserialize)]
+    struct FloorInput {
+        path: String,
+    }
+    let text = std::fs::read(dir.join("script.json")).expect("script");
+    let script: FloorScript = serde_json::from_slice(&text).expect("floor parse");
+    let keep = std::env::var_os("SUBLOOP_BENCH_FLOOR_KEEP").is_some();
+    let mut kept = Vec::new();
+    let mut bytes = 0;
+    for reply in &script.parent {
+        for block in &reply.content {
+            if let Some(input) = &block.input {
+                let content = std::fs::read(dir.join(&input.path)).expect("read");
+                bytes += content.len();
+                if keep {
+                    kept.push(content);
+                }
+            }
+        }
+    }
+    bytes + kept.len()
+}
+
+/// One run of `subloop run --script … --json` on the long workspace, timed.
+fn time_subloop_replay(dir: &Path) -> f64 {
+    let started = Instant::now();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_subloop"))
+        .args([
+            "run",
+            "--quiet",
+            "--json",
+            "--decision",
+            "deny",
+            "--max-calls",
+            &(TURNS + 1).to_string(),
+            "--workspace",
+        ])
+        .arg(dir)
+        .arg("--script")
+        .arg(dir.join("script.json"))
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("subloop run");
+    assert!(status.success());
+    started.elapsed().as_secs_f64()
+}
+
+/// One run of the floor process on the long workspace, timed; `keep`: the
+/// floor also keeps what it read, as a replay keeps it in the history.
+fn time_floor(dir: &Path, keep: bool) -> f64 {
+    let exe = std::env::current_exe().expect("bench executable");
+    let mut command = std::process::Command::new(exe);
+    command.env("SUBLOOP_BENCH_FLOOR_CHILD", dir);
+    if keep {
+        command.env("SUBLOOP_BENCH_FLOOR_KEEP", "1");
+    }
+    let started = Instant::now();
+    let status = command
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("floor child");
+    assert!(status.success());
+    started.elapsed().as_secs_f64()
+}
+
+fn bench_replay_floor() {
+    let (dir, _) = long_workspace();
+    let (mut whole, mut floor, mut keeping) = (Vec::new(), Vec::new(), Vec::new());
+    // Interleaved, so all three see the same machine load.
+    for _ in 0..11 {
+        whole.push(time_subloop_replay(&dir));
+        floor.push(time_floor(&dir, false));
+        keeping.push(time_floor(&dir, true));
+    }
+    let (whole, floor, keeping) = (median(whole), median(floor), median(keeping));
+    println!(
+        "bench replay_floor: subloop run --script --json with {TURNS} turns {:.1} ms, floor (parse the script, read the same files, in a process) {:.1} ms: ratio {:.2} (target <= 1.3); against a floor that also keeps what it read ({:.1} ms): {:.2} (medians of 11 interleaved)",
+        whole * 1000.0,
+        floor * 1000.0,
+        whole / floor,
+        keeping * 1000.0,
+        whole / keeping
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The peak RSS (KiB) of a child process, from `wait4`.
+fn run_for_peak_kib(command: &mut std::process::Command) -> Option<(bool, u64)> {
+    let child = command.spawn().ok()?;
+    let pid = libc::pid_t::try_from(child.id()).ok()?;
+    let mut status = 0;
+    // SAFETY: an all-zero `rusage` is a valid value for `wait4` to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet reaped; both pointers are valid.
+    let reaped = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if reaped != pid {
+        return None;
+    }
+    let success = libc::WIFEXITED(status);
+    Some((success, u64::try_from(usage.ru_maxrss).ok()?))
+}
+
+fn bench_script_memory() {
+    const REPLIES: usize = 1_000_000;
+    let dir = scratch("script-memory");
+    let mut text = String::with_capacity(REPLIES * 130);
+    text.push_str(r#"{"parent":["#);
+    for turn in 1..=REPLIES {
+        text.push_str(&format!(
+            r#"{{"content":[{{"id":"toolu_{turn}","input":{{"path":"data.txt"}},"name":"read_file","type":"tool_use"}}],"stop_reason":"tool_use"}},"#
+        ));
+    }
+    text.push_str(r#"{"content":[{"text":"done","type":"text"}],"stop_reason":"end_turn"}]}"#);
+    let script = dir.join("script.json");
+    std::fs::write(&script, &text).expect("script file");
+    std::fs::write(dir.join("data.txt"), "x").expect("data file");
+    let size = text.len() as f64 / 1024.0 / 1024.0;
+    drop(text);
+    // One model call: the run stops at `call_limit` right after loading the script.
+    let peak = run_for_peak_kib(
+        std::process::Command::new(env!("CARGO_BIN_EXE_subloop"))
+            .args(["run", "--quiet", "--decision", "deny", "--max-calls", "1"])
+            .arg("--workspace")
+            .arg(&dir)
+            .arg("--script")
+            .arg(&script)
+            .stdout(std::process::Stdio::null()),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    match peak {
+        Some((_, kib)) => {
+            let peak = kib as f64 / 1024.0;
+            println!(
+                "bench script_memory: subloop run loading a {REPLIES}-reply script of {size:.1} MiB peaks at {peak:.1} MiB RSS ({:.1} x the script)",
+                peak / size
+            );
+        }
+        None => println!("bench script_memory: not measured"),
+    }
+}
+
 fn bench_cli_replay() {
     let (dir, _) = long_workspace();
     let mut times = Vec::new();
@@ -392,18 +556,24 @@ fn main() {
         memory_child();
         return;
     }
+    if let Some(dir) = std::env::var_os("SUBLOOP_BENCH_FLOOR_CHILD") {
+        println!("{}", floor_child(Path::new(&dir)));
+        return;
+    }
     // `cargo bench -- <filter>` runs only the benches whose name contains the filter.
     let filter: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
-    let benches: [(&str, fn()); 5] = [
+    let benches: [(&str, fn()); 7] = [
         ("transitions", bench_transitions),
         ("long_replay", bench_long_replay),
         ("context_economy", bench_context_economy),
         ("memory", bench_memory),
         ("cli_replay", bench_cli_replay),
+        ("replay_floor", bench_replay_floor),
+        ("script_memory", bench_script_memory),
     ];
     for (name, bench) in benches {
         if wanted(name) {

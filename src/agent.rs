@@ -12,6 +12,7 @@ use crate::driver;
 use crate::error::{InputError, SetupError};
 use crate::executor::{Gate, ToolRecord, Toolbox, Warning};
 use crate::hooks::{AuditEntry, AuditLog, Hooks};
+use crate::json_report::JsonReport;
 use crate::limits::{CancelHandle, Limits, RunGuard};
 use crate::model::Model;
 use crate::monitor::{AgentObserver, Monitor, SharedMonitor};
@@ -197,22 +198,6 @@ pub(crate) fn millis<S: serde::Serializer>(
     serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Model calls, tool calls, delegations, tokens and time of one agent.
-fn accounting(
-    outcome: &Outcome,
-    tools: &[ToolRecord],
-    delegations: usize,
-    elapsed: Duration,
-) -> serde_json::Value {
-    serde_json::json!({
-        "model_calls": outcome.calls,
-        "tool_calls": tools.len(),
-        "delegations": delegations,
-        "tokens": {"input": outcome.usage.input_tokens, "output": outcome.usage.output_tokens},
-        "elapsed_ms": u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-    })
-}
-
 impl RunReport {
     /// Token counts of the parent and every child together.
     pub fn total_usage(&self) -> Usage {
@@ -228,69 +213,23 @@ impl RunReport {
     /// `empty_replies_continued` (also per child), `usage`, and
     /// `accounting` (per agent and in total: model calls, tool calls,
     /// delegations, tokens, elapsed time) with the run's `limits`.
+    ///
+    /// A `Value` for hosts that inspect it; [`RunReport::write_json`] writes
+    /// the same object without building one.
     pub fn to_json(&self) -> serde_json::Value {
-        let parent_accounting = accounting(
-            &self.outcome,
-            &self.tools,
-            self.children.len(),
-            self.elapsed,
-        );
-        let children_accounting: Vec<serde_json::Value> = self
-            .children
-            .iter()
-            .map(|child| {
-                let mut entry = accounting(&child.outcome, &child.tools, 0, child.elapsed);
-                entry["agent"] = serde_json::json!(child.agent);
-                entry
-            })
-            .collect();
-        let total = self.total_usage();
-        let total_accounting = serde_json::json!({
-            "model_calls": self.children.iter().fold(u64::from(self.outcome.calls), |sum, c| sum.saturating_add(u64::from(c.outcome.calls))),
-            "tool_calls": self.tools.len() + self.children.iter().map(|c| c.tools.len()).sum::<usize>(),
-            "delegations": self.children.len(),
-            "tokens": {"input": total.input_tokens, "output": total.output_tokens},
-            "elapsed_ms": u64::try_from(self.elapsed.as_millis()).unwrap_or(u64::MAX),
-        });
-        let children: Vec<serde_json::Value> = self
-            .children
-            .iter()
-            .map(|child| {
-                serde_json::json!({
-                    "agent": child.agent,
-                    "parent_tool_use_id": child.parent_tool_use_id,
-                    "task": child.task,
-                    "status": child.report.status,
-                    "summary": child.report.summary,
-                    "calls": child.report.calls,
-                    "is_error": child.report.is_error,
-                    "tools": child.tools,
-                    "warnings": child.warnings,
-                    "usage": {"total": child.outcome.usage, "per_call": child.usage_per_call},
-                    "empty_replies_continued": child.empty_replies_continued,
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "status": self.outcome.status,
-            "text": self.outcome.text,
-            "calls": self.outcome.calls,
-            "tools": self.tools,
-            "children": children,
-            "warnings": self.warnings,
-            "empty_replies_continued": self.empty_replies_continued,
-            "usage": {
-                "parent": {"total": self.outcome.usage, "per_call": self.usage_per_call},
-                "total": self.total_usage(),
-            },
-            "accounting": {"parent": parent_accounting, "children": children_accounting, "total": total_accounting},
-            "limits": {
-                "max_tools_per_reply": self.limits.max_tools_per_reply,
-                "max_delegations": self.limits.max_delegations,
-                "deadline_secs": self.limits.deadline.map(|d| d.as_secs_f64()),
-                "max_tokens_total": self.limits.max_tokens_total,
-            },
-        })
+        // Every key is a string, so this cannot fail; null stands in if it ever did.
+        serde_json::to_value(self.json_report()).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `--json` object as a typed view of this report, to serialize directly.
+    pub fn json_report(&self) -> JsonReport<'_> {
+        JsonReport::new(self)
+    }
+
+    /// Writes the `--json` object (one line, no newline) to `out`, serialized
+    /// straight from the report.
+    pub fn write_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &self.json_report())
     }
 }
 
@@ -350,7 +289,8 @@ impl Agent {
             tools,
             children,
             warnings,
-            audit: self.shared.audit.entries(),
+            // The run is over (children included): the log is handed over, not copied.
+            audit: self.shared.audit.take(),
         })
     }
 }

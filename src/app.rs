@@ -224,7 +224,14 @@ impl Run {
     /// is one line on stderr and 1, a reader that went away is not an error.
     pub fn finish(&self, json: bool) -> std::process::ExitCode {
         let text = if json {
-            self.report.to_json().to_string()
+            // Serialized straight from the report's typed view (no `Value`).
+            match serde_json::to_string(&self.report.json_report()) {
+                Ok(text) => text,
+                Err(err) => {
+                    let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
+                    return std::process::ExitCode::from(1);
+                }
+            }
         } else {
             self.report.outcome.text.clone()
         };

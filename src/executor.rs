@@ -173,13 +173,13 @@ impl<'a> Toolbox<'a> {
                 CallDecision::OverLimit,
             );
         }
-        let Some(tool) = self.gate.registry.get(call.name()) else {
+        let Some((tool, input_schema)) = self.gate.registry.lookup(call.name()) else {
             return Admission::Refused(
                 refusal(format_args!("unregistered tool {}", call.name())),
                 CallDecision::Unregistered,
             );
         };
-        if let Err(err) = schema::validate(&tool.input_schema(), call.input()) {
+        if let Err(err) = schema::validate(input_schema, call.input()) {
             return Admission::Refused(
                 refusal(format_args!("invalid input for {}: {err}", call.name())),
                 CallDecision::Invalid,

@@ -175,4 +175,9 @@ impl AuditLog {
             .unwrap_or_else(|poison| poison.into_inner())
             .clone()
     }
+
+    /// Takes every entry out, leaving the log empty (the end of a run: no copy).
+    pub(crate) fn take(&self) -> Vec<AuditEntry> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|poison| poison.into_inner()))
+    }
 }

@@ -92,6 +92,7 @@ pub mod driver;
 pub mod error;
 pub mod executor;
 pub mod hooks;
+pub mod json_report;
 pub mod limits;
 pub mod model;
 pub mod monitor;

@@ -139,7 +139,12 @@ fn main() -> ExitCode {
         );
     }
     match prepared.run() {
-        Ok(run) => run.finish(cli.json),
+        Ok(run) => {
+            let code = run.finish(cli.json);
+            // The process ends here: freeing the whole history first is wasted work.
+            std::mem::forget(run);
+            code
+        }
         Err(err) => usage_error(CliError::new(Some(command), err)),
     }
 }

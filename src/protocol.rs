@@ -366,15 +366,141 @@ impl Serialize for ReplyBlock {
 }
 
 impl<'de> Deserialize<'de> for ReplyBlock {
+    /// The same as [`ReplyBlock::from_value`] of the block read as a `Value`,
+    /// without building the block's own map when it is well formed.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Value::deserialize(deserializer)?;
-        Ok(Self::from_value(raw))
+        deserializer.deserialize_any(ReplyBlockVisitor)
+    }
+}
+
+struct ReplyBlockVisitor;
+
+/// A key of a block, borrowed from the input when it can be.
+struct BlockKey<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for BlockKey<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = BlockKey<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                key: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(BlockKey(key.into()))
+            }
+            fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Self::Value, E> {
+                Ok(BlockKey(key.to_owned().into()))
+            }
+            fn visit_string<E: serde::de::Error>(self, key: String) -> Result<Self::Value, E> {
+                Ok(BlockKey(key.into()))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ReplyBlockVisitor {
+    type Value = ReplyBlock;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a content block")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<ReplyBlock, E> {
+        Ok(ReplyBlock::from_value(Value::Null))
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<ReplyBlock, E> {
+        Ok(ReplyBlock::from_value(Value::Bool(v)))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ReplyBlock, E> {
+        Ok(ReplyBlock::from_value(Value::from(v)))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ReplyBlock, E> {
+        Ok(ReplyBlock::from_value(Value::from(v)))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ReplyBlock, E> {
+        Ok(ReplyBlock::from_value(Value::from(v)))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ReplyBlock, E> {
+        Ok(ReplyBlock::from_value(Value::String(v.to_owned())))
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<ReplyBlock, E> {
+        Ok(ReplyBlock::from_value(Value::Null))
+    }
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<ReplyBlock, D::Error> {
+        ReplyBlock::deserialize(deserializer)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<ReplyBlock, A::Error> {
+        let value = Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+        Ok(ReplyBlock::from_value(value))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ReplyBlock, A::Error> {
+        let mut entries: Vec<(BlockKey<'de>, Value)> = Vec::new();
+        while let Some(entry) = map.next_entry::<BlockKey<'de>, Value>()? {
+            entries.push(entry);
+        }
+        if let Some(block) = take_known(&mut Entries(&mut entries)) {
+            return Ok(ReplyBlock::Known(block));
+        }
+        // Not a well-formed known block: the map as a `Value` map would hold
+        // it (a repeated key keeps its last value), for the reason and `raw`.
+        let fields: serde_json::Map<String, Value> = entries
+            .into_iter()
+            .map(|(key, value)| (key.0.into_owned(), value))
+            .collect();
+        Ok(ReplyBlock::from_value(Value::Object(fields)))
+    }
+}
+
+/// Field access for [`take_known`]: a JSON map, or a block's entries as read.
+trait Fields {
+    fn get(&self, key: &str) -> Option<&Value>;
+    fn take(&mut self, key: &str) -> Option<Value>;
+}
+
+impl Fields for serde_json::Map<String, Value> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        serde_json::Map::get(self, key)
+    }
+    fn take(&mut self, key: &str) -> Option<Value> {
+        self.remove(key)
+    }
+}
+
+/// Entries in the order read; as in a JSON map, the last of a repeated key counts.
+struct Entries<'a, 'de>(&'a mut Vec<(BlockKey<'de>, Value)>);
+
+impl Fields for Entries<'_, '_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(name, _)| name.0 == key)
+            .map(|(_, value)| value)
+    }
+    fn take(&mut self, key: &str) -> Option<Value> {
+        self.0
+            .iter_mut()
+            .rev()
+            .find(|(name, _)| name.0 == key)
+            .map(|(_, value)| std::mem::take(value))
     }
 }
 
 impl ReplyBlock {
     /// Classifies a raw JSON block. Never fails: what cannot be used is `Unsupported`.
-    pub fn from_value(raw: Value) -> Self {
+    pub fn from_value(mut raw: Value) -> Self {
+        if let Value::Object(fields) = &mut raw
+            && let Some(block) = take_known(fields)
+        {
+            return Self::Known(block);
+        }
         let kind = raw
             .get("type")
             .and_then(Value::as_str)
@@ -383,7 +509,8 @@ impl ReplyBlock {
         match kind.as_str() {
             // `tool_result` is a user-side block: a model may not send one.
             "text" | "tool_use" | "thinking" | "redacted_thinking" => {
-                match serde_json::from_value::<Block>(raw.clone()) {
+                // Read from a borrow: only the block's own fields are copied, not the whole value.
+                match Block::deserialize(&raw) {
                     Ok(block) => Self::Known(block),
                     Err(err) => Self::Unsupported {
                         kind,
@@ -404,6 +531,60 @@ impl ReplyBlock {
             },
         }
     }
+}
+
+/// A well-formed block of a known model-side type, its fields moved out of
+/// `raw` (no copy); `None`, with `raw` untouched, when any field it needs is
+/// missing or mistyped, for serde to name the reason. Other fields are
+/// ignored, as serde ignores them.
+fn take_known(fields: &mut impl Fields) -> Option<Block> {
+    #[derive(Clone, Copy)]
+    enum Kind {
+        Text,
+        ToolUse,
+        Thinking,
+        RedactedThinking,
+    }
+    let kind = match fields.get("type").and_then(Value::as_str)? {
+        "text" => Kind::Text,
+        "tool_use" => Kind::ToolUse,
+        "thinking" => Kind::Thinking,
+        "redacted_thinking" => Kind::RedactedThinking,
+        _ => return None,
+    };
+    let string = |fields: &dyn Fields, key: &str| matches!(fields.get(key), Some(Value::String(_)));
+    let well_formed = match kind {
+        Kind::Text => string(fields, "text"),
+        Kind::ToolUse => {
+            string(fields, "id") && string(fields, "name") && fields.get("input").is_some()
+        }
+        Kind::Thinking => string(fields, "thinking") && string(fields, "signature"),
+        Kind::RedactedThinking => string(fields, "data"),
+    };
+    if !well_formed {
+        return None;
+    }
+    let mut take = |key: &str| match fields.take(key) {
+        Some(Value::String(text)) => text,
+        _ => String::new(),
+    };
+    Some(match kind {
+        Kind::Text => Block::Text { text: take("text") },
+        Kind::ToolUse => {
+            let id = ToolUseId(take("id"));
+            let name = take("name");
+            Block::ToolUse {
+                id,
+                name,
+                input: fields.take("input").unwrap_or(Value::Null),
+            }
+        }
+        Kind::Thinking => Block::Thinking {
+            thinking: take("thinking"),
+            signature: take("signature"),
+        },
+        Kind::RedactedThinking => Block::RedactedThinking { data: take("data") },
+    })
 }
 
 /// One reply of the model, as the Messages API returns it.
@@ -503,5 +684,139 @@ impl Request<'_> {
     /// The names of the tools offered, in order.
     pub fn tool_names(&self) -> Vec<&str> {
         self.tools.iter().map(|tool| tool.name.as_str()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Classification by serde alone (what `from_value` did before it took
+    /// well-formed blocks apart by hand): the oracle for the fast path.
+    fn by_serde(raw: Value) -> ReplyBlock {
+        let kind = raw
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("<missing>")
+            .to_owned();
+        match kind.as_str() {
+            "text" | "tool_use" | "thinking" | "redacted_thinking" => {
+                match serde_json::from_value::<Block>(raw.clone()) {
+                    Ok(block) => ReplyBlock::Known(block),
+                    Err(err) => ReplyBlock::Unsupported {
+                        kind,
+                        reason: format!("malformed block: {err}"),
+                        raw,
+                    },
+                }
+            }
+            "tool_result" => ReplyBlock::Unsupported {
+                kind,
+                reason: "a model reply may not contain tool results".to_owned(),
+                raw,
+            },
+            _ => ReplyBlock::Unsupported {
+                kind,
+                reason: "block type not supported".to_owned(),
+                raw,
+            },
+        }
+    }
+
+    fn field_value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            Just(Value::from(7)),
+            Just(Value::from("text")),
+            Just(serde_json::json!({"path": "a"})),
+            Just(serde_json::json!(["x"])),
+        ]
+    }
+
+    fn block() -> impl Strategy<Value = Value> {
+        let kind = prop_oneof![
+            Just(Value::from("text")),
+            Just(Value::from("tool_use")),
+            Just(Value::from("thinking")),
+            Just(Value::from("redacted_thinking")),
+            Just(Value::from("tool_result")),
+            Just(Value::from("image")),
+            Just(Value::from(3)),
+        ];
+        let key = prop_oneof![
+            Just("text"),
+            Just("id"),
+            Just("name"),
+            Just("input"),
+            Just("thinking"),
+            Just("signature"),
+            Just("data"),
+            Just("citations"),
+        ];
+        (
+            prop::option::of(kind),
+            prop::collection::vec((key, field_value()), 0..6),
+        )
+            .prop_map(|(kind, fields)| {
+                let mut object = serde_json::Map::new();
+                for (key, value) in fields {
+                    object.insert(key.to_owned(), value);
+                }
+                if let Some(kind) = kind {
+                    object.insert("type".to_owned(), kind);
+                }
+                Value::Object(object)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+        #[test]
+        fn blocks_classify_as_serde_alone_would(raw in block()) {
+            // Read from text (no map built for a well-formed block) and from a value.
+            let read: ReplyBlock = serde_json::from_str(&raw.to_string()).expect("any JSON is a block");
+            prop_assert_eq!(&read, &by_serde(raw.clone()));
+            prop_assert_eq!(ReplyBlock::from_value(raw.clone()), by_serde(raw));
+        }
+    }
+
+    #[test]
+    fn blocks_read_from_text_match_blocks_read_as_values() {
+        for text in [
+            r#"{"type": "text", "text": "a", "text": "b"}"#,
+            r#"{"type": "text", "text": 5, "text": "b"}"#,
+            r#"{"type": "text", "text": "b", "text": 5}"#,
+            r#"{"type": "image", "type": "text", "text": "x"}"#,
+            r#"{"type": "text", "type": "image", "text": "x"}"#,
+            r#"{"type": "tool_use", "id": "t", "name": "x", "input": {"a": [1, {"b": null}]}}"#,
+            r#"{"type": "tool_use", "id": "t", "name": "x"}"#,
+            r#"{"type": "thinking", "thinking": "t", "signature": "s", "signature": null}"#,
+            r#"{}"#,
+            r#"[1, {"type": "text"}]"#,
+            r#""text""#,
+            "null",
+            "-1.5",
+        ] {
+            let value: Value = serde_json::from_str(text).expect("JSON");
+            let read: ReplyBlock = serde_json::from_str(text).expect("a block");
+            assert_eq!(read, by_serde(value.clone()), "{text}");
+            assert_eq!(read, ReplyBlock::from_value(value), "{text}");
+        }
+    }
+
+    #[test]
+    fn well_formed_blocks_of_every_known_type_are_known() {
+        for raw in [
+            serde_json::json!({"type": "text", "text": "hi", "citations": null}),
+            serde_json::json!({"type": "tool_use", "id": "t", "name": "read_file", "input": {"path": "a"}}),
+            serde_json::json!({"type": "tool_use", "id": "t", "name": "x", "input": null}),
+            serde_json::json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}),
+            serde_json::json!({"type": "redacted_thinking", "data": "opaque"}),
+        ] {
+            let block = ReplyBlock::from_value(raw.clone());
+            assert!(matches!(block, ReplyBlock::Known(_)), "{raw}");
+            assert_eq!(block, by_serde(raw));
+        }
     }
 }

@@ -231,11 +231,20 @@ fn replay_takes_one_trace_and_a_workspace() {
     assert_eq!(cli.replay.as_deref(), Some(Path::new("run.jsonl")));
     assert!(!cli.keep_going);
     let err = parse(["replay", "--workspace", &workspace()]).unwrap_err();
-    assert!(err.to_string().starts_with("replay needs a TRACE file"), "{err}");
+    assert!(
+        err.to_string().starts_with("replay needs a TRACE file"),
+        "{err}"
+    );
     let err = parse(["replay", "a.jsonl", "b.jsonl", "--workspace", &workspace()]).unwrap_err();
-    assert!(err.to_string().contains("unexpected argument `b.jsonl`"), "{err}");
+    assert!(
+        err.to_string().contains("unexpected argument `b.jsonl`"),
+        "{err}"
+    );
     let err = parse(["replay", "a.jsonl"]).unwrap_err();
-    assert!(err.to_string().starts_with("replay needs --workspace DIR"), "{err}");
+    assert!(
+        err.to_string().starts_with("replay needs --workspace DIR"),
+        "{err}"
+    );
     for refused in ["--script", "--question", "--live"] {
         let mut args = base(Command::Replay, false);
         args.push(refused.to_owned());

@@ -7,6 +7,7 @@
 pub mod anthropic;
 pub mod demo;
 pub mod replay;
+mod script_reader;
 mod scripted;
 
 pub use replay::{RecordedRun, ReplayModel};

@@ -9,15 +9,11 @@
 //! `REPLY` is a Messages API response object (`stop_reason`, `content`; other
 //! fields such as `id`, `model`, `usage` are accepted) or `{"error": "text"}`
 //! for a failed request (an API error body `{"type": "error", "error":
-//! {"type", "message"}}` also counts; `"error": null` is no error). A reply
-//! that is neither makes the whole script invalid, before anything runs.
-//! `children[i]` is the script of the i-th delegation of the run. Each reply
-//! is also kept as written ([`ScriptText`]); wrapped in [`WithRawReplies`],
-//! that is what the trace records as received.
+//! {"type", "message"}}` also counts). A reply that is neither makes the
+//! whole script invalid, before anything runs. `children[i]` is
+//! the script of the i-th delegation of the run.
 
 use std::path::Path;
-
-use serde_json::Value;
 
 use super::{Model, Received};
 use crate::error::{ModelFailure, ScriptError};
@@ -33,12 +29,12 @@ pub struct Script {
     pub parent: Vec<ScriptedReply>,
     /// One list of replies per delegation, in delegation order.
     pub children: Vec<Vec<ScriptedReply>>,
-    /// Every reply as the script wrote it (compact JSON), in the shape of
-    /// `parent` and `children`: what the trace records as received.
+    /// Every reply as the script wrote it, in the shape of `parent` and
+    /// `children`: what the trace records as received.
     pub raw: ScriptText,
 }
 
-/// The replies of a [`Script`] as written, one compact JSON text per reply.
+/// The replies of a [`Script`] as written, one JSON text per reply.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ScriptText {
     /// The parent's replies.
@@ -61,89 +57,13 @@ impl Script {
     }
 
     /// Parses a script from JSON text; the error says what is wrong.
+    ///
+    /// The text is read in one pass straight into typed replies (no JSON
+    /// value of the whole script is built), so a large script costs about
+    /// its replies' own size on top of the text.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let value: Value = serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"))?;
-        let Value::Object(mut top) = value else {
-            return Err("the script must be a JSON object".to_owned());
-        };
-        if let Some(key) = top
-            .keys()
-            .find(|key| *key != "parent" && *key != "children")
-        {
-            return Err(format!("unknown key `{key}`"));
-        }
-        let (parent, parent_raw) = match top.remove("parent") {
-            Some(value) => replies(value, "parent")?,
-            None => return Err("missing key `parent`".to_owned()),
-        };
-        let (children, children_raw) = match top.remove("children") {
-            None | Some(Value::Null) => (Vec::new(), Vec::new()),
-            Some(Value::Array(items)) => items
-                .into_iter()
-                .enumerate()
-                .map(|(index, item)| replies(item, &format!("children[{index}]")))
-                .collect::<Result<Vec<_>, _>>()?
-                .into_iter()
-                .unzip(),
-            Some(_) => return Err("`children` must be an array of arrays".to_owned()),
-        };
-        Ok(Self {
-            parent,
-            children,
-            raw: ScriptText {
-                parent: parent_raw,
-                children: children_raw,
-            },
-        })
+        super::script_reader::parse(text)
     }
-}
-
-fn replies(value: Value, place: &str) -> Result<(Vec<ScriptedReply>, Vec<String>), String> {
-    let Value::Array(items) = value else {
-        return Err(format!("`{place}` must be an array of replies"));
-    };
-    items
-        .into_iter()
-        .enumerate()
-        .map(|(index, item)| {
-            let raw = item.to_string();
-            reply(item)
-                .map(|reply| (reply, raw))
-                .map_err(|err| format!("{place}[{index}]: {err}"))
-        })
-        .collect()
-}
-
-/// Interprets one scripted reply.
-fn reply(value: Value) -> Result<ScriptedReply, String> {
-    if !value.is_object() {
-        return Err("a reply must be a JSON object".to_owned());
-    }
-    // `"error": null` says "no error": such a reply is judged as a message.
-    if let Some(error) = value.get("error").filter(|error| !error.is_null()) {
-        let failure = match error {
-            Value::String(text) => ModelFailure::new(text.clone()),
-            Value::Object(body) => {
-                let message = body
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("model request failed")
-                    .to_owned();
-                match body.get("type").and_then(Value::as_str) {
-                    Some(kind) => ModelFailure::with_kind(kind, message),
-                    None => ModelFailure::new(message),
-                }
-            }
-            other => ModelFailure::new(other.to_string()),
-        };
-        return Ok(Err(failure));
-    }
-    // A reply that is not a message makes the script invalid (exit 2 before
-    // anything runs); hostile but well-shaped replies stay, for the
-    // conversation to judge.
-    ModelResponse::from_value(value)
-        .map(Ok)
-        .map_err(|err| format!("not a message: {err}"))
 }
 
 /// Replays a list of replies, one per request; running out is a model failure.

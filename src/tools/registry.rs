@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use super::{Capability, ReadOnlyTool, Tool};
 use crate::error::SetupError;
 use crate::protocol::ToolDefinition;
@@ -90,6 +92,16 @@ impl Registry {
             .iter()
             .map(Entry::tool)
             .find(|tool| tool.name() == name)
+    }
+
+    /// The tool registered under `name` with the input schema its definition
+    /// offers (computed once, at registration): what dispatch checks calls against.
+    pub fn lookup(&self, name: &str) -> Option<(&dyn Tool, &Value)> {
+        self.entries
+            .iter()
+            .zip(&self.definitions)
+            .find(|(entry, _)| entry.tool().name() == name)
+            .map(|(entry, definition)| (entry.tool(), &definition.input_schema))
     }
 
     /// A new registry holding exactly the whitelisted tools, for a subagent.

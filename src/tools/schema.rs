@@ -22,12 +22,30 @@ pub struct SchemaError {
 
 /// Checks `value` against `schema`; the first mismatch is reported.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), SchemaError> {
-    check(schema, value, "input")
+    check(schema, value, &Place::Input)
 }
 
-fn fail(path: &str, message: impl Into<String>) -> Result<(), SchemaError> {
+/// Where a value sits in the input; written out only when a check fails, so
+/// a call that passes costs no path strings.
+enum Place<'a> {
+    Input,
+    Field(&'a Place<'a>, &'a str),
+    Item(&'a Place<'a>, usize),
+}
+
+impl std::fmt::Display for Place<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Input => f.write_str("input"),
+            Self::Field(parent, name) => write!(f, "{parent}.{name}"),
+            Self::Item(parent, index) => write!(f, "{parent}[{index}]"),
+        }
+    }
+}
+
+fn fail(path: &Place<'_>, message: impl Into<String>) -> Result<(), SchemaError> {
     Err(SchemaError {
-        path: path.to_owned(),
+        path: path.to_string(),
         message: message.into(),
     })
 }
@@ -64,7 +82,7 @@ fn bound(schema: &Value, key: &str) -> Option<u64> {
 /// Checks a length against the schema's `(min, max)` keywords.
 fn bounds(
     schema: &Value,
-    path: &str,
+    path: &Place<'_>,
     len: u64,
     keys: (&str, &str),
     unit: (&str, &str),
@@ -90,7 +108,7 @@ fn bounds(
     Ok(())
 }
 
-fn check(schema: &Value, value: &Value, path: &str) -> Result<(), SchemaError> {
+fn check(schema: &Value, value: &Value, path: &Place<'_>) -> Result<(), SchemaError> {
     match schema.get("type") {
         Some(Value::String(expected)) if !has_type(value, expected) => {
             return fail(
@@ -139,7 +157,7 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), SchemaError> {
             )?;
             if let Some(item_schema) = schema.get("items") {
                 for (index, item) in items.iter().enumerate() {
-                    check(item_schema, item, &format!("{path}[{index}]"))?;
+                    check(item_schema, item, &Place::Item(path, index))?;
                 }
             }
         }
@@ -147,14 +165,14 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), SchemaError> {
             if let Some(Value::Array(required)) = schema.get("required") {
                 for name in required.iter().filter_map(Value::as_str) {
                     if !fields.contains_key(name) {
-                        return fail(&format!("{path}.{name}"), "required field is missing");
+                        return fail(&Place::Field(path, name), "required field is missing");
                     }
                 }
             }
             let properties = schema.get("properties").and_then(Value::as_object);
             let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
             for (name, field) in fields {
-                let field_path = format!("{path}.{name}");
+                let field_path = Place::Field(path, name);
                 match properties.and_then(|props| props.get(name)) {
                     Some(field_schema) => check(field_schema, field, &field_path)?,
                     None if closed => return fail(&field_path, "unexpected field"),
