@@ -11,7 +11,7 @@ mod script_reader;
 mod scripted;
 
 pub use replay::{RecordedRun, ReplayModel};
-pub use scripted::{Script, ScriptText, ScriptedModel, ScriptedReply, WithRawReplies};
+pub use scripted::{RawReplies, Script, ScriptText, ScriptedModel, ScriptedReply, WithRawReplies};
 
 use serde_json::Value;
 

@@ -18,9 +18,10 @@
 //! Each reply's text as written is kept too, for the trace's `response`
 //! line (the reply as received): once the script is known to be valid, a
 //! light second scan borrows each reply's text ([`RawValue`], no tree built)
-//! and copies it once.
+//! and keeps it as a range of the one shared copy of the script.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
@@ -30,13 +31,19 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::scripted::{Script, ScriptText, ScriptedReply};
+use super::scripted::{RawReplies, Script, ScriptText, ScriptedReply};
 use crate::error::ModelFailure;
 use crate::protocol::{ModelResponse, ReplyBlock, StopReason, Usage};
 
 /// Parses a script; the error is the message `Script::parse` returns.
+#[cfg(test)]
 pub(super) fn parse(text: &str) -> Result<Script, String> {
-    let mut de = serde_json::Deserializer::from_str(text);
+    parse_shared(text.into())
+}
+
+/// Parses a script; the reply texts are kept as ranges of `text`.
+pub(super) fn parse_shared(text: Arc<str>) -> Result<Script, String> {
+    let mut de = serde_json::Deserializer::from_str(&text);
     let top = TopSeed
         .deserialize(&mut de)
         .and_then(|top| de.end().map(|()| top))
@@ -56,13 +63,13 @@ pub(super) fn parse(text: &str) -> Result<Script, String> {
     let children = children.unwrap_or(Ok(Vec::new()))?;
     // The text is valid, so the scan finds every reply; were it ever to
     // disagree, the trace falls back to the parsed replies.
-    let raw = reply_texts(text)
+    let raw = reply_texts(&text)
         .filter(|raw| {
             raw.parent.len() == parent.len()
                 && raw
                     .children
                     .iter()
-                    .map(Vec::len)
+                    .map(RawReplies::len)
                     .eq(children.iter().map(Vec::len))
         })
         .unwrap_or_default();
@@ -74,11 +81,23 @@ pub(super) fn parse(text: &str) -> Result<Script, String> {
 }
 
 /// Each reply's text as written, in the shape of the script (a repeated key
-/// counts once, the last wins, as in [`parse`]).
-fn reply_texts(text: &str) -> Option<ScriptText> {
-    fn texts(list: &[&RawValue]) -> Vec<String> {
-        list.iter().map(|raw| raw.get().to_owned()).collect()
-    }
+/// counts once, the last wins, as in [`parse_shared`]), as ranges of `text`.
+fn reply_texts(text: &Arc<str>) -> Option<ScriptText> {
+    // Each borrowed text is a slice of `text`: its offset is where it starts.
+    let texts = |list: &[&RawValue]| -> Option<RawReplies> {
+        let ranges = list
+            .iter()
+            .map(|raw| {
+                let start = (raw.get().as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+                Some(start..start.checked_add(raw.get().len())?)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let replies = RawReplies::new(Arc::clone(text), ranges)?;
+        replies
+            .iter()
+            .eq(list.iter().map(|raw| raw.get()))
+            .then_some(replies)
+    };
     let top: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
     let parent: Vec<&RawValue> = serde_json::from_str(top.get("parent")?.get()).ok()?;
     let children: Vec<Vec<&RawValue>> = match top.get("children") {
@@ -88,8 +107,11 @@ fn reply_texts(text: &str) -> Option<ScriptText> {
             .unwrap_or_default(),
     };
     Some(ScriptText {
-        parent: texts(&parent),
-        children: children.iter().map(|list| texts(list)).collect(),
+        parent: texts(&parent)?,
+        children: children
+            .iter()
+            .map(|list| texts(list))
+            .collect::<Option<_>>()?,
     })
 }
 
@@ -614,7 +636,12 @@ mod tests {
         if let Ok(script) = &mut parsed {
             assert_eq!(script.raw.parent.len(), script.parent.len(), "{text}");
             assert_eq!(
-                script.raw.children.iter().map(Vec::len).collect::<Vec<_>>(),
+                script
+                    .raw
+                    .children
+                    .iter()
+                    .map(RawReplies::len)
+                    .collect::<Vec<_>>(),
                 script.children.iter().map(Vec::len).collect::<Vec<_>>(),
                 "{text}"
             );
