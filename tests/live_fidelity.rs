@@ -257,6 +257,20 @@ fn the_userinfo_of_the_base_url_is_never_printed() {
 }
 
 #[test]
+fn a_password_holding_url_delimiters_is_never_printed_either() {
+    // Pasted unencoded, `/`, `?` and `#` end the authority by the URL
+    // grammar, yet the text before the last `@` is still the user's secret.
+    for secret in ["hunter2/long", "hunter2?long", "hunter2#long"] {
+        let url = format!("http://alice:{secret}@127.0.0.1:1/");
+        let config = env_config(KEY, &url);
+        assert_eq!(config.display_base_url(), "http://***@127.0.0.1:1/");
+        assert!(!format!("{config:?}").contains(secret), "{config:?}");
+        let shown = subloop::model::anthropic::redact_url(&url);
+        assert!(!shown.contains(secret), "{shown}");
+    }
+}
+
+#[test]
 fn the_live_line_of_the_binary_hides_the_userinfo() {
     let server = MockServer::start(demo_handler());
     let secret = "hunter2-long-secret";

@@ -48,12 +48,13 @@ const MAX_STREAM: u64 = 64 * 1024 * 1024;
 /// short a string is no secret worth hiding.
 pub const MIN_SCRUBBED_CHARS: usize = 8;
 
-/// The userinfo (`user:password`) of a URL, if it has one.
+/// The userinfo (`user:password`) of a URL, if it has one: everything
+/// before the last `@`. Wider than the URL grammar on purpose: a password
+/// pasted with an unencoded `/`, `?` or `#` is still hidden (at worst a
+/// path holding an `@` is hidden too).
 fn userinfo(url: &str) -> Option<&str> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    authority
-        .rsplit_once('@')
+    rest.rsplit_once('@')
         .map(|(info, _)| info)
         .filter(|info| !info.is_empty())
 }
