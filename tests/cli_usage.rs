@@ -77,6 +77,17 @@ fn each_subcommand_prints_its_own_help() {
     assert_eq!(stdout(&subloop(&["help", "demo"])), demo);
     assert_eq!(stdout(&subloop(&["help", "run"])), run);
     assert_eq!(stdout(&subloop(&["run", "-h"])), run);
+    // The overview lists `help` as a command, so it has a help of its own: the overview.
+    for args in [&["help", "help"][..], &["help", "--help"], &["help", "-h"]] {
+        let output = subloop(args);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stdout(&output), top, "{args:?}");
+    }
 }
 
 #[test]
