@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use subloop::app::{self, Models};
 use subloop::cli::{self, CliError, Command, Invocation, LiveFlags};
 
+/// The live models, and the `[live]` line to print once the run will go ahead.
 #[cfg(feature = "live")]
-fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
+fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), String> {
     use std::sync::Arc;
     use std::time::Duration;
     use subloop::model::anthropic::{Client, LiveConfig};
@@ -30,14 +31,11 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
     if let Some(secs) = flags.total {
         config.timeouts.overall = Duration::from_secs_f64(secs);
     }
-    if progress {
-        let _ = writeln!(
-            std::io::stderr(),
-            "[live] model {} at {}",
-            config.model,
-            config.display_base_url()
-        );
-    }
+    let line = format!(
+        "[live] model {} at {}",
+        config.model,
+        config.display_base_url()
+    );
     let mut client = Client::new(config);
     if flags.stream && progress {
         client = client.with_text_sink(|text| {
@@ -48,11 +46,11 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
             );
         });
     }
-    Ok(Models::Live(Arc::new(client)))
+    Ok((Models::Live(Arc::new(client)), line))
 }
 
 #[cfg(not(feature = "live"))]
-fn live_client(_flags: LiveFlags, _progress: bool) -> Result<Models, String> {
+fn live_client(_flags: LiveFlags, _progress: bool) -> Result<(Models, String), String> {
     Err(
         "this subloop was built without the `live` feature; rebuild with default features"
             .to_owned(),
@@ -110,9 +108,13 @@ fn main() -> ExitCode {
     if let Some(trace) = &cli.replay {
         return replay(&cli, trace, command);
     }
+    let mut live_line = None;
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
-            Ok(models) => models,
+            Ok((models, line)) => {
+                live_line = Some(line);
+                models
+            }
             Err(err) => return usage_error(CliError::new(Some(command), err)),
         },
         (Command::Run, Some(path), None) => match subloop::Script::load(path) {
@@ -126,6 +128,9 @@ fn main() -> ExitCode {
         Ok(prepared) => prepared,
         Err(err) => return usage_error(CliError::new(Some(command), err)),
     };
+    if let (Some(line), true) = (live_line, cli.settings.progress) {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
     if matches!(cli.command, Command::Demo) && cli.settings.progress {
         let note = if cli.settings.temporary_workspace {
             " (a temporary copy of the built-in files, removed afterwards)"

@@ -317,7 +317,11 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
 
     let top = |message: String| CliError::new(None, message);
     let topic = match parser.next().map_err(|err| top(lexopt_message(err)))? {
-        None => return Ok(Invocation::Print(help(None))),
+        // `help` is a command too: its help is the overview.
+        None | Some(Arg::Short('h') | Arg::Long("help")) => {
+            return Ok(Invocation::Print(help(None)));
+        }
+        Some(Arg::Value(word)) if word == "help" => return Ok(Invocation::Print(help(None))),
         Some(Arg::Value(word)) => {
             let word = word.to_string_lossy();
             Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?

@@ -48,12 +48,13 @@ const MAX_STREAM: u64 = 64 * 1024 * 1024;
 /// short a string is no secret worth hiding.
 pub const MIN_SCRUBBED_CHARS: usize = 8;
 
-/// The userinfo (`user:password`) of a URL, if it has one.
+/// The userinfo (`user:password`) of a URL, if it has one: everything
+/// before the last `@`. Wider than the URL grammar on purpose: a password
+/// pasted with an unencoded `/`, `?` or `#` is still hidden (at worst a
+/// path holding an `@` is hidden too).
 fn userinfo(url: &str) -> Option<&str> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    authority
-        .rsplit_once('@')
+    rest.rsplit_once('@')
         .map(|(info, _)| info)
         .filter(|info| !info.is_empty())
 }
@@ -330,6 +331,16 @@ impl Client {
         self.send_body(&body, None)
     }
 
+    /// [`Client::send_received`], showing streamed text by whole lines.
+    fn send_received_lines(
+        &self,
+        request: &Request<'_>,
+        whole_lines: bool,
+    ) -> Result<Received, ModelFailure> {
+        let body = self.body_bytes(request)?;
+        self.send_body_lines(&body, None, whole_lines)
+    }
+
     fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
         serde_json::to_vec(&self.request_body(request)).map_err(|err| {
             self.fail(
@@ -353,6 +364,19 @@ impl Client {
         body: &[u8],
         stop: Option<&StopProbe>,
     ) -> Result<Received, ModelFailure> {
+        self.send_body_lines(body, stop, false)
+    }
+
+    /// [`Client::send_body`]; with `whole_lines`, streamed text reaches the
+    /// sink only as whole lines (the last one ended by a `"\n"` when the
+    /// stream is over), so a stream running beside others never leaves a
+    /// line open for their text or progress lines to join.
+    fn send_body_lines(
+        &self,
+        body: &[u8],
+        stop: Option<&StopProbe>,
+        whole_lines: bool,
+    ) -> Result<Received, ModelFailure> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let accept = if self.config.stream {
             "text/event-stream"
@@ -371,7 +395,7 @@ impl Client {
             let delay = match self.transport.post(&url, &headers, body) {
                 Ok(response) if (200..300).contains(&response.status) => {
                     if is_stream(&response) {
-                        return self.read_stream(response);
+                        return self.read_stream(response, whole_lines);
                     }
                     // The body is read inside the loop: a timeout or a reset
                     // while reading it is retried like one before the headers.
@@ -457,16 +481,30 @@ impl Client {
         }
     }
 
-    fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
+    fn read_stream(
+        &self,
+        response: HttpResponse,
+        whole_lines: bool,
+    ) -> Result<Received, ModelFailure> {
         let sink = self.on_text.clone();
         // Whether the text shown so far ends in the middle of a line.
         let mut open_line = false;
+        // With `whole_lines`, the text of the line not yet ended.
+        let mut pending = String::new();
         let mut on_text = |text: &str| {
             if let Some(sink) = &sink
                 && !text.is_empty()
             {
-                open_line = !text.ends_with('\n');
-                sink(text);
+                if whole_lines {
+                    pending.push_str(text);
+                    if let Some(end) = pending.rfind('\n') {
+                        let rest = pending.split_off(end + 1);
+                        sink(&std::mem::replace(&mut pending, rest));
+                    }
+                } else {
+                    open_line = !text.ends_with('\n');
+                    sink(text);
+                }
             }
         };
         // A hostile stream cannot grow without bound: past the cap it just ends.
@@ -474,8 +512,13 @@ impl Client {
         let result = sse::read_stream(body, &mut on_text);
         // The streamed text ends its line, so what is printed next (a
         // progress line, an error) starts on a line of its own.
-        if open_line && let Some(sink) = &sink {
-            sink("\n");
+        if let Some(sink) = &sink {
+            if !pending.is_empty() {
+                pending.push('\n');
+                sink(&pending);
+            } else if open_line {
+                sink("\n");
+            }
         }
         result.map_err(|failure| {
             self.fail(
@@ -518,6 +561,7 @@ pub type StopSlot = Arc<OnceLock<StopProbe>>;
 pub struct AnthropicModel {
     client: Arc<Client>,
     stop: Option<StopSlot>,
+    whole_lines: bool,
 }
 
 impl std::fmt::Debug for AnthropicModel {
@@ -531,7 +575,11 @@ impl std::fmt::Debug for AnthropicModel {
 impl AnthropicModel {
     /// A model that sends through `client`.
     pub fn new(client: Arc<Client>) -> Self {
-        Self { client, stop: None }
+        Self {
+            client,
+            stop: None,
+            whole_lines: false,
+        }
     }
 
     /// A model whose requests the run can stop in flight: once the probe in
@@ -542,7 +590,16 @@ impl AnthropicModel {
         Self {
             client,
             stop: Some(slot),
+            whole_lines: false,
         }
+    }
+
+    /// Shows this model's streamed text by whole lines rather than as each
+    /// delta arrives: for subagents, which stream beside each other, so
+    /// their texts and progress lines never share a line.
+    pub fn with_whole_lines(mut self) -> Self {
+        self.whole_lines = true;
+        self
     }
 }
 
@@ -557,14 +614,15 @@ impl Model for AnthropicModel {
     /// so cancelling or a deadline does not wait for the HTTP timeouts.
     fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         let Some(probe) = self.stop.as_ref().and_then(|slot| slot.get()).cloned() else {
-            return self.client.send_received(request);
+            return self.client.send_received_lines(request, self.whole_lines);
         };
         let body = self.client.body_bytes(request)?;
         let client = Arc::clone(&self.client);
         let worker_probe = Arc::clone(&probe);
+        let whole_lines = self.whole_lines;
         let (sender, receiver) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = sender.send(client.send_body(&body, Some(&worker_probe)));
+            let _ = sender.send(client.send_body_lines(&body, Some(&worker_probe), whole_lines));
         });
         loop {
             match receiver.recv_timeout(Duration::from_millis(20)) {
