@@ -68,7 +68,8 @@ fn start(ws: &TempDir, outside: &TempDir, command: &str, trace: Option<&Path>) -
     if let Some(trace) = trace {
         cmd.arg("--trace").arg(trace);
     }
-    cmd.stdin(Stdio::null())
+    common::default_signals(&mut cmd)
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -214,7 +215,7 @@ fn sighup_of_the_demo_removes_its_temporary_workspace_and_exits_129() {
     become_subreaper();
     let cwd = TempDir::new("life-hup-cwd");
     let tmp = TempDir::new("life-hup-tmp");
-    let mut child = Command::new(common::bin())
+    let mut child = common::default_signals(&mut Command::new(common::bin()))
         .args([
             "demo",
             "--quiet",
