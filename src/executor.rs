@@ -241,6 +241,14 @@ impl<'a> Toolbox<'a> {
                 }
             }
         }
+        // Approval and hooks may take long (a `y/N` prompt waits for a
+        // person): a run stopped meanwhile starts no tool.
+        if let Some(interrupt) = self.gate.guard.interrupt() {
+            return Admission::Refused(
+                refusal(format_args!("the run was stopped ({})", interrupt.text)),
+                CallDecision::Stopped,
+            );
+        }
         Admission::Admitted(tool, decision)
     }
 

@@ -82,8 +82,10 @@ fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode
 
 /// Exit 2 with one line: every usage error ends with the same `--help` hint.
 fn usage_error(err: CliError) -> ExitCode {
-    // A closed stderr must not turn a usage error into a panic.
-    let _ = writeln!(std::io::stderr(), "subloop: {err}");
+    // A closed stderr must not turn a usage error into a panic; text from a
+    // script or a flag is escaped like every other stderr line, so it stays one line.
+    let text = subloop::progress::printable(&err.to_string());
+    let _ = writeln!(std::io::stderr(), "subloop: {text}");
     ExitCode::from(2)
 }
 

@@ -12,6 +12,9 @@
 //! | `SIGTERM`, `SIGHUP` | like a second Ctrl-C; exit 143 and 129 |
 //! | any of them while the actions run | exit at once with that code |
 //!
+//! A signal that was ignored when the process started (`nohup subloop …`,
+//! a background job of a non-interactive shell) stays ignored.
+//!
 //! Termination actions are registered with [`on_termination`] and run last
 //! registered first: the trace writes an `outcome` line with status
 //! `cancelled` for every agent that had not finished, and a temporary demo
@@ -193,6 +196,14 @@ pub fn install() -> CancelHandle {
             // SAFETY: a zeroed sigaction with an empty mask is valid; the handler
             // only does async-signal-safe work.
             unsafe {
+                // A signal ignored when the process started (`nohup`, a
+                // background job of a non-interactive shell) stays ignored.
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
+                {
+                    continue;
+                }
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
                 action.sa_flags = libc::SA_RESTART;
