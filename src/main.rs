@@ -90,6 +90,14 @@ fn usage_error(err: CliError) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    let code = run();
+    // A SIGTERM or SIGHUP that ended the run is the process's exit, not the
+    // run's status: let its termination finish (it exits 143 / 129).
+    subloop::signals::wait_if_terminating();
+    code
+}
+
+fn run() -> ExitCode {
     let mut cli = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Invocation::Run(cli)) => *cli,
         Ok(Invocation::Print(text)) => {

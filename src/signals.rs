@@ -251,6 +251,19 @@ fn start_watcher() {
     }
 }
 
+/// Called by a host on its way out: if a terminating signal arrived, its
+/// termination (trace `outcome` lines, clean-up, exit 143 / 129 / 130) is
+/// under way on the watcher thread, and the process must end with it rather
+/// than with the run's own exit code — a run whose program the signal killed
+/// may finish first. Waits (at most a few seconds) for that exit; returns at
+/// once when no such signal came.
+pub fn wait_if_terminating() {
+    let until = Instant::now() + Duration::from_secs(5);
+    while TERMINATING.load(Ordering::SeqCst) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Runs the termination actions and exits with the signal's code.
 fn terminate(signal: i32) -> ! {
     let termination = Termination {
