@@ -6,6 +6,8 @@
 #[cfg(feature = "live")]
 pub mod anthropic;
 pub mod demo;
+#[cfg(feature = "live")]
+pub mod http;
 mod scripted;
 
 pub use scripted::{Script, ScriptText, ScriptedModel, ScriptedReply, WithRawReplies};
