@@ -8,6 +8,8 @@ pub mod anthropic;
 pub mod demo;
 #[cfg(feature = "live")]
 pub mod http;
+#[cfg(feature = "live")]
+pub mod openai;
 mod scripted;
 
 pub use scripted::{Script, ScriptText, ScriptedModel, ScriptedReply, WithRawReplies};

@@ -11,6 +11,7 @@
 //! error's kind and message in it.
 
 pub mod retry;
+pub mod sse;
 pub mod transport;
 
 use std::io::Read;
