@@ -703,3 +703,52 @@ fn the_trace_keeps_reasoning_fields_that_are_not_sent_back() {
     assert!(!second.contains("let me look"), "not sent back");
     assert!(!second.contains("reasoning_content"));
 }
+
+#[test]
+fn a_server_that_refuses_max_tokens_gets_max_completion_tokens_from_then_on() {
+    let server = MockServer::start(|recorded| {
+        if recorded.json().get("max_tokens").is_some() {
+            Reply::json(
+                400,
+                json!({"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+                    "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}),
+            )
+        } else {
+            Reply::json(200, answer("ok"))
+        }
+    });
+    let (client, sleeps) = new_client(config(&server.url, None));
+    assert!(one_request(&client).is_ok());
+    assert!(one_request(&client).is_ok());
+    let fields: Vec<(bool, Value)> = server
+        .recorded()
+        .iter()
+        .map(|r| {
+            let body = r.json();
+            (
+                body.get("max_tokens").is_some(),
+                body["max_completion_tokens"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (true, Value::Null),
+            (false, json!(4096)),
+            (false, json!(4096))
+        ]
+    );
+    assert!(
+        sleeps.lock().unwrap().is_empty(),
+        "not a retry with backoff"
+    );
+    // A 400 for another reason is not resent.
+    let server = serve(vec![Reply::json(
+        400,
+        json!({"error": {"message": "bad messages", "type": "invalid_request_error", "param": "messages"}}),
+    )]);
+    let (client, _) = new_client(config(&server.url, None));
+    assert!(one_request(&client).is_err());
+    assert_eq!(server.recorded().len(), 1);
+}

@@ -19,6 +19,7 @@ pub mod stream;
 use std::io::BufReader;
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -146,6 +147,8 @@ pub struct Client {
     config: OpenAiConfig,
     http: HttpClient,
     on_text: Option<TextSink>,
+    /// Whether the server refused the configured token field, so the other is sent.
+    other_field: AtomicBool,
 }
 
 impl std::fmt::Debug for Client {
@@ -205,6 +208,7 @@ impl Client {
             config,
             http,
             on_text: None,
+            other_field: AtomicBool::new(false),
         }
     }
 
@@ -233,10 +237,20 @@ impl Client {
             BodySettings {
                 model: &self.config.model,
                 max_tokens: self.config.max_tokens,
-                max_tokens_field: self.config.max_tokens_field,
+                max_tokens_field: self.max_tokens_field(),
                 stream: self.config.stream,
             },
         )
+    }
+
+    /// The field the token limit goes in: the configured one, or the other
+    /// once the server refused it.
+    pub fn max_tokens_field(&self) -> MaxTokensField {
+        if self.other_field.load(Ordering::Relaxed) {
+            self.config.max_tokens_field.other()
+        } else {
+            self.config.max_tokens_field
+        }
     }
 
     /// Sends one request, retrying what is worth retrying.
@@ -286,8 +300,32 @@ impl Client {
         if let Some(bearer) = &bearer {
             headers.insert(0, ("authorization", bearer.as_str()));
         }
-        let read_error = error_reader(bearer.is_some());
-        match self.http.post(&url, &headers, body, stop, &read_error)? {
+        let describe = error_reader(bearer.is_some());
+        let field = self.max_tokens_field();
+        let refused = AtomicBool::new(false);
+        let read_error = |status: u16, text: &str| {
+            if status == 400 && field.refused_by(text) {
+                refused.store(true, Ordering::Relaxed);
+            }
+            describe(status, text)
+        };
+        let success = match self.http.post(&url, &headers, body, stop, &read_error) {
+            // A server that does not take this token field gets the other
+            // one, once, and keeps getting it.
+            Err(failure) if refused.load(Ordering::Relaxed) => {
+                let Some(body) = with_field(body, field, field.other()) else {
+                    return Err(failure);
+                };
+                let success = self.http.post(&url, &headers, &body, stop, &describe)?;
+                self.other_field.store(
+                    field.other() != self.config.max_tokens_field,
+                    Ordering::Relaxed,
+                );
+                success
+            }
+            other => other?,
+        };
+        match success {
             Success::Stream(response) => self.read_stream(response),
             Success::Body(text) => self.parse_body(&text),
         }
@@ -341,6 +379,15 @@ impl Client {
             )),
         }
     }
+}
+
+/// `body` with its token limit moved from field `from` to field `to`.
+fn with_field(body: &[u8], from: MaxTokensField, to: MaxTokensField) -> Option<Vec<u8>> {
+    let mut value: Value = serde_json::from_slice(body).ok()?;
+    let object = value.as_object_mut()?;
+    let limit = object.remove(from.as_str())?;
+    object.insert(to.as_str().to_owned(), limit);
+    serde_json::to_vec(&value).ok()
 }
 
 /// A [`Model`] over a shared [`Client`].

@@ -46,6 +46,38 @@ impl MaxTokensField {
         }
     }
 
+    /// The other field.
+    pub fn other(self) -> Self {
+        match self {
+            Self::MaxCompletionTokens => Self::MaxTokens,
+            Self::MaxTokens => Self::MaxCompletionTokens,
+        }
+    }
+
+    /// Whether an error body says the server does not take this field:
+    /// its `param` names the field (OpenAI), or, without a `param`, its
+    /// message calls the quoted field unsupported.
+    pub fn refused_by(self, error_body: &str) -> bool {
+        let Ok(body) = serde_json::from_str::<Value>(error_body) else {
+            return false;
+        };
+        let error = body.get("error").unwrap_or(&body);
+        let name = self.as_str();
+        // `param` decides when the server names one; else the message.
+        if let Some(param) = error.get("param").and_then(Value::as_str) {
+            return param == name;
+        }
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let named = message.contains(&format!("'{name}'"))
+            || message.contains(&format!("`{name}`"))
+            || message.contains(&format!("\"{name}\""));
+        named && (message.contains("unsupported") || message.contains("not supported"))
+    }
+
     /// The JSON field name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -285,6 +317,22 @@ mod tests {
         assert_eq!(body["stream"], true);
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
         assert!(body.get("tools").is_none());
+    }
+
+    #[test]
+    fn a_refused_token_field_is_recognised() {
+        let openai = r#"{"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}"#;
+        assert!(MaxTokensField::MaxTokens.refused_by(openai));
+        assert!(!MaxTokensField::MaxCompletionTokens.refused_by(openai));
+        let worded = r#"{"error": {"message": "Unsupported parameter: 'max_completion_tokens'"}}"#;
+        assert!(MaxTokensField::MaxCompletionTokens.refused_by(worded));
+        let other = r#"{"error": {"message": "max_tokens is too large", "param": "messages"}}"#;
+        assert!(!MaxTokensField::MaxTokens.refused_by(other));
+        assert!(!MaxTokensField::MaxTokens.refused_by("not json"));
+        assert_eq!(
+            MaxTokensField::MaxTokens.other(),
+            MaxTokensField::MaxCompletionTokens
+        );
     }
 
     #[test]
