@@ -752,3 +752,25 @@ fn a_server_that_refuses_max_tokens_gets_max_completion_tokens_from_then_on() {
     assert!(one_request(&client).is_err());
     assert_eq!(server.recorded().len(), 1);
 }
+
+#[test]
+fn a_deadline_abandons_a_request_in_flight() {
+    let server = MockServer::start(|_| Reply::Stall(Duration::from_secs(20)));
+    let (client, _) = new_client(config(&server.url, None));
+    let mut settings = demo_settings(DecisionMode::Deny);
+    settings.limits.deadline = Some(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let report = app::execute(&settings, Models::OpenAi(Arc::new(client))).expect("run");
+    // Well before the 10 s read timeout of `config`.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.outcome.status, StatusKind::Deadline);
+    assert!(
+        report.outcome.text.contains("abandoned"),
+        "{}",
+        report.outcome.text
+    );
+}

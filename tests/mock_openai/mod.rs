@@ -144,13 +144,17 @@ pub fn completion(reply: &ModelResponse, id: &str, model: &Value) -> Value {
 /// finish reason, the usage chunk, `[DONE]`.
 pub fn chunks(completion: &Value) -> Vec<Value> {
     let head = |choices: Value| {
+        // As OpenAI sends them: `usage` is null in every chunk but the last.
         json!({"id": completion["id"], "object": "chat.completion.chunk",
                "created": completion["created"], "model": completion["model"],
-               "system_fingerprint": "fp_mock", "choices": choices})
+               "service_tier": "default", "system_fingerprint": "fp_mock",
+               "choices": choices, "usage": null})
     };
     let delta = |delta: Value| head(json!([{"index": 0, "delta": delta, "finish_reason": null}]));
     let message = &completion["choices"][0]["message"];
-    let mut out = vec![delta(json!({"role": "assistant", "content": ""}))];
+    let mut out = vec![delta(
+        json!({"role": "assistant", "content": "", "refusal": null, "tool_calls": null}),
+    )];
     if let Some(text) = message["content"].as_str() {
         let cut = text
             .char_indices()
