@@ -774,3 +774,17 @@ fn a_deadline_abandons_a_request_in_flight() {
         report.outcome.text
     );
 }
+
+#[test]
+fn streamed_text_is_shown_as_it_arrives_and_ends_its_line() {
+    let server = serve(vec![sse(&chunks(&answer("forty-two")))]);
+    let mut config = config(&server.url, None);
+    config.stream = true;
+    let shown = Arc::new(Mutex::new(Vec::new()));
+    let log = shown.clone();
+    let client =
+        Client::new(config).with_text_sink(move |text| log.lock().unwrap().push(text.to_owned()));
+    let response = one_request(&client).expect("a reply");
+    assert_eq!(response.stop_reason, Some(StopReason::EndTurn));
+    assert_eq!(*shown.lock().unwrap(), ["fort", "y-two", "\n"]);
+}

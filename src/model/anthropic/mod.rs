@@ -21,8 +21,6 @@ pub use super::http::{ApiKey, MIN_SCRUBBED_CHARS, StopProbe, StopSlot, redact_ur
 /// The shared retry policy and transport, under their former paths.
 pub use super::http::{retry, transport};
 
-use std::io::BufReader;
-use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +29,9 @@ use thiserror::Error;
 
 use self::retry::RetryPolicy;
 use self::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
-use super::http::{HttpClient, Secrets, Success, Waited, is_http_url, until_stopped};
+use super::http::{
+    HttpClient, Secrets, Success, TextSink, Waited, is_http_url, read_stream_with, until_stopped,
+};
 use super::{Model, Received};
 use crate::error::ModelFailure;
 use crate::protocol::{ModelResponse, Request};
@@ -44,8 +44,6 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_VERSION: &str = "2023-06-01";
 /// The default `max_tokens` of a reply.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
-/// The largest event stream read (64 MiB).
-const MAX_STREAM: u64 = 64 * 1024 * 1024;
 
 /// The `error.type` and `error.message` of an API error body (or event).
 pub(crate) fn api_error(body: &Value) -> (&str, &str) {
@@ -146,8 +144,6 @@ impl LiveConfig {
         })
     }
 }
-
-type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The HTTP client, shared by the parent's model and every child's.
 pub struct Client {
@@ -296,25 +292,9 @@ impl Client {
     }
 
     fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
-        let sink = self.on_text.clone();
-        // Whether the text shown so far ends in the middle of a line.
-        let mut open_line = false;
-        let mut on_text = |text: &str| {
-            if let Some(sink) = &sink
-                && !text.is_empty()
-            {
-                open_line = !text.ends_with('\n');
-                sink(text);
-            }
-        };
-        // A hostile stream cannot grow without bound: past the cap it just ends.
-        let body = BufReader::new(response.body.take(MAX_STREAM));
-        let result = sse::read_stream(body, &mut on_text);
-        // The streamed text ends its line, so what is printed next (a
-        // progress line, an error) starts on a line of its own.
-        if open_line && let Some(sink) = &sink {
-            sink("\n");
-        }
+        let result = read_stream_with(response, self.on_text.as_ref(), |body, on_text| {
+            sse::read_stream(body, on_text)
+        });
         result.map_err(|failure| {
             self.fail(
                 failure.kind.as_deref().unwrap_or("stream_error"),

@@ -14,7 +14,7 @@ pub mod retry;
 pub mod sse;
 pub mod transport;
 
-use std::io::Read;
+use std::io::{BufReader, Read};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, SystemTime};
 
@@ -30,6 +30,8 @@ pub const MIN_SCRUBBED_CHARS: usize = 8;
 const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest error body read (1 MiB).
 const MAX_ERROR_BODY: u64 = 1024 * 1024;
+/// The largest event stream read (64 MiB).
+const MAX_STREAM: u64 = 64 * 1024 * 1024;
 
 /// The userinfo (`user:password`) of a URL, if it has one.
 pub(crate) fn userinfo(url: &str) -> Option<&str> {
@@ -305,6 +307,39 @@ impl HttpClient {
             }
         }
     }
+}
+
+/// Where streamed text is shown as it arrives (the CLI prints it on stderr).
+pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The body of an event stream, as a provider's stream reader gets it.
+pub type StreamBody = BufReader<std::io::Take<Box<dyn Read + Send>>>;
+
+/// Reads an event stream with `read`, which shows text through the
+/// callback it is given: on `sink` if there is one, and once the stream is
+/// over, a `"\n"` when the text shown did not end its line, so what is
+/// printed next (a progress line, an error) starts on a line of its own. A
+/// hostile stream cannot grow without bound: past 64 MiB it just ends.
+pub fn read_stream_with<T>(
+    response: HttpResponse,
+    sink: Option<&TextSink>,
+    read: impl FnOnce(StreamBody, &mut dyn FnMut(&str)) -> T,
+) -> T {
+    // Whether the text shown so far ends in the middle of a line.
+    let mut open_line = false;
+    let mut on_text = |text: &str| {
+        if let Some(sink) = sink
+            && !text.is_empty()
+        {
+            open_line = !text.ends_with('\n');
+            sink(text);
+        }
+    };
+    let result = read(BufReader::new(response.body.take(MAX_STREAM)), &mut on_text);
+    if open_line && let Some(sink) = sink {
+        sink("\n");
+    }
+    result
 }
 
 /// How waiting for a request on a worker thread ended.

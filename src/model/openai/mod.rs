@@ -16,8 +16,6 @@ pub mod reply;
 pub mod request;
 pub mod stream;
 
-use std::io::BufReader;
-use std::io::Read;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -29,8 +27,8 @@ use self::request::{BodySettings, MaxTokensField, request_body};
 use super::http::retry::RetryPolicy;
 use super::http::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
 use super::http::{
-    ApiKey, HttpClient, Secrets, StopProbe, StopSlot, Success, Waited, is_http_url, redact_url,
-    until_stopped,
+    ApiKey, HttpClient, Secrets, StopProbe, StopSlot, Success, TextSink, Waited, is_http_url,
+    read_stream_with, redact_url, until_stopped,
 };
 use super::{Model, Received};
 use crate::error::ModelFailure;
@@ -40,8 +38,6 @@ use crate::protocol::{ModelResponse, Request};
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// The default token limit of a reply.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
-/// The largest stream read (64 MiB).
-const MAX_STREAM: u64 = 64 * 1024 * 1024;
 
 /// Why the client could not be configured.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -139,8 +135,6 @@ impl OpenAiConfig {
         Ok(config)
     }
 }
-
-type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The HTTP client, shared by the parent's model and every child's.
 pub struct Client {
@@ -332,22 +326,9 @@ impl Client {
     }
 
     fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
-        let sink = self.on_text.clone();
-        let mut open_line = false;
-        let mut on_text = |text: &str| {
-            if let Some(sink) = &sink
-                && !text.is_empty()
-            {
-                open_line = !text.ends_with('\n');
-                sink(text);
-            }
-        };
-        // A hostile stream cannot grow without bound: past the cap it just ends.
-        let body = BufReader::new(response.body.take(MAX_STREAM));
-        let result = stream::read_stream(body, &mut on_text);
-        if open_line && let Some(sink) = &sink {
-            sink("\n");
-        }
+        let result = read_stream_with(response, self.on_text.as_ref(), |body, on_text| {
+            stream::read_stream(body, on_text)
+        });
         result.map_err(|failure| {
             self.http.fail(
                 failure.kind.as_deref().unwrap_or("stream_error"),
