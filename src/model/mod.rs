@@ -8,7 +8,6 @@ pub mod anthropic;
 pub mod demo;
 #[cfg(feature = "live")]
 pub mod http;
-#[cfg(feature = "live")]
 pub mod openai;
 mod scripted;
 
