@@ -11,42 +11,68 @@ use subloop::cli::{self, CliError, Command, Invocation, LiveFlags};
 fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), String> {
     use std::sync::Arc;
     use std::time::Duration;
-    use subloop::model::anthropic::{Client, LiveConfig};
+    use subloop::cli::Provider;
+    use subloop::model::{anthropic, openai};
 
-    let mut config = LiveConfig::from_env(|name| std::env::var(name).ok(), flags.model)
-        .map_err(|err| err.to_string())?;
-    if let Some(n) = flags.max_tokens {
-        config.max_tokens = n;
+    let env = |name: &str| std::env::var(name).ok();
+    let timeouts = |t: &mut subloop::model::http::transport::Timeouts| {
+        if let Some(secs) = flags.connect {
+            t.connect = Duration::from_secs_f64(secs);
+        }
+        if let Some(secs) = flags.read {
+            t.read = Duration::from_secs_f64(secs);
+        }
+        if let Some(secs) = flags.total {
+            t.overall = Duration::from_secs_f64(secs);
+        }
+    };
+    let announce = |model: &str, url: &str| format!("[live] model {model} at {url}");
+    let show_stream = flags.stream && progress;
+    let sink = |text: &str| {
+        let _ = write!(
+            std::io::stderr(),
+            "{}",
+            subloop::progress::printable_lines(text)
+        );
+    };
+    match flags.provider {
+        Provider::Anthropic => {
+            let mut config =
+                anthropic::LiveConfig::from_env(env, flags.model).map_err(|err| err.to_string())?;
+            if let Some(n) = flags.max_tokens {
+                config.max_tokens = n;
+            }
+            if let Some(n) = flags.retries {
+                config.retry.max_retries = n;
+            }
+            config.stream = flags.stream;
+            timeouts(&mut config.timeouts);
+            let line = announce(&config.model, &config.display_base_url());
+            let mut client = anthropic::Client::new(config);
+            if show_stream {
+                client = client.with_text_sink(sink);
+            }
+            Ok((Models::Live(Arc::new(client)), line))
+        }
+        Provider::OpenAi => {
+            let mut config =
+                openai::OpenAiConfig::from_env(env, flags.model).map_err(|err| err.to_string())?;
+            if let Some(n) = flags.max_tokens {
+                config.max_tokens = n;
+            }
+            if let Some(n) = flags.retries {
+                config.retry.max_retries = n;
+            }
+            config.stream = flags.stream;
+            timeouts(&mut config.timeouts);
+            let line = announce(&config.model, &config.display_base_url());
+            let mut client = openai::Client::new(config);
+            if show_stream {
+                client = client.with_text_sink(sink);
+            }
+            Ok((Models::OpenAi(Arc::new(client)), line))
+        }
     }
-    if let Some(n) = flags.retries {
-        config.retry.max_retries = n;
-    }
-    config.stream = flags.stream;
-    if let Some(secs) = flags.connect {
-        config.timeouts.connect = Duration::from_secs_f64(secs);
-    }
-    if let Some(secs) = flags.read {
-        config.timeouts.read = Duration::from_secs_f64(secs);
-    }
-    if let Some(secs) = flags.total {
-        config.timeouts.overall = Duration::from_secs_f64(secs);
-    }
-    let line = format!(
-        "[live] model {} at {}",
-        config.model,
-        config.display_base_url()
-    );
-    let mut client = Client::new(config);
-    if flags.stream && progress {
-        client = client.with_text_sink(|text| {
-            let _ = write!(
-                std::io::stderr(),
-                "{}",
-                subloop::progress::printable_lines(text)
-            );
-        });
-    }
-    Ok((Models::Live(Arc::new(client)), line))
 }
 
 #[cfg(not(feature = "live"))]

@@ -50,9 +50,38 @@ impl Command {
     }
 }
 
+/// Which API `--live` talks to (`--provider`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// The Anthropic Messages API (the default).
+    #[default]
+    Anthropic,
+    /// An OpenAI-compatible Chat Completions server.
+    OpenAi,
+}
+
+impl Provider {
+    /// The name `--provider` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Anthropic => "anthropic",
+            Self::OpenAi => "openai",
+        }
+    }
+
+    /// The provider called `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Anthropic, Self::OpenAi]
+            .into_iter()
+            .find(|provider| provider.name() == name)
+    }
+}
+
 /// The live flags, turned into a client once parsing is done.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct LiveFlags {
+    /// `--provider`.
+    pub provider: Provider,
     /// `--model`.
     pub model: Option<String>,
     /// `--max-tokens`.
