@@ -246,6 +246,74 @@ fn demo_live_provider_openai_through_the_binary() {
     }
 }
 
+/// A trace of an `openai` live run replays as is, offline: reproduced.
+#[test]
+fn an_openai_trace_replays_as_reproduced() {
+    let server = MockServer::start(demo_handler());
+    let base = format!("{}/v1", server.url);
+    let dir = common::TempDir::new("openai-replay");
+    let trace = dir.path().join("run.jsonl");
+    for stream in [false, true] {
+        let mut command = Command::new(common::bin());
+        command.args([
+            "demo",
+            "--live",
+            "--provider",
+            "openai",
+            "--decision",
+            "allow",
+            "--quiet",
+        ]);
+        if stream {
+            command.arg("--stream");
+        }
+        let output = command
+            .arg("--trace")
+            .arg(&trace)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("OPENAI_BASE_URL", &base)
+            .env("OPENAI_MODEL", "local-model")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run binary");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let before = server.recorded().len();
+        let replay = Command::new(common::bin())
+            .arg("replay")
+            .arg(&trace)
+            .args([
+                "--workspace",
+                "examples/workspace",
+                "--decision",
+                "allow",
+                "--quiet",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env_remove("OPENAI_BASE_URL")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run replay");
+        let stdout = String::from_utf8_lossy(&replay.stdout);
+        assert_eq!(
+            replay.status.code(),
+            Some(0),
+            "stream {stream}: {stdout} {}",
+            String::from_utf8_lossy(&replay.stderr)
+        );
+        assert!(stdout.starts_with("reproduced:"), "{stdout}");
+        assert_eq!(
+            server.recorded().len(),
+            before,
+            "the replay sends no request"
+        );
+    }
+}
+
 #[test]
 fn a_missing_model_is_a_one_line_error_with_exit_2() {
     let output = Command::new(common::bin())

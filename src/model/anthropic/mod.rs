@@ -319,9 +319,12 @@ impl Client {
         response: HttpResponse,
         whole_lines: bool,
     ) -> Result<Received, ModelFailure> {
-        let result = read_stream_with(response, self.on_text.as_ref(), whole_lines, |body, on_text| {
-            sse::read_stream(body, on_text)
-        });
+        let result = read_stream_with(
+            response,
+            self.on_text.as_ref(),
+            whole_lines,
+            |body, on_text| sse::read_stream(body, on_text),
+        );
         result.map_err(|failure| {
             self.fail(
                 failure.kind.as_deref().unwrap_or("stream_error"),
