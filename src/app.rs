@@ -143,6 +143,9 @@ pub enum Models {
     /// The Anthropic Messages API, one shared client for the parent and every child.
     #[cfg(feature = "live")]
     Live(Arc<crate::model::anthropic::Client>),
+    /// An OpenAI-compatible Chat Completions server, one shared client.
+    #[cfg(feature = "live")]
+    OpenAi(Arc<crate::model::openai::Client>),
 }
 
 /// Why a run could not start.
@@ -313,15 +316,33 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         }
         Models::Demo => (Box::new(DemoParent::default()), Arc::new(DemoChildren)),
         #[cfg(feature = "live")]
+        Models::OpenAi(client) => {
+            use crate::model::openai::OpenAiModel;
+            let children = Arc::clone(&client);
+            let child_slot = Arc::clone(&stop_slot);
+            let child_models = move |_number: usize| -> Box<dyn Model + Send> {
+                Box::new(OpenAiModel::with_stop(
+                    Arc::clone(&children),
+                    Arc::clone(&child_slot),
+                ))
+            };
+            (
+                Box::new(OpenAiModel::with_stop(client, Arc::clone(&stop_slot))),
+                Arc::new(child_models),
+            )
+        }
+        #[cfg(feature = "live")]
         Models::Live(client) => {
             use crate::model::anthropic::AnthropicModel;
             let children = Arc::clone(&client);
             let child_slot = Arc::clone(&stop_slot);
             let child_models = move |_number: usize| -> Box<dyn Model + Send> {
-                Box::new(AnthropicModel::with_stop(
-                    Arc::clone(&children),
-                    Arc::clone(&child_slot),
-                ))
+                // Children of one batch stream at once: their text is
+                // shown by whole lines, so lines never tear.
+                Box::new(
+                    AnthropicModel::with_stop(Arc::clone(&children), Arc::clone(&child_slot))
+                        .with_whole_lines(),
+                )
             };
             (
                 Box::new(AnthropicModel::with_stop(client, Arc::clone(&stop_slot))),

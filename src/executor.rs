@@ -123,6 +123,23 @@ enum Admission<'t> {
     Admitted(&'t dyn Tool, CallDecision),
 }
 
+/// Why a call's arguments are not a JSON object, when its input is a JSON
+/// string: a provider whose wire carries the arguments as text (Chat
+/// Completions' `function.arguments`) keeps text that is not a JSON object
+/// as that string, so it is sent back exactly as received; such a call is
+/// refused, never run.
+fn unparsed_arguments(input: &serde_json::Value) -> Option<String> {
+    let serde_json::Value::String(text) = input else {
+        return None;
+    };
+    Some(match serde_json::from_str::<serde_json::Value>(text) {
+        Err(err) => err.to_string(),
+        Ok(serde_json::Value::Object(_)) => "an object inside a string, not an object".to_owned(),
+        Ok(serde_json::Value::Array(_)) => "an array, not an object".to_owned(),
+        Ok(_) => "not an object".to_owned(),
+    })
+}
+
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
@@ -179,6 +196,12 @@ impl<'a> Toolbox<'a> {
                 CallDecision::Unregistered,
             );
         };
+        if let Some(reason) = unparsed_arguments(call.input()) {
+            return Admission::Refused(
+                refusal(format_args!("arguments are not valid JSON ({reason})")),
+                CallDecision::Invalid,
+            );
+        }
         if let Err(err) = schema::validate(input_schema, call.input()) {
             return Admission::Refused(
                 refusal(format_args!("invalid input for {}: {err}", call.name())),
@@ -240,6 +263,14 @@ impl<'a> Toolbox<'a> {
                     );
                 }
             }
+        }
+        // Approval and hooks may take long (a `y/N` prompt waits for a
+        // person): a run stopped meanwhile starts no tool.
+        if let Some(interrupt) = self.gate.guard.interrupt() {
+            return Admission::Refused(
+                refusal(format_args!("the run was stopped ({})", interrupt.text)),
+                CallDecision::Stopped,
+            );
         }
         Admission::Admitted(tool, decision)
     }

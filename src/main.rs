@@ -6,53 +6,77 @@ use std::process::ExitCode;
 use subloop::app::{self, Models};
 use subloop::cli::{self, CliError, Command, Invocation, LiveFlags};
 
+/// The live models, and the `[live]` line to print once the run will go ahead.
 #[cfg(feature = "live")]
-fn live_client(flags: LiveFlags, progress: bool) -> Result<Models, String> {
+fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), String> {
     use std::sync::Arc;
     use std::time::Duration;
-    use subloop::model::anthropic::{Client, LiveConfig};
+    use subloop::cli::Provider;
+    use subloop::model::{anthropic, openai};
 
-    let mut config = LiveConfig::from_env(|name| std::env::var(name).ok(), flags.model)
-        .map_err(|err| err.to_string())?;
-    if let Some(n) = flags.max_tokens {
-        config.max_tokens = n;
-    }
-    if let Some(n) = flags.retries {
-        config.retry.max_retries = n;
-    }
-    config.stream = flags.stream;
-    if let Some(secs) = flags.connect {
-        config.timeouts.connect = Duration::from_secs_f64(secs);
-    }
-    if let Some(secs) = flags.read {
-        config.timeouts.read = Duration::from_secs_f64(secs);
-    }
-    if let Some(secs) = flags.total {
-        config.timeouts.overall = Duration::from_secs_f64(secs);
-    }
-    if progress {
-        let _ = writeln!(
+    let env = |name: &str| std::env::var(name).ok();
+    let timeouts = |t: &mut subloop::model::http::transport::Timeouts| {
+        if let Some(secs) = flags.connect {
+            t.connect = Duration::from_secs_f64(secs);
+        }
+        if let Some(secs) = flags.read {
+            t.read = Duration::from_secs_f64(secs);
+        }
+        if let Some(secs) = flags.total {
+            t.overall = Duration::from_secs_f64(secs);
+        }
+    };
+    let announce = |model: &str, url: &str| format!("[live] model {model} at {url}");
+    let show_stream = flags.stream && progress;
+    let sink = |text: &str| {
+        let _ = write!(
             std::io::stderr(),
-            "[live] model {} at {}",
-            config.model,
-            config.display_base_url()
+            "{}",
+            subloop::progress::printable_lines(text)
         );
+    };
+    match flags.provider {
+        Provider::Anthropic => {
+            let mut config =
+                anthropic::LiveConfig::from_env(env, flags.model).map_err(|err| err.to_string())?;
+            if let Some(n) = flags.max_tokens {
+                config.max_tokens = n;
+            }
+            if let Some(n) = flags.retries {
+                config.retry.max_retries = n;
+            }
+            config.stream = flags.stream;
+            timeouts(&mut config.timeouts);
+            let line = announce(&config.model, &config.display_base_url());
+            let mut client = anthropic::Client::new(config);
+            if show_stream {
+                client = client.with_text_sink(sink);
+            }
+            Ok((Models::Live(Arc::new(client)), line))
+        }
+        Provider::OpenAi => {
+            let mut config =
+                openai::OpenAiConfig::from_env(env, flags.model).map_err(|err| err.to_string())?;
+            if let Some(n) = flags.max_tokens {
+                config.max_tokens = n;
+            }
+            if let Some(n) = flags.retries {
+                config.retry.max_retries = n;
+            }
+            config.stream = flags.stream;
+            timeouts(&mut config.timeouts);
+            let line = announce(&config.model, &config.display_base_url());
+            let mut client = openai::Client::new(config);
+            if show_stream {
+                client = client.with_text_sink(sink);
+            }
+            Ok((Models::OpenAi(Arc::new(client)), line))
+        }
     }
-    let mut client = Client::new(config);
-    if flags.stream && progress {
-        client = client.with_text_sink(|text| {
-            let _ = write!(
-                std::io::stderr(),
-                "{}",
-                subloop::progress::printable_lines(text)
-            );
-        });
-    }
-    Ok(Models::Live(Arc::new(client)))
 }
 
 #[cfg(not(feature = "live"))]
-fn live_client(_flags: LiveFlags, _progress: bool) -> Result<Models, String> {
+fn live_client(_flags: LiveFlags, _progress: bool) -> Result<(Models, String), String> {
     Err(
         "this subloop was built without the `live` feature; rebuild with default features"
             .to_owned(),
@@ -84,12 +108,22 @@ fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode
 
 /// Exit 2 with one line: every usage error ends with the same `--help` hint.
 fn usage_error(err: CliError) -> ExitCode {
-    // A closed stderr must not turn a usage error into a panic.
-    let _ = writeln!(std::io::stderr(), "subloop: {err}");
+    // A closed stderr must not turn a usage error into a panic; text from a
+    // script or a flag is escaped like every other stderr line, so it stays one line.
+    let text = subloop::progress::printable(&err.to_string());
+    let _ = writeln!(std::io::stderr(), "subloop: {text}");
     ExitCode::from(2)
 }
 
 fn main() -> ExitCode {
+    let code = run();
+    // A SIGTERM or SIGHUP that ended the run is the process's exit, not the
+    // run's status: let its termination finish (it exits 143 / 129).
+    subloop::signals::wait_if_terminating();
+    code
+}
+
+fn run() -> ExitCode {
     let mut cli = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Invocation::Run(cli)) => *cli,
         Ok(Invocation::Print(text)) => {
@@ -110,9 +144,13 @@ fn main() -> ExitCode {
     if let Some(trace) = &cli.replay {
         return replay(&cli, trace, command);
     }
+    let mut live_line = None;
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
-            Ok(models) => models,
+            Ok((models, line)) => {
+                live_line = Some(line);
+                models
+            }
             Err(err) => return usage_error(CliError::new(Some(command), err)),
         },
         (Command::Run, Some(path), None) => match subloop::Script::load(path) {
@@ -126,6 +164,9 @@ fn main() -> ExitCode {
         Ok(prepared) => prepared,
         Err(err) => return usage_error(CliError::new(Some(command), err)),
     };
+    if let (Some(line), true) = (live_line, cli.settings.progress) {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
     if matches!(cli.command, Command::Demo) && cli.settings.progress {
         let note = if cli.settings.temporary_workspace {
             " (a temporary copy of the built-in files, removed afterwards)"

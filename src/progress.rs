@@ -14,7 +14,7 @@ pub struct StderrProgress;
 /// Text from a model or a tool, made safe for a terminal: control
 /// characters (escape sequences, line breaks), bidi controls and
 /// zero-width characters are shown escaped.
-pub(crate) fn printable(text: &str) -> String {
+pub fn printable(text: &str) -> String {
     escape_controls(text, false)
 }
 

@@ -97,7 +97,10 @@ pub enum Block {
         id: ToolUseId,
         /// The tool's name.
         name: String,
-        /// The arguments, a JSON value (an object for well-formed calls).
+        /// The arguments, a JSON value (an object for well-formed calls). A
+        /// string holds arguments that arrived as text that is not a JSON
+        /// object (Chat Completions' `function.arguments`), kept to be sent
+        /// back exactly as received; such a call is refused, never run.
         input: Value,
     },
     /// `{"type": "tool_result", "tool_use_id", "content", "is_error"}`: a tool's answer.

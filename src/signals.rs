@@ -12,6 +12,9 @@
 //! | `SIGTERM`, `SIGHUP` | like a second Ctrl-C; exit 143 and 129 |
 //! | any of them while the actions run | exit at once with that code |
 //!
+//! A signal that was ignored when the process started (`nohup subloop …`,
+//! a background job of a non-interactive shell) stays ignored.
+//!
 //! Termination actions are registered with [`on_termination`] and run last
 //! registered first: the trace writes an `outcome` line with status
 //! `cancelled` for every agent that had not finished, and a temporary demo
@@ -193,6 +196,14 @@ pub fn install() -> CancelHandle {
             // SAFETY: a zeroed sigaction with an empty mask is valid; the handler
             // only does async-signal-safe work.
             unsafe {
+                // A signal ignored when the process started (`nohup`, a
+                // background job of a non-interactive shell) stays ignored.
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction == libc::SIG_IGN
+                {
+                    continue;
+                }
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
                 action.sa_flags = libc::SA_RESTART;
@@ -237,6 +248,19 @@ fn start_watcher() {
     if spawned.is_ok() {
         // The write end lives as long as the process: the handler writes to it.
         WAKE.store(writer.into_raw_fd(), Ordering::SeqCst);
+    }
+}
+
+/// Called by a host on its way out: if a terminating signal arrived, its
+/// termination (trace `outcome` lines, clean-up, exit 143 / 129 / 130) is
+/// under way on the watcher thread, and the process must end with it rather
+/// than with the run's own exit code — a run whose program the signal killed
+/// may finish first. Waits (at most a few seconds) for that exit; returns at
+/// once when no such signal came.
+pub fn wait_if_terminating() {
+    let until = Instant::now() + Duration::from_secs(5);
+    while TERMINATING.load(Ordering::SeqCst) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

@@ -77,6 +77,17 @@ fn each_subcommand_prints_its_own_help() {
     assert_eq!(stdout(&subloop(&["help", "demo"])), demo);
     assert_eq!(stdout(&subloop(&["help", "run"])), run);
     assert_eq!(stdout(&subloop(&["run", "-h"])), run);
+    // The overview lists `help` as a command, so it has a help of its own: the overview.
+    for args in [&["help", "help"][..], &["help", "--help"], &["help", "-h"]] {
+        let output = subloop(args);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert_eq!(stdout(&output), top, "{args:?}");
+    }
 }
 
 #[test]
@@ -322,4 +333,28 @@ fn a_missing_workspace_is_refused_before_any_progress_line() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(!ws.path().join(MARKER).exists());
+}
+
+#[test]
+fn a_live_run_refused_by_its_trace_prints_no_live_line_first() {
+    // The key is set, so the client is configured; the trace file is what
+    // refuses the run, and nothing is sent: the URL is a closed port.
+    let dir = TempDir::new("usage-live");
+    let trace = dir.path().join("missing/trace.jsonl");
+    let output = Command::new(common::bin())
+        .args(["demo", "--live", "--trace", trace.to_str().unwrap()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("ANTHROPIC_API_KEY", "sk-test-0123456789")
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run subloop");
+    assert_eq!(output.status.code(), Some(2));
+    let err = stderr(&output);
+    assert!(!err.contains("[live]"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line, nothing before it: {err}");
+    assert!(
+        err.starts_with("subloop: cannot create trace file"),
+        "{err}"
+    );
 }

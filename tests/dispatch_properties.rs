@@ -233,6 +233,10 @@ proptest! {
             if !REGISTERED.contains(name) {
                 prop_assert_eq!(text, &format!("not executed: unregistered tool {name}"));
                 prop_assert!(*is_error);
+            } else if text.starts_with("not executed: ") && input.is_string() {
+                // A string input is arguments that were not a JSON object.
+                prop_assert!(text.starts_with("not executed: arguments are not valid JSON ("), "{}", text);
+                prop_assert!(*is_error);
             } else if text.starts_with("not executed: ") {
                 prop_assert!(text.starts_with(&format!("not executed: invalid input for {name}: input")), "{}", text);
                 prop_assert!(*is_error);

@@ -629,3 +629,43 @@ fn an_approver_that_panics_fails_closed_and_the_run_goes_on() {
         report.warnings
     );
 }
+
+/// An approver that takes long enough for the run to be stopped meanwhile
+/// (a Ctrl-C or a passing deadline while a `y/N` prompt waits), then allows.
+struct SlowApprover(subloop::limits::CancelHandle);
+
+impl Approver for SlowApprover {
+    fn decide(&self, _request: &ApprovalRequest<'_>) -> Decision {
+        self.0.cancel();
+        Decision::Allow
+    }
+}
+
+#[test]
+fn a_run_stopped_while_the_approver_decides_does_not_start_the_tool() {
+    let counter = Counting::new("exec", Capability::Executes);
+    let cancel = subloop::limits::CancelHandle::new();
+    let builder = with_counter(
+        Arc::new(SlowApprover(cancel.clone())),
+        &counter,
+        Hooks::none(),
+    )
+    .limits(subloop::limits::Limits::default(), cancel);
+    let report = run(builder, vec![("c1", "exec", json!({}))]);
+
+    assert_eq!(
+        counter.runs(),
+        0,
+        "the tool started after the run was stopped"
+    );
+    assert_eq!(report.tools[0].decision, CallDecision::Stopped);
+    let results = tool_results(&report.outcome.messages);
+    assert!(
+        results[0]
+            .1
+            .starts_with("not executed: the run was stopped"),
+        "{results:?}"
+    );
+    assert!(results[0].2);
+    assert_eq!(report.outcome.status, subloop::StatusKind::Cancelled);
+}

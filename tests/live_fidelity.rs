@@ -257,6 +257,20 @@ fn the_userinfo_of_the_base_url_is_never_printed() {
 }
 
 #[test]
+fn a_password_holding_url_delimiters_is_never_printed_either() {
+    // Pasted unencoded, `/`, `?` and `#` end the authority by the URL
+    // grammar, yet the text before the last `@` is still the user's secret.
+    for secret in ["hunter2/long", "hunter2?long", "hunter2#long"] {
+        let url = format!("http://alice:{secret}@127.0.0.1:1/");
+        let config = env_config(KEY, &url);
+        assert_eq!(config.display_base_url(), "http://***@127.0.0.1:1/");
+        assert!(!format!("{config:?}").contains(secret), "{config:?}");
+        let shown = subloop::model::anthropic::redact_url(&url);
+        assert!(!shown.contains(secret), "{shown}");
+    }
+}
+
+#[test]
 fn the_live_line_of_the_binary_hides_the_userinfo() {
     let server = MockServer::start(demo_handler());
     let secret = "hunter2-long-secret";
@@ -312,6 +326,86 @@ fn streamed_text_ends_its_line_before_the_next_progress_line() {
             );
         }
     }
+}
+
+#[test]
+fn subagents_streaming_side_by_side_never_tear_each_others_lines() {
+    // The parent delegates twice in one reply; both children stream a long
+    // line at once, one event at a time. Their lines must come out whole.
+    let texts = ["A".repeat(60), "B".repeat(60)];
+    let wanted = texts.clone();
+    let mut parent_calls = 0;
+    let mut child_calls = 0;
+    let server = MockServer::start(move |recorded| {
+        let body = recorded.json();
+        let message = if body["system"][0]["text"] == subloop::subagent::CHILD_SYSTEM {
+            child_calls += 1;
+            let text = &texts[(child_calls - 1) % 2];
+            json!({"content": [{"type": "text", "text": format!("child says {text}")}],
+                "stop_reason": "end_turn"})
+        } else {
+            parent_calls += 1;
+            if parent_calls == 1 {
+                json!({"content": [
+                    {"type": "tool_use", "id": "toolu_a", "name": "task", "input": {"task": "Read main.py."}},
+                    {"type": "tool_use", "id": "toolu_b", "name": "task", "input": {"task": "Read expected.txt."}}],
+                    "stop_reason": "tool_use"})
+            } else {
+                json!({"content": [{"type": "text", "text": "Both read."}], "stop_reason": "end_turn"})
+            }
+        };
+        let mut message = message;
+        message["id"] = json!("msg_side");
+        message["type"] = json!("message");
+        message["role"] = json!("assistant");
+        message["model"] = json!("claude-test");
+        message["stop_sequence"] = Value::Null;
+        message["usage"] = json!({"input_tokens": 10, "output_tokens": 5});
+        // Text in pieces of 10 characters, so each stream has many events.
+        let mut events = mock_api::message_events(&message);
+        let mut pieces = Vec::new();
+        for (name, event) in events.drain(..) {
+            match event["delta"]["text"].as_str() {
+                Some(text) if name == "content_block_delta" => {
+                    let chars: Vec<char> = text.chars().collect();
+                    for chunk in chars.chunks(10) {
+                        let mut piece = event.clone();
+                        piece["delta"]["text"] = json!(chunk.iter().collect::<String>());
+                        pieces.push((name, piece));
+                    }
+                }
+                _ => pieces.push((name, event)),
+            }
+        }
+        Reply::Slow {
+            events: pieces
+                .iter()
+                .map(|event| mock_api::sse_body(std::slice::from_ref(event)))
+                .collect(),
+            gap: Duration::from_millis(20),
+        }
+    });
+    let output = std::process::Command::new(common::bin())
+        .args(["demo", "--live", "--stream", "--decision", "deny"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_BASE_URL", &server.url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run binary");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    for text in &wanted {
+        let line = format!("child says {text}");
+        assert!(
+            stderr.lines().any(|shown| shown == line),
+            "{line:?} is not a whole line of its own:\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.lines().all(|line| !line.is_empty()),
+        "no stray blank line:\n{stderr}"
+    );
 }
 
 /// A handler answering the parent from `replies` in order, as the API would.

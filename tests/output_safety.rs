@@ -282,6 +282,27 @@ fn stderr_shows_bidi_and_zero_width_characters_escaped() {
     );
 }
 
+#[test]
+fn a_usage_error_echoing_script_text_is_one_escaped_line() {
+    let ws = TempDir::new("out-usage");
+    let script = ws.write(
+        "script.json",
+        json!({"parent": [answer("done")], "x\u{1b}[2J\n[parent] forged\u{202e}": 1}).to_string(),
+    );
+    let output = subloop(&ws, &script, &[]).output().expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).expect("utf-8");
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\u{202e}'),
+        "{stderr:?}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr:?}");
+    assert!(
+        stderr.contains("x\\u{1b}[2J\\n[parent] forged\\u{202e}"),
+        "{stderr:?}"
+    );
+}
+
 /// Runs the answer script with `--trace TRACE`; the script lives in `outside`.
 fn traced(ws: &TempDir, script: &PathBuf, trace: &std::path::Path, extra: &[&str]) -> Output {
     let child = subloop(ws, script, &["--quiet"])

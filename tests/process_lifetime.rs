@@ -68,7 +68,8 @@ fn start(ws: &TempDir, outside: &TempDir, command: &str, trace: Option<&Path>) -
     if let Some(trace) = trace {
         cmd.arg("--trace").arg(trace);
     }
-    cmd.stdin(Stdio::null())
+    common::default_signals(&mut cmd)
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -214,7 +215,7 @@ fn sighup_of_the_demo_removes_its_temporary_workspace_and_exits_129() {
     become_subreaper();
     let cwd = TempDir::new("life-hup-cwd");
     let tmp = TempDir::new("life-hup-tmp");
-    let mut child = Command::new(common::bin())
+    let mut child = common::default_signals(&mut Command::new(common::bin()))
         .args([
             "demo",
             "--quiet",
@@ -366,4 +367,67 @@ fn the_library_reaps_the_watchdog_after_each_run() {
             "the group leader {pgid} was not reaped"
         );
     }
+}
+
+/// A `main.py` that writes `pids` (its group, itself) and waits for a file
+/// `go`, then prints `ran` and exits.
+const WAITING_MAIN: &str = "\
+import os, time
+with open('pids.tmp', 'w') as f:
+    f.write(f'{os.getpgid(0)} {os.getpid()}\\n')
+os.rename('pids.tmp', 'pids')
+while not os.path.exists('go'):
+    time.sleep(0.01)
+print('ran')
+";
+
+#[test]
+fn a_sighup_ignored_at_start_stays_ignored_as_under_nohup() {
+    use std::os::unix::process::CommandExt;
+    become_subreaper();
+    let ws = TempDir::new("life-nohup");
+    let outside = TempDir::new("life-nohup-out");
+    ws.write("main.py", WAITING_MAIN);
+    let script = run_main_script(&outside);
+    let mut cmd = Command::new(common::bin());
+    cmd.args([
+        "run",
+        "--quiet",
+        "--decision",
+        "allow",
+        "--run-timeout",
+        "120",
+    ])
+    .arg("--workspace")
+    .arg(ws.path())
+    .arg("--script")
+    .arg(&script)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    // SAFETY: signal(2) in the forked child before exec, as `nohup` does.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn subloop");
+    let (pgid, _) = wait_for_pids(&ws);
+    signal(&child, libc::SIGHUP);
+    // Time for a handled SIGHUP to end the run (it would, within milliseconds).
+    std::thread::sleep(Duration::from_millis(300));
+    ws.write("go", "");
+    let mut stdout = String::new();
+    if let Some(mut pipe) = child.stdout.take() {
+        let _ = pipe.read_to_string(&mut stdout);
+    }
+    let status = child.wait().expect("wait");
+    cleanup(pgid);
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "the ignored SIGHUP ended the run: {status:?}"
+    );
+    assert_eq!(stdout, "done\n");
 }

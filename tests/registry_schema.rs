@@ -521,7 +521,9 @@ fn invalid_arguments_are_refused_and_the_tool_does_not_run() {
         ),
         (
             "c5",
-            "not executed: invalid input for count: input: expected object, got string",
+            // A string input is arguments sent as text that are not a JSON
+            // object (how Chat Completions' unparsable arguments are kept).
+            "not executed: arguments are not valid JSON (EOF while parsing a value at line 1 column 1)",
             true,
         ),
         ("c6", "alpha\n", false),

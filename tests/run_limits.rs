@@ -499,7 +499,7 @@ fn ctrl_c_cancels_the_cli_run_and_the_trace_ends_with_an_outcome() {
     // The trace may not live in the workspace, where the program could read it.
     let outside = TempDir::new("limits-trace");
     let trace = outside.path().join("trace.jsonl");
-    let child = Command::new(common::bin())
+    let child = common::default_signals(&mut Command::new(common::bin()))
         .args([
             "run",
             "--quiet",
@@ -789,7 +789,7 @@ fn a_second_ctrl_c_kills_the_running_program_before_exiting() {
     ];
     let script = script_file(&dir, parent, vec![]);
     let pid_file = dir.path().join("group.pid");
-    let child = Command::new(common::bin())
+    let child = common::default_signals(&mut Command::new(common::bin()))
         .args([
             "run",
             "--quiet",

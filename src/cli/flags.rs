@@ -471,9 +471,22 @@ pub(crate) const FLAGS: &[Flag] = &[
         action: Action::Switch(|d| d.live = true),
     },
     Flag {
+        long: "provider",
+        short: None,
+        help: "the API: the Anthropic Messages API (the default), or any OpenAI-compatible Chat Completions server (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL)",
+        commands: BOTH,
+        group: Group::Live,
+        action: Action::Value("anthropic|openai", |d, v| {
+            let name = v.text()?;
+            d.live_flags.provider =
+                super::Provider::from_name(&name).ok_or_else(|| v.takes("anthropic or openai"))?;
+            Ok(())
+        }),
+    },
+    Flag {
         long: "model",
         short: None,
-        help: "the model (default: ANTHROPIC_MODEL, else claude-sonnet-4-5)",
+        help: "the model (anthropic default: ANTHROPIC_MODEL, else claude-sonnet-4-5; openai: OPENAI_MODEL, one of the two is required)",
         commands: BOTH,
         group: Group::Live,
         action: Action::Value("NAME", |d, v| {

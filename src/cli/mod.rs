@@ -50,9 +50,38 @@ impl Command {
     }
 }
 
+/// Which API `--live` talks to (`--provider`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// The Anthropic Messages API (the default).
+    #[default]
+    Anthropic,
+    /// An OpenAI-compatible Chat Completions server.
+    OpenAi,
+}
+
+impl Provider {
+    /// The name `--provider` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Anthropic => "anthropic",
+            Self::OpenAi => "openai",
+        }
+    }
+
+    /// The provider called `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Anthropic, Self::OpenAi]
+            .into_iter()
+            .find(|provider| provider.name() == name)
+    }
+}
+
 /// The live flags, turned into a client once parsing is done.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct LiveFlags {
+    /// `--provider`.
+    pub provider: Provider,
     /// `--model`.
     pub model: Option<String>,
     /// `--max-tokens`.
@@ -317,7 +346,11 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
 
     let top = |message: String| CliError::new(None, message);
     let topic = match parser.next().map_err(|err| top(lexopt_message(err)))? {
-        None => return Ok(Invocation::Print(help(None))),
+        // `help` is a command too: its help is the overview.
+        None | Some(Arg::Short('h') | Arg::Long("help")) => {
+            return Ok(Invocation::Print(help(None)));
+        }
+        Some(Arg::Value(word)) if word == "help" => return Ok(Invocation::Print(help(None))),
         Some(Arg::Value(word)) => {
             let word = word.to_string_lossy();
             Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?

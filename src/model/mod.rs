@@ -6,6 +6,9 @@
 #[cfg(feature = "live")]
 pub mod anthropic;
 pub mod demo;
+#[cfg(feature = "live")]
+pub mod http;
+pub mod openai;
 pub mod replay;
 mod script_reader;
 mod scripted;

@@ -300,6 +300,13 @@ fn field<T: serde::de::DeserializeOwned>(value: &Value, name: &str) -> Result<T,
 fn recorded_reply(kind: &str, value: &Value) -> Result<ScriptedReply, String> {
     if kind == "response" {
         let raw = value.get("response").cloned().unwrap_or(Value::Null);
+        // A Chat Completions reply (`--provider openai`) is read the way its
+        // client read it; any other is a Messages API reply.
+        if raw.get("choices").is_some() {
+            return crate::model::openai::reply::parse_completion(&raw)
+                .map(Ok)
+                .map_err(|err| format!("response: {err}"));
+        }
         return ModelResponse::from_value(raw)
             .map(Ok)
             .map_err(|err| format!("response: {err}"));

@@ -100,6 +100,22 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_subloop")
 }
 
+/// Makes `command` start with the default action for `SIGINT`, `SIGTERM`
+/// and `SIGHUP`, so that tests which signal subloop do not depend on how the
+/// test runner was started (signals ignored at start stay ignored in subloop).
+pub fn default_signals(command: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal(2) in the forked child before exec; async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        })
+    }
+}
+
 /// The repository's example directory.
 pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")

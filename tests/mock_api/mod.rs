@@ -57,6 +57,8 @@ pub enum Reply {
     },
     /// Close the connection without answering.
     Hangup,
+    /// A complete 200 event stream, written one event at a time with a pause after each.
+    Slow { events: Vec<Vec<u8>>, gap: Duration },
 }
 
 impl Reply {
@@ -221,6 +223,21 @@ fn serve(
                 return;
             }
             Reply::Hangup => return,
+            Reply::Slow { events, gap } => {
+                let length: usize = events.iter().map(Vec::len).sum();
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {length}\r\n\r\n"
+                );
+                if writer.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                for event in events {
+                    if writer.write_all(&event).is_err() || writer.flush().is_err() {
+                        return;
+                    }
+                    std::thread::sleep(gap);
+                }
+            }
         }
     }
 }

@@ -7,26 +7,31 @@
 //! run re-reads its prefix from the cache. The request's attachment (the
 //! plan) is a second system text block after the cached one: never a text
 //! block after `tool_result` blocks, which the API documents as a cause of
-//! empty `end_turn` replies. Retries happen here, in the
-//! transport layer, never in the loop (see [`retry`]). Whatever finally
+//! empty `end_turn` replies. Sending, retries, timeouts, the stop of a
+//! request in flight and key scrubbing are the shared [`super::http`]
+//! layer; retries happen there, never in the loop (see [`retry`]). Whatever finally
 //! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
 //! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
 //! from every error text (when at least [`MIN_SCRUBBED_CHARS`] long); the
 //! userinfo of the base URL is never printed.
 
-pub mod retry;
 pub mod sse;
-pub mod transport;
 
-use std::io::{BufReader, Read};
-use std::sync::{Arc, OnceLock, mpsc};
-use std::time::{Duration, SystemTime};
+pub use super::http::{ApiKey, MIN_SCRUBBED_CHARS, StopProbe, StopSlot, redact_url};
+/// The shared retry policy and transport, under their former paths.
+pub use super::http::{retry, transport};
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use thiserror::Error;
 
-use self::retry::{RetryPolicy, retryable_status, should_retry_header};
-use self::transport::{HttpResponse, Timeouts, Transport, TransportErrorKind, UreqTransport};
+use self::retry::RetryPolicy;
+use self::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
+use super::http::{
+    HttpClient, Secrets, Success, TextSink, Waited, is_http_url, read_stream_with, until_stopped,
+};
 use super::{Model, Received};
 use crate::error::ModelFailure;
 use crate::protocol::{ModelResponse, Request};
@@ -39,33 +44,6 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 pub const API_VERSION: &str = "2023-06-01";
 /// The default `max_tokens` of a reply.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
-/// The largest non-streaming body read (32 MiB).
-const MAX_BODY: u64 = 32 * 1024 * 1024;
-/// The largest event stream read (64 MiB).
-const MAX_STREAM: u64 = 64 * 1024 * 1024;
-/// Secrets shorter than this many characters are not scrubbed from error
-/// texts: replacing a one-letter "key" would garble every message, and so
-/// short a string is no secret worth hiding.
-pub const MIN_SCRUBBED_CHARS: usize = 8;
-
-/// The userinfo (`user:password`) of a URL, if it has one.
-fn userinfo(url: &str) -> Option<&str> {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
-    authority
-        .rsplit_once('@')
-        .map(|(info, _)| info)
-        .filter(|info| !info.is_empty())
-}
-
-/// `url` with its userinfo (`https://user:key@host`) replaced by `***`:
-/// the form that may be printed.
-pub fn redact_url(url: &str) -> String {
-    match userinfo(url) {
-        Some(info) => url.replacen(&format!("{info}@"), "***@", 1),
-        None => url.to_owned(),
-    }
-}
 
 /// The `error.type` and `error.message` of an API error body (or event).
 pub(crate) fn api_error(body: &Value) -> (&str, &str) {
@@ -76,37 +54,12 @@ pub(crate) fn api_error(body: &Value) -> (&str, &str) {
     )
 }
 
-fn is_stream(response: &HttpResponse) -> bool {
-    response
-        .header("content-type")
-        .is_some_and(|kind| kind.starts_with("text/event-stream"))
-}
-
-fn read_body(response: HttpResponse) -> std::io::Result<String> {
-    let mut bytes = Vec::new();
-    response.body.take(MAX_BODY).read_to_end(&mut bytes)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// An API key. It has no `Display`, and `Debug` hides it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
-
-impl ApiKey {
-    /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
-        Self(key.into())
-    }
-
-    fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(***)")
-    }
+/// The kind and message of a Messages API error body, if it is one.
+fn read_error(_status: u16, text: &str) -> Option<(String, String)> {
+    let body: Value = serde_json::from_str(text).ok()?;
+    body.pointer("/error/type")?;
+    let (kind, message) = api_error(&body);
+    Some((kind.to_owned(), message.to_owned()))
 }
 
 /// Why a live client could not be configured.
@@ -174,7 +127,7 @@ impl LiveConfig {
         let base_url = env("ANTHROPIC_BASE_URL")
             .filter(|url| !url.trim().is_empty())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        if !(base_url.starts_with("http://") || base_url.starts_with("https://")) {
+        if !is_http_url(&base_url) {
             return Err(LiveError::Invalid(format!(
                 "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{}`)",
                 redact_url(&base_url)
@@ -192,19 +145,12 @@ impl LiveConfig {
     }
 }
 
-type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
-type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
-
 /// The HTTP client, shared by the parent's model and every child's.
 pub struct Client {
     config: LiveConfig,
-    transport: Arc<dyn Transport>,
-    sleep: Sleeper,
+    http: HttpClient,
     on_text: Option<TextSink>,
 }
-
-/// Says whether the run was stopped (cancelled, deadline passed, tokens spent).
-pub type StopProbe = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -223,17 +169,18 @@ impl Client {
 
     /// A client over any transport (tests use a fake one).
     pub fn with_transport(config: LiveConfig, transport: Arc<dyn Transport>) -> Self {
+        let secrets = Secrets::new(Some(&config.api_key), &config.base_url);
+        let http = HttpClient::new(transport, config.retry, secrets);
         Self {
             config,
-            transport,
-            sleep: Arc::new(std::thread::sleep),
+            http,
             on_text: None,
         }
     }
 
     /// Replaces how the client waits between retries (tests record instead of sleeping).
     pub fn with_sleeper(mut self, sleep: impl Fn(Duration) + Send + Sync + 'static) -> Self {
-        self.sleep = Arc::new(sleep);
+        self.http.set_sleeper(sleep);
         self
     }
 
@@ -293,28 +240,8 @@ impl Client {
         body
     }
 
-    /// Hides the secrets from an error text: the API key and the password
-    /// of the base URL when at least [`MIN_SCRUBBED_CHARS`] long, and the
-    /// base URL's whole userinfo wherever it appears before an `@`.
-    fn scrub(&self, mut text: String) -> String {
-        let long = |secret: &str| secret.chars().count() >= MIN_SCRUBBED_CHARS;
-        let key = self.config.api_key.expose();
-        if long(key) {
-            text = text.replace(key, "***");
-        }
-        if let Some(info) = userinfo(&self.config.base_url) {
-            text = text.replace(&format!("{info}@"), "***@");
-            if let Some((_, password)) = info.split_once(':')
-                && long(password)
-            {
-                text = text.replace(password, "***");
-            }
-        }
-        text
-    }
-
     fn fail(&self, kind: &str, message: String) -> ModelFailure {
-        ModelFailure::with_kind(kind, self.scrub(message))
+        self.http.fail(kind, message)
     }
 
     /// Sends one request, retrying what is worth retrying.
@@ -330,6 +257,16 @@ impl Client {
         self.send_body(&body, None)
     }
 
+    /// [`Client::send_received`], showing streamed text by whole lines.
+    fn send_received_lines(
+        &self,
+        request: &Request<'_>,
+        whole_lines: bool,
+    ) -> Result<Received, ModelFailure> {
+        let body = self.body_bytes(request)?;
+        self.send_body_lines(&body, None, whole_lines)
+    }
+
     fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
         serde_json::to_vec(&self.request_body(request)).map_err(|err| {
             self.fail(
@@ -339,19 +276,25 @@ impl Client {
         })
     }
 
-    fn abandoned(&self) -> ModelFailure {
-        self.fail(
-            "cancelled",
-            "the request was abandoned because the run was stopped".to_owned(),
-        )
-    }
-
     /// Sends a serialized request body, retrying what is worth retrying;
     /// no retry starts once `stop` says the run was stopped.
     pub fn send_body(
         &self,
         body: &[u8],
         stop: Option<&StopProbe>,
+    ) -> Result<Received, ModelFailure> {
+        self.send_body_lines(body, stop, false)
+    }
+
+    /// [`Client::send_body`]; with `whole_lines`, streamed text reaches the
+    /// sink only as whole lines (the last one ended by a `"\n"` when the
+    /// stream is over), so a stream running beside others never leaves a
+    /// line open for their text or progress lines to join.
+    fn send_body_lines(
+        &self,
+        body: &[u8],
+        stop: Option<&StopProbe>,
+        whole_lines: bool,
     ) -> Result<Received, ModelFailure> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let accept = if self.config.stream {
@@ -365,118 +308,23 @@ impl Client {
             ("content-type", "application/json"),
             ("accept", accept),
         ];
-        let policy = self.config.retry;
-        let mut retry = 0;
-        loop {
-            let delay = match self.transport.post(&url, &headers, body) {
-                Ok(response) if (200..300).contains(&response.status) => {
-                    if is_stream(&response) {
-                        return self.read_stream(response);
-                    }
-                    // The body is read inside the loop: a timeout or a reset
-                    // while reading it is retried like one before the headers.
-                    match read_body(response) {
-                        Ok(text) => return self.parse_body(&text),
-                        Err(err) => {
-                            let kind = match err.kind() {
-                                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-                                    "timeout_error"
-                                }
-                                _ => "connection_error",
-                            };
-                            if retry >= policy.max_retries {
-                                let attempts = retry + 1;
-                                return Err(self.fail(
-                                    kind,
-                                    format!("{kind}: reading the response failed: {err} (after {attempts} attempt(s))"),
-                                ));
-                            }
-                            policy.delay(retry, None, None, SystemTime::now())
-                        }
-                    }
-                }
-                Ok(mut response) => {
-                    let failure = self.error_response(&mut response, retry);
-                    let wanted = should_retry_header(response.header("x-should-retry"))
-                        .unwrap_or_else(|| retryable_status(response.status));
-                    if !wanted || retry >= policy.max_retries {
-                        return Err(failure);
-                    }
-                    policy.delay(
-                        retry,
-                        response.header("retry-after-ms"),
-                        response.header("retry-after"),
-                        SystemTime::now(),
-                    )
-                }
-                Err(err) => {
-                    let kind = match err.kind {
-                        TransportErrorKind::Timeout => "timeout_error",
-                        TransportErrorKind::Connection => "connection_error",
-                        TransportErrorKind::Other => "request_error",
-                    };
-                    if err.kind == TransportErrorKind::Other || retry >= policy.max_retries {
-                        let attempts = retry + 1;
-                        return Err(
-                            self.fail(kind, format!("{kind}: {err} (after {attempts} attempt(s))"))
-                        );
-                    }
-                    policy.delay(retry, None, None, SystemTime::now())
-                }
-            };
-            if stop.is_some_and(|probe| probe()) {
-                return Err(self.abandoned());
-            }
-            (self.sleep)(delay);
-            retry += 1;
+        match self.http.post(&url, &headers, body, stop, &read_error)? {
+            Success::Stream(response) => self.read_stream(response, whole_lines),
+            Success::Body(text) => self.parse_body(&text),
         }
     }
 
-    fn error_response(&self, response: &mut HttpResponse, retry: u32) -> ModelFailure {
-        let mut text = String::new();
-        let _ = (&mut response.body)
-            .take(1024 * 1024)
-            .read_to_string(&mut text);
-        let attempts = retry + 1;
-        let status = response.status;
-        match serde_json::from_str::<Value>(&text) {
-            Ok(body) if body.pointer("/error/type").is_some() => {
-                let (kind, message) = api_error(&body);
-                self.fail(
-                    kind,
-                    format!("HTTP {status} {kind}: {message} (after {attempts} attempt(s))"),
-                )
-            }
-            _ => {
-                let snippet: String = text.chars().take(200).collect();
-                self.fail(
-                    "http_error",
-                    format!("HTTP {status}: {snippet} (after {attempts} attempt(s))"),
-                )
-            }
-        }
-    }
-
-    fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
-        let sink = self.on_text.clone();
-        // Whether the text shown so far ends in the middle of a line.
-        let mut open_line = false;
-        let mut on_text = |text: &str| {
-            if let Some(sink) = &sink
-                && !text.is_empty()
-            {
-                open_line = !text.ends_with('\n');
-                sink(text);
-            }
-        };
-        // A hostile stream cannot grow without bound: past the cap it just ends.
-        let body = BufReader::new(response.body.take(MAX_STREAM));
-        let result = sse::read_stream(body, &mut on_text);
-        // The streamed text ends its line, so what is printed next (a
-        // progress line, an error) starts on a line of its own.
-        if open_line && let Some(sink) = &sink {
-            sink("\n");
-        }
+    fn read_stream(
+        &self,
+        response: HttpResponse,
+        whole_lines: bool,
+    ) -> Result<Received, ModelFailure> {
+        let result = read_stream_with(
+            response,
+            self.on_text.as_ref(),
+            whole_lines,
+            |body, on_text| sse::read_stream(body, on_text),
+        );
         result.map_err(|failure| {
             self.fail(
                 failure.kind.as_deref().unwrap_or("stream_error"),
@@ -510,14 +358,12 @@ impl Client {
     }
 }
 
-/// Where a run puts its [`StopProbe`] once it exists; one slot per run.
-pub type StopSlot = Arc<OnceLock<StopProbe>>;
-
 /// A [`Model`] over a shared [`Client`].
 #[derive(Clone)]
 pub struct AnthropicModel {
     client: Arc<Client>,
     stop: Option<StopSlot>,
+    whole_lines: bool,
 }
 
 impl std::fmt::Debug for AnthropicModel {
@@ -531,7 +377,11 @@ impl std::fmt::Debug for AnthropicModel {
 impl AnthropicModel {
     /// A model that sends through `client`.
     pub fn new(client: Arc<Client>) -> Self {
-        Self { client, stop: None }
+        Self {
+            client,
+            stop: None,
+            whole_lines: false,
+        }
     }
 
     /// A model whose requests the run can stop in flight: once the probe in
@@ -542,7 +392,16 @@ impl AnthropicModel {
         Self {
             client,
             stop: Some(slot),
+            whole_lines: false,
         }
+    }
+
+    /// Shows this model's streamed text by whole lines rather than as each
+    /// delta arrives: for subagents, which stream beside each other, so
+    /// their texts and progress lines never share a line.
+    pub fn with_whole_lines(mut self) -> Self {
+        self.whole_lines = true;
+        self
     }
 }
 
@@ -557,29 +416,21 @@ impl Model for AnthropicModel {
     /// so cancelling or a deadline does not wait for the HTTP timeouts.
     fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         let Some(probe) = self.stop.as_ref().and_then(|slot| slot.get()).cloned() else {
-            return self.client.send_received(request);
+            return self.client.send_received_lines(request, self.whole_lines);
         };
         let body = self.client.body_bytes(request)?;
         let client = Arc::clone(&self.client);
         let worker_probe = Arc::clone(&probe);
-        let (sender, receiver) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = sender.send(client.send_body(&body, Some(&worker_probe)));
-        });
-        loop {
-            match receiver.recv_timeout(Duration::from_millis(20)) {
-                Ok(result) => return result,
-                Err(mpsc::RecvTimeoutError::Timeout) if probe() => {
-                    return Err(self.client.abandoned());
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(self.client.fail(
-                        "request_error",
-                        "the request's worker thread died".to_owned(),
-                    ));
-                }
-            }
+        let whole_lines = self.whole_lines;
+        match until_stopped(&probe, move || {
+            client.send_body_lines(&body, Some(&worker_probe), whole_lines)
+        }) {
+            Waited::Done(result) => result,
+            Waited::Stopped => Err(self.client.http.abandoned()),
+            Waited::Died => Err(self.client.fail(
+                "request_error",
+                "the request's worker thread died".to_owned(),
+            )),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The HTTP boundary: a small trait of our own in front of the HTTP crate,
-//! so the client's logic (request bodies, retries, SSE, errors) is tested on
+//! so the providers' logic (request bodies, retries, SSE, errors) is tested on
 //! a fake transport with no socket.
 
 use std::io::Read;
