@@ -156,7 +156,7 @@ fn long_replay_once(dir: &Path, script: &Script) -> usize {
     let settings = long_settings(dir);
     let children: Arc<dyn subloop::subagent::ChildModels> = Arc::new(ScriptedChildren::default());
     let agent = app::build_agent(&settings, children).expect("agent");
-    let mut model = ScriptedModel::new(script.parent.clone());
+    let mut model = ScriptedModel::from_script(script.parent.clone(), false);
     let report = agent
         .run(
             &settings.question,
@@ -188,7 +188,7 @@ fn per_turn_ratio(dir: &Path, script: &Script) -> (Duration, f64, f64) {
         .expect("task")
         .monitor(TurnClock(times.clone()))
         .build();
-    let mut model = ScriptedModel::new(script.parent.clone());
+    let mut model = ScriptedModel::from_script(script.parent.clone(), false);
     let started = Instant::now();
     let report = agent
         .run(

@@ -18,7 +18,7 @@ use crate::hooks::Hooks;
 use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
 use crate::model::replay::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, ReplayModel};
-use crate::model::{Model, RawReplies, Script, ScriptedModel, WithRawReplies};
+use crate::model::{Model, Script, ScriptedModel};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
 use crate::replay::{Difference, Divergence, ReplayReport, compare_tools_run};
@@ -286,31 +286,20 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     #[cfg(feature = "live")]
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
     let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
-        Models::Script(script) if settings.trace.is_none() => {
-            // Only the trace writes the replies as written: without one, they
-            // are dropped here and no reply is parsed a second time per request.
-            (
-                Box::new(ScriptedModel::new(script.parent)),
-                Arc::new(ScriptedChildren(script.children)),
-            )
-        }
         Models::Script(script) => {
-            // Each reply comes with its entry as written, for the trace.
-            let scripted = ScriptedChildren(script.children);
-            let raw = script.raw.children;
+            // Only the trace writes the replies as written: without one, no
+            // reply is parsed a second time per request.
+            let raw = settings.trace.is_some();
+            let Script { parent, children } = script;
             let child_models = move |number: usize| -> Box<dyn Model + Send> {
-                let entries: RawReplies = number
-                    .checked_sub(1)
-                    .and_then(|index| raw.get(index))
-                    .cloned()
-                    .unwrap_or_default();
-                Box::new(WithRawReplies::new(scripted.model_for(number), entries))
+                match number.checked_sub(1).and_then(|index| children.get(index)) {
+                    Some(replies) => Box::new(ScriptedModel::from_script(replies.clone(), raw)),
+                    // No such child: the failure scripted children give.
+                    None => ScriptedChildren::default().model_for(number),
+                }
             };
             (
-                Box::new(WithRawReplies::new(
-                    ScriptedModel::new(script.parent),
-                    script.raw.parent,
-                )),
+                Box::new(ScriptedModel::from_script(parent, raw)),
                 Arc::new(child_models),
             )
         }
