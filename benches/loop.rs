@@ -156,7 +156,7 @@ fn long_replay_once(dir: &Path, script: &Script) -> usize {
     let settings = long_settings(dir);
     let children: Arc<dyn subloop::subagent::ChildModels> = Arc::new(ScriptedChildren::default());
     let agent = app::build_agent(&settings, children).expect("agent");
-    let mut model = ScriptedModel::new(script.parent.clone());
+    let mut model = ScriptedModel::from_script(script.parent.clone(), false);
     let report = agent
         .run(
             &settings.question,
@@ -188,7 +188,7 @@ fn per_turn_ratio(dir: &Path, script: &Script) -> (Duration, f64, f64) {
         .expect("task")
         .monitor(TurnClock(times.clone()))
         .build();
-    let mut model = ScriptedModel::new(script.parent.clone());
+    let mut model = ScriptedModel::from_script(script.parent.clone(), false);
     let started = Instant::now();
     let report = agent
         .run(
@@ -402,14 +402,15 @@ fn floor_child(dir: &Path) -> usize {
     bytes + kept.len()
 }
 
-/// One run of `subloop run --script … --json` on the long workspace, timed.
-fn time_subloop_replay(dir: &Path) -> f64 {
+/// One run of `subloop run --script …` on the long workspace, timed; with
+/// `json`, the `--json` output (every result's full content) is written too.
+fn time_subloop_replay(dir: &Path, json: bool) -> f64 {
     let started = Instant::now();
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_subloop"))
+        .arg("run")
+        .args(json.then_some("--json"))
         .args([
-            "run",
             "--quiet",
-            "--json",
             "--decision",
             "deny",
             "--max-calls",
@@ -446,21 +447,27 @@ fn time_floor(dir: &Path, keep: bool) -> f64 {
 
 fn bench_replay_floor() {
     let (dir, _) = long_workspace();
-    let (mut whole, mut floor, mut keeping) = (Vec::new(), Vec::new(), Vec::new());
-    // Interleaved, so all three see the same machine load.
+    let (mut whole, mut plain, mut floor, mut keeping) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Interleaved, so all four see the same machine load.
     for _ in 0..11 {
-        whole.push(time_subloop_replay(&dir));
+        whole.push(time_subloop_replay(&dir, true));
+        plain.push(time_subloop_replay(&dir, false));
         floor.push(time_floor(&dir, false));
         keeping.push(time_floor(&dir, true));
     }
-    let (whole, floor, keeping) = (median(whole), median(floor), median(keeping));
+    let (whole, plain, floor, keeping) =
+        (median(whole), median(plain), median(floor), median(keeping));
     println!(
-        "bench replay_floor: subloop run --script --json with {TURNS} turns {:.1} ms, floor (parse the script, read the same files, in a process) {:.1} ms: ratio {:.2} (target <= 1.3); against a floor that also keeps what it read ({:.1} ms): {:.2} (medians of 11 interleaved)",
+        "bench replay_floor: subloop run --script --json with {TURNS} turns {:.1} ms, floor (parse the script, read the same files, in a process) {:.1} ms: ratio {:.2} (target <= 1.3); without --json {:.1} ms: ratio {:.2}; against a floor that also keeps what it read ({:.1} ms): {:.2} with --json, {:.2} without (medians of 11 interleaved)",
         whole * 1000.0,
         floor * 1000.0,
         whole / floor,
+        plain * 1000.0,
+        plain / floor,
         keeping * 1000.0,
-        whole / keeping
+        whole / keeping,
+        plain / keeping
     );
     let _ = std::fs::remove_dir_all(dir);
 }

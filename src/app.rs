@@ -18,7 +18,7 @@ use crate::hooks::Hooks;
 use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
 use crate::model::replay::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, ReplayModel};
-use crate::model::{Model, Script, ScriptedModel, WithRawReplies};
+use crate::model::{Model, Script, ScriptedModel};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
 use crate::replay::{Difference, Divergence, ReplayReport, compare_tools_run};
@@ -226,19 +226,14 @@ impl Run {
     /// trace (if any) is complete, else 1; an output that cannot be written
     /// is one line on stderr and 1, a reader that went away is not an error.
     pub fn finish(&self, json: bool) -> std::process::ExitCode {
-        let text = if json {
-            // Serialized straight from the report's typed view (no `Value`).
-            match serde_json::to_string(&self.report.json_report()) {
-                Ok(text) => text,
-                Err(err) => {
-                    let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
-                    return std::process::ExitCode::from(1);
-                }
-            }
+        let printed = if json {
+            // Serialized straight from the report's typed view (no `Value`)
+            // into stdout.
+            crate::output::print_json_stdout(&self.report.json_report())
         } else {
-            self.report.outcome.text.clone()
+            crate::output::print_stdout(&self.report.outcome.text, false)
         };
-        if let Err(err) = crate::output::print_stdout(&text, json) {
+        if let Err(err) = printed {
             let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
             return std::process::ExitCode::from(1);
         }
@@ -292,22 +287,19 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
     let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
         Models::Script(script) => {
-            // Each reply comes with its entry as written, for the trace.
-            let scripted = ScriptedChildren(script.children);
-            let raw = script.raw.children;
+            // Only the trace writes the replies as written: without one, no
+            // reply is parsed a second time per request.
+            let raw = settings.trace.is_some();
+            let Script { parent, children } = script;
             let child_models = move |number: usize| -> Box<dyn Model + Send> {
-                let entries = number
-                    .checked_sub(1)
-                    .and_then(|index| raw.get(index))
-                    .cloned()
-                    .unwrap_or_default();
-                Box::new(WithRawReplies::new(scripted.model_for(number), entries))
+                match number.checked_sub(1).and_then(|index| children.get(index)) {
+                    Some(replies) => Box::new(ScriptedModel::from_script(replies.clone(), raw)),
+                    // No such child: the failure scripted children give.
+                    None => ScriptedChildren::default().model_for(number),
+                }
             };
             (
-                Box::new(WithRawReplies::new(
-                    ScriptedModel::new(script.parent),
-                    script.raw.parent,
-                )),
+                Box::new(ScriptedModel::from_script(parent, raw)),
                 Arc::new(child_models),
             )
         }

@@ -37,6 +37,32 @@ pub fn print_stdout(text: &str, json: bool) -> std::io::Result<()> {
     }
 }
 
+/// Writes `value` as one line of JSON and a line break to stdout, like
+/// [`print_stdout`] with `json`: on a terminal it is escaped as there; piped
+/// or redirected, it is serialized straight into the pipe (no copy of the
+/// whole text is built first, which for a long run's `--json` is megabytes).
+///
+/// A broken pipe is not an error; a value that cannot be serialized is
+/// [`std::io::ErrorKind::InvalidData`].
+pub fn print_json_stdout(value: &impl serde::Serialize) -> std::io::Result<()> {
+    // A write error comes back as it was; anything else is `InvalidData`.
+    let as_io = std::io::Error::from;
+    let stdout = std::io::stdout();
+    if stdout.is_terminal() {
+        let text = serde_json::to_string(value).map_err(as_io)?;
+        return print_stdout(&text, true);
+    }
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    let written = serde_json::to_writer(&mut out, value)
+        .map_err(as_io)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match written {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// `text` as shown on a terminal (see the module docs).
 pub fn terminal_safe(text: &str, json: bool) -> std::borrow::Cow<'_, str> {
     if json {

@@ -480,3 +480,50 @@ fn a_delegation_without_a_child_script_reports_model_error_and_the_parent_contin
     assert!(summary.contains("children[0]"), "{summary}");
     assert!(stderr(&output).contains("[child-1] finished: model_error"));
 }
+
+/// A `--json` output of megabytes, written straight into the pipe in
+/// chunks, is still exactly one JSON object and one line break, with every
+/// result's full content.
+#[test]
+fn a_long_json_output_is_one_complete_object_with_every_content() {
+    const TURNS: usize = 300;
+    let ws = TempDir::new("long-json");
+    let content: String = "0123456789abcdef\"\\\n".repeat(4096 / 19);
+    ws.write("data.txt", &content);
+    let mut replies: Vec<Value> = (1..=TURNS)
+        .map(|turn| {
+            json!({
+                "content": [{"type": "tool_use", "id": format!("toolu_{turn}"), "name": "read_file", "input": {"path": "data.txt"}}],
+                "stop_reason": "tool_use"
+            })
+        })
+        .collect();
+    replies.push(json!({"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}));
+    let script = ws.write("script.json", json!({ "parent": replies }).to_string());
+    let max_calls = (TURNS + 1).to_string();
+    let output = subloop(&[
+        "run",
+        "--quiet",
+        "--json",
+        "--decision",
+        "deny",
+        "--max-calls",
+        &max_calls,
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--script",
+        script.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.len() > TURNS * 4096, "{} bytes", out.len());
+    assert_eq!(out.matches('\n').count(), 1, "one line");
+    assert!(out.ends_with('\n'));
+    let report = one_object(&output);
+    let tools = report["tools"].as_array().expect("tools");
+    assert_eq!(tools.len(), TURNS);
+    for (index, tool) in tools.iter().enumerate() {
+        assert_eq!(tool["id"], format!("toolu_{}", index + 1));
+        assert_eq!(tool["content"], content.as_str(), "call {}", index + 1);
+    }
+}

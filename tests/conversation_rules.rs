@@ -845,7 +845,7 @@ fn driver_script_exhausted_is_model_error() {
         ]}"#,
     )
     .unwrap();
-    let mut model = ScriptedModel::new(script.parent);
+    let mut model = ScriptedModel::from_script(script.parent, false);
     let mut executor = Echo::default();
     let mut log = Log::default();
     let outcome = run(start(5), &mut model, &mut executor, &mut log);
@@ -891,7 +891,7 @@ fn driver_empty_script_is_model_error_after_one_request() {
 #[test]
 fn driver_scripted_error_reply_is_model_error_with_its_text() {
     let script = Script::parse(r#"{"parent": [{"error": "rate limited, try later"}]}"#).unwrap();
-    let mut model = ScriptedModel::new(script.parent);
+    let mut model = ScriptedModel::from_script(script.parent, false);
     let outcome = run(
         start(3),
         &mut model,
@@ -1026,11 +1026,11 @@ fn a_scripted_message_with_a_null_error_is_a_message_not_a_failure() {
     )
     .expect("a valid script");
     assert!(
-        matches!(&script.parent[..], [Ok(reply)] if reply.stop_reason == Some(StopReason::EndTurn)),
+        matches!(&script.parent.replies()[..], [Ok(reply)] if reply.stop_reason == Some(StopReason::EndTurn)),
         "{:?}",
         script.parent
     );
-    let mut model = ScriptedModel::new(script.parent);
+    let mut model = ScriptedModel::from_script(script.parent, false);
     let outcome = run(
         start(3),
         &mut model,
@@ -1046,7 +1046,7 @@ fn a_scripted_message_with_a_null_error_is_a_message_not_a_failure() {
         r#"{"parent": [{"error": "boom", "content": [], "stop_reason": "end_turn"}]}"#,
     )
     .expect("valid");
-    assert!(matches!(&failed.parent[..], [Err(failure)] if failure.message == "boom"));
+    assert!(matches!(&failed.parent.replies()[..], [Err(failure)] if failure.message == "boom"));
 }
 
 #[test]

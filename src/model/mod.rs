@@ -14,7 +14,7 @@ mod script_reader;
 mod scripted;
 
 pub use replay::{RecordedRun, ReplayModel};
-pub use scripted::{Script, ScriptText, ScriptedModel, ScriptedReply, WithRawReplies};
+pub use scripted::{RawReplies, Script, ScriptedModel, ScriptedReply};
 
 use serde_json::Value;
 

@@ -15,12 +15,15 @@
 //!   the first bad entry of `children`;
 //! * a repeated key counts once, the last occurrence wins.
 //!
-//! Each reply's text as written is kept too, for the trace's `response`
-//! line (the reply as received): once the script is known to be valid, a
-//! light second scan borrows each reply's text ([`RawValue`], no tree built)
-//! and copies it once.
+//! Each typed reply is dropped once it is checked: what is kept is each
+//! reply's text as written. Once the script is known to be valid, a light
+//! second scan borrows each reply's text ([`RawValue`], no tree built) and
+//! keeps it as a range of the one shared copy of the script; a reply is
+//! read again from its text ([`reply_text`]) when it is replayed, and that
+//! text is also the reply as received for the trace's `response` line.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
@@ -30,13 +33,28 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::scripted::{Script, ScriptText, ScriptedReply};
+use super::scripted::{RawReplies, Script, ScriptedReply};
 use crate::error::ModelFailure;
 use crate::protocol::{ModelResponse, ReplyBlock, StopReason, Usage};
 
 /// Parses a script; the error is the message `Script::parse` returns.
+#[cfg(test)]
 pub(super) fn parse(text: &str) -> Result<Script, String> {
+    parse_shared(Arc::new(text.to_owned()))
+}
+
+/// One reply's text, as checked in a script: the reply, or why it is none.
+pub(super) fn reply_text(text: &str) -> Result<ScriptedReply, String> {
     let mut de = serde_json::Deserializer::from_str(text);
+    ReplySeed
+        .deserialize(&mut de)
+        .and_then(|reply| de.end().map(|()| reply))
+        .map_err(|err| format!("not JSON: {err}"))?
+}
+
+/// Parses a script; the reply texts are kept as ranges of `text`.
+pub(super) fn parse_shared(text: Arc<String>) -> Result<Script, String> {
+    let mut de = serde_json::Deserializer::from_str(&text);
     let top = TopSeed
         .deserialize(&mut de)
         .and_then(|top| de.end().map(|()| top))
@@ -55,30 +73,37 @@ pub(super) fn parse(text: &str) -> Result<Script, String> {
     let parent = parent.ok_or_else(|| "missing key `parent`".to_owned())??;
     let children = children.unwrap_or(Ok(Vec::new()))?;
     // The text is valid, so the scan finds every reply; were it ever to
-    // disagree, the trace falls back to the parsed replies.
-    let raw = reply_texts(text)
-        .filter(|raw| {
-            raw.parent.len() == parent.len()
-                && raw
+    // disagree, the script is refused rather than replayed wrong.
+    reply_texts(&text)
+        .filter(|script| {
+            script.parent.len() == parent
+                && script
                     .children
                     .iter()
-                    .map(Vec::len)
-                    .eq(children.iter().map(Vec::len))
+                    .map(RawReplies::len)
+                    .eq(children.iter().copied())
         })
-        .unwrap_or_default();
-    Ok(Script {
-        parent,
-        children,
-        raw,
-    })
+        .ok_or_else(|| "the replies could not be located in the script".to_owned())
 }
 
 /// Each reply's text as written, in the shape of the script (a repeated key
-/// counts once, the last wins, as in [`parse`]).
-fn reply_texts(text: &str) -> Option<ScriptText> {
-    fn texts(list: &[&RawValue]) -> Vec<String> {
-        list.iter().map(|raw| raw.get().to_owned()).collect()
-    }
+/// counts once, the last wins, as in [`parse_shared`]), as ranges of `text`.
+fn reply_texts(text: &Arc<String>) -> Option<Script> {
+    // Each borrowed text is a slice of `text`: its offset is where it starts.
+    let texts = |list: &[&RawValue]| -> Option<RawReplies> {
+        let ranges = list
+            .iter()
+            .map(|raw| {
+                let start = (raw.get().as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+                Some(start..start.checked_add(raw.get().len())?)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let replies = RawReplies::new(Arc::clone(text), ranges)?;
+        replies
+            .iter()
+            .eq(list.iter().map(|raw| raw.get()))
+            .then_some(replies)
+    };
     let top: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
     let parent: Vec<&RawValue> = serde_json::from_str(top.get("parent")?.get()).ok()?;
     let children: Vec<Vec<&RawValue>> = match top.get("children") {
@@ -87,9 +112,12 @@ fn reply_texts(text: &str) -> Option<ScriptText> {
             .ok()?
             .unwrap_or_default(),
     };
-    Some(ScriptText {
-        parent: texts(&parent),
-        children: children.iter().map(|list| texts(list)).collect(),
+    Some(Script {
+        parent: texts(&parent)?,
+        children: children
+            .iter()
+            .map(|list| texts(list))
+            .collect::<Option<_>>()?,
     })
 }
 
@@ -173,8 +201,10 @@ enum Top {
     Object {
         /// The smallest unknown key (the one a sorted map would name first).
         unknown: Option<String>,
-        parent: Option<Result<Vec<ScriptedReply>, String>>,
-        children: Option<Result<Vec<Vec<ScriptedReply>>, String>>,
+        /// How many replies `parent` has, once each is checked.
+        parent: Option<Result<usize, String>>,
+        /// How many replies each child has.
+        children: Option<Result<Vec<usize>, String>>,
     },
 }
 
@@ -247,24 +277,25 @@ impl fmt::Display for Place {
     }
 }
 
-/// A list of replies: every reply, or the message of the first bad one.
+/// A list of replies: how many, each checked and dropped, or the message of
+/// the first bad one.
 struct RepliesSeed(Place);
 
 impl<'de> DeserializeSeed<'de> for RepliesSeed {
-    type Value = Result<Vec<ScriptedReply>, String>;
+    type Value = Result<usize, String>;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl RepliesSeed {
-    fn other(self, _value: Value) -> Result<Vec<ScriptedReply>, String> {
+    fn other(self, _value: Value) -> Result<usize, String> {
         Err(format!("`{}` must be an array of replies", self.0))
     }
 }
 
 impl<'de> Visitor<'de> for RepliesSeed {
-    type Value = Result<Vec<ScriptedReply>, String>;
+    type Value = Result<usize, String>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of replies")
@@ -278,11 +309,11 @@ impl<'de> Visitor<'de> for RepliesSeed {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut replies = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         let mut index = 0usize;
         while let Some(reply) = seq.next_element_seed(ReplySeed)? {
             match reply {
-                Ok(reply) => replies.push(reply),
+                // Checked; kept as its text, not as this typed copy.
+                Ok(_) => {}
                 Err(message) => {
                     // The rest only has to be JSON: it is read, not kept.
                     skip_seq(seq)?;
@@ -291,8 +322,7 @@ impl<'de> Visitor<'de> for RepliesSeed {
             }
             index += 1;
         }
-        replies.shrink_to_fit();
-        Ok(Ok(replies))
+        Ok(Ok(index))
     }
 }
 
@@ -300,14 +330,14 @@ impl<'de> Visitor<'de> for RepliesSeed {
 struct ChildrenSeed;
 
 impl<'de> DeserializeSeed<'de> for ChildrenSeed {
-    type Value = Result<Vec<Vec<ScriptedReply>>, String>;
+    type Value = Result<Vec<usize>, String>;
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_any(self)
     }
 }
 
 impl ChildrenSeed {
-    fn other(self, value: Value) -> Result<Vec<Vec<ScriptedReply>>, String> {
+    fn other(self, value: Value) -> Result<Vec<usize>, String> {
         match value {
             Value::Null => Ok(Vec::new()),
             _ => Err("`children` must be an array of arrays".to_owned()),
@@ -316,7 +346,7 @@ impl ChildrenSeed {
 }
 
 impl<'de> Visitor<'de> for ChildrenSeed {
-    type Value = Result<Vec<Vec<ScriptedReply>>, String>;
+    type Value = Result<Vec<usize>, String>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of reply lists")
@@ -555,7 +585,7 @@ mod tests {
     /// The parser this module replaces (a `Value` of the whole script, then
     /// replies), kept as the oracle: the one-pass reader must agree with it
     /// on every text, valid or not, message for message.
-    fn through_a_value(text: &str) -> Result<Script, String> {
+    fn through_a_value(text: &str) -> Result<Typed, String> {
         fn replies(value: Value, place: &str) -> Result<Vec<ScriptedReply>, String> {
             let Value::Array(items) = value else {
                 return Err(format!("`{place}` must be an array of replies"));
@@ -600,27 +630,25 @@ mod tests {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err("`children` must be an array of arrays".to_owned()),
         };
-        Ok(Script {
-            parent,
-            children,
-            raw: ScriptText::default(),
+        Ok((parent, children))
+    }
+
+    /// A script's replies, typed: the parent's, then each child's.
+    type Typed = (Vec<ScriptedReply>, Vec<Vec<ScriptedReply>>);
+
+    /// The script's replies as replayed: each read again from its text.
+    fn typed(parsed: Result<Script, String>) -> Result<Typed, String> {
+        parsed.map(|script| {
+            (
+                script.parent.replies(),
+                script.children.iter().map(RawReplies::replies).collect(),
+            )
         })
     }
 
-    /// Both parsers give the same replies (the oracle keeps no texts), and
-    /// every reply of a valid script has its text.
+    /// Both parsers give the same replies, each read back from its text.
     fn agree(text: &str) {
-        let mut parsed = parse(text);
-        if let Ok(script) = &mut parsed {
-            assert_eq!(script.raw.parent.len(), script.parent.len(), "{text}");
-            assert_eq!(
-                script.raw.children.iter().map(Vec::len).collect::<Vec<_>>(),
-                script.children.iter().map(Vec::len).collect::<Vec<_>>(),
-                "{text}"
-            );
-            script.raw = ScriptText::default();
-        }
-        assert_eq!(parsed, through_a_value(text), "script: {text}");
+        assert_eq!(typed(parse(text)), through_a_value(text), "script: {text}");
     }
 
     const TOOL: &str = r#"{"content": [{"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "a"}}], "stop_reason": "tool_use", "usage": {"input_tokens": 3, "output_tokens": 4, "cache_read_input_tokens": null}, "id": "msg", "model": "m"}"#;
@@ -733,12 +761,7 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
         #[test]
         fn any_text_reads_as_through_a_value(text in fragment()) {
-            let mut parsed = parse(&text);
-            if let Ok(script) = &mut parsed {
-                prop_assert_eq!(script.raw.parent.len(), script.parent.len());
-                script.raw = ScriptText::default();
-            }
-            prop_assert_eq!(parsed, through_a_value(&text));
+            prop_assert_eq!(typed(parse(&text)), through_a_value(&text));
         }
     }
 }
