@@ -22,6 +22,7 @@ use crate::model::{Model, Script, ScriptedModel, WithRawReplies};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
 use crate::replay::{Difference, Divergence, ReplayReport, compare_tools_run};
+use crate::resume::{ResumeError, ResumePoint};
 use crate::signals;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
@@ -103,6 +104,9 @@ pub struct Settings {
     pub temporary_workspace: bool,
     /// What an empty `end_turn` reply leads to (`--on-empty-reply`).
     pub on_empty_reply: OnEmptyReply,
+    /// A trace to resume (`--resume`): the run continues where it ends, and
+    /// its lines are appended to it (see [`crate::resume`]).
+    pub resume: Option<PathBuf>,
 }
 
 impl Settings {
@@ -123,6 +127,7 @@ impl Settings {
             cancel: CancelHandle::new(),
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
+            resume: None,
         }
     }
 
@@ -166,6 +171,14 @@ pub enum AppError {
     /// The trace file was refused or could not be created.
     #[error(transparent)]
     Trace(#[from] TraceTargetError),
+    /// The trace to resume cannot be continued.
+    #[error("cannot resume {path}: {error}")]
+    Resume {
+        /// The trace.
+        path: PathBuf,
+        /// Why.
+        error: ResumeError,
+    },
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -179,13 +192,14 @@ pub enum AppError {
 /// Builds the full agent: `read_file`, `run_main`, `todo_write` and `task`
 /// (children get `read_file` only), with the settings' gate.
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
-    assemble(settings, children).map(|(agent, _)| agent)
+    assemble(settings, children, None).map(|(agent, _)| agent)
 }
 
 /// The agent, and the status of its trace if it writes one.
 fn assemble(
     settings: &Settings,
     children: Arc<dyn ChildModels>,
+    resume: Option<(&Resuming, &ResumePoint)>,
 ) -> Result<(Agent, Option<TraceStatus>), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let mut builder = AgentBuilder::new(settings.decision.approver())
@@ -201,8 +215,18 @@ fn assemble(
     // Lets the first Ctrl-C say which tool the run waits for.
     builder = builder.monitor(signals::ToolWatch);
     let mut status = None;
-    if let Some(path) = &settings.trace {
-        let protected: Vec<&Path> = settings.script.iter().map(PathBuf::as_path).collect();
+    let protected: Vec<&Path> = settings.script.iter().map(PathBuf::as_path).collect();
+    if let Some((resuming, point)) = resume {
+        let file = trace_target::open_to_append(
+            &resuming.path,
+            &settings.workspace,
+            &protected,
+            resuming.keep,
+        )?;
+        let writer = TraceWriter::resume(file, point.trace_fields());
+        status = Some(writer.status());
+        builder = builder.monitor(writer);
+    } else if let Some(path) = &settings.trace {
         let writer =
             TraceWriter::from_file(trace_target::open(path, &settings.workspace, &protected)?);
         status = Some(writer.status());
@@ -265,6 +289,7 @@ pub struct Prepared {
     question: String,
     trace: Option<TraceStatus>,
     trace_path: Option<PathBuf>,
+    resume: Option<ResumePoint>,
     // A temporary workspace is removed afterwards, whatever happens.
     _cleanup: TemporaryWorkspace,
 }
@@ -287,6 +312,24 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     if settings.question.trim().is_empty() {
         return Err(InputError::EmptyQuestion.into());
     }
+    // A resumed run is rebuilt (and checked) before anything else happens.
+    let resuming = match &settings.resume {
+        Some(path) => {
+            let resuming = Resuming::load(path)?;
+            let point = ResumePoint::rebuild(&resuming.run, budget, settings.on_empty_reply)
+                .map_err(|error| AppError::Resume {
+                    path: path.clone(),
+                    error,
+                })?;
+            Some((resuming, point))
+        }
+        None => None,
+    };
+    // Children of a resumed run are numbered after the earlier ones; a
+    // script's `children` are the resumed part's, from its first.
+    let earlier = resuming
+        .as_ref()
+        .map_or(0, |(_, point)| point.spent.delegations);
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
@@ -296,6 +339,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             let scripted = ScriptedChildren(script.children);
             let raw = script.raw.children;
             let child_models = move |number: usize| -> Box<dyn Model + Send> {
+                let number = number.saturating_sub(earlier);
                 let entries = number
                     .checked_sub(1)
                     .and_then(|index| raw.get(index))
@@ -347,7 +391,11 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             )
         }
     };
-    let (agent, trace) = assemble(settings, children)?;
+    let (agent, trace) = assemble(
+        settings,
+        children,
+        resuming.as_ref().map(|(resuming, point)| (resuming, point)),
+    )?;
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
     Ok(Prepared {
@@ -356,18 +404,68 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         budget,
         question: settings.question.clone(),
         trace,
-        trace_path: settings.trace.clone(),
+        trace_path: settings.trace.clone().or_else(|| settings.resume.clone()),
+        resume: resuming.map(|(_, point)| point),
         _cleanup: cleanup,
     })
 }
 
+/// A trace read for `--resume`: the run it records, and how many of its
+/// bytes are whole lines (a last line a crash cut short is dropped).
+struct Resuming {
+    path: PathBuf,
+    run: RecordedRun,
+    keep: u64,
+}
+
+impl Resuming {
+    fn load(path: &Path) -> Result<Self, AppError> {
+        let invalid = |message: String| ReplayError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let whole = match text.rfind('\n') {
+            Some(end) => text.get(..=end).unwrap_or_default(),
+            None => "",
+        };
+        let run = RecordedRun::parse(whole).map_err(invalid)?;
+        Ok(Self {
+            path: path.to_owned(),
+            run,
+            keep: u64::try_from(whole.len()).unwrap_or(u64::MAX),
+        })
+    }
+}
+
 impl Prepared {
+    /// For a resumed run, the line saying where it goes on: the calls kept,
+    /// how the earlier part ended, and the calls answered "not executed".
+    pub fn resumed_line(&self) -> Option<String> {
+        let point = self.resume.as_ref()?;
+        let interrupted = match point.interrupted.len() {
+            0 => String::new(),
+            1 => "; 1 call it left unfinished is answered \"not executed\"".to_owned(),
+            n => format!("; {n} calls it left unfinished are answered \"not executed\""),
+        };
+        Some(format!(
+            "[resumed] after parent call {} (the earlier run ended {}; {} tokens, {} delegations spent){interrupted}",
+            point.spent.calls, point.ended, point.spent.tokens, point.spent.delegations
+        ))
+    }
+
     /// Runs the parent: the report, with a failed trace write added to its
     /// warnings, and the trace's write error.
     pub fn run(mut self) -> Result<Run, AppError> {
-        let mut report = self
-            .agent
-            .run(&self.question, self.budget, self.parent.as_mut())?;
+        let mut report = match self.resume {
+            Some(point) => self.agent.resume(point, self.parent.as_mut()),
+            None => self
+                .agent
+                .run(&self.question, self.budget, self.parent.as_mut())?,
+        };
         let trace_error = self.trace.and_then(|status| status.error());
         if let (Some(error), Some(path)) = (&trace_error, &self.trace_path) {
             report.warnings.push(Warning {
