@@ -125,7 +125,7 @@ impl ResumePoint {
         let mut interrupted = Vec::new();
         let mut kept = 0;
         for call in 1..=recorded_calls {
-            let number = u32::try_from(call).unwrap_or(u32::MAX);
+            let number = call;
             // The history this request carried must be the rebuilt one.
             let carried = run
                 .request("parent", number)
@@ -193,7 +193,7 @@ impl ResumePoint {
                             call: number,
                         }
                     } else {
-                        broken(number, &done.text().to_owned())
+                        broken(number, done.text())
                     });
                 }
             }
