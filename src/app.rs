@@ -107,6 +107,9 @@ pub struct Settings {
     /// A trace to resume (`--resume`): the run continues where it ends, and
     /// its lines are appended to it (see [`crate::resume`]).
     pub resume: Option<PathBuf>,
+    /// With `resume`: a follow-up question for the answered run it records
+    /// (`--resume TRACE --question TEXT`), with `max_calls` of its own.
+    pub follow_up: Option<String>,
 }
 
 impl Settings {
@@ -128,6 +131,7 @@ impl Settings {
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
             resume: None,
+            follow_up: None,
         }
     }
 
@@ -316,11 +320,16 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     let resuming = match &settings.resume {
         Some(path) => {
             let resuming = Resuming::load(path)?;
-            let point = ResumePoint::rebuild(&resuming.run, budget, settings.on_empty_reply)
-                .map_err(|error| AppError::Resume {
-                    path: path.clone(),
-                    error,
-                })?;
+            let point = match &settings.follow_up {
+                Some(question) => {
+                    ResumePoint::follow_up(&resuming.run, question, budget, settings.on_empty_reply)
+                }
+                None => ResumePoint::rebuild(&resuming.run, budget, settings.on_empty_reply),
+            }
+            .map_err(|error| AppError::Resume {
+                path: path.clone(),
+                error,
+            })?;
             Some((resuming, point))
         }
         None => None,
@@ -451,8 +460,13 @@ impl Prepared {
             1 => "; 1 call it left unfinished is answered \"not executed\"".to_owned(),
             n => format!("; {n} calls it left unfinished are answered \"not executed\""),
         };
+        let asked = if point.follow_up.is_some() {
+            "; a follow-up question is asked"
+        } else {
+            ""
+        };
         Some(format!(
-            "[resumed] after parent call {} (the earlier run ended {}; {} tokens, {} delegations spent){interrupted}",
+            "[resumed] after parent call {} (the earlier run ended {}; {} tokens, {} delegations spent){interrupted}{asked}",
             point.spent.calls, point.ended, point.spent.tokens, point.spent.delegations
         ))
     }

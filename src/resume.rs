@@ -62,12 +62,20 @@ pub enum ResumeError {
         /// What is wrong.
         message: String,
     },
+    /// A follow-up question was given, but the recorded run is not answered.
+    #[error(
+        "a follow-up question needs an answered run; this one ended {ended}: resume it without a question"
+    )]
+    NotAnswered {
+        /// How the recorded run ended.
+        ended: String,
+    },
     /// The budget given does not cover the calls already made.
     #[error(
-        "the recorded run already made {made} parent calls: give a --max-calls above {made} to continue it"
+        "the recorded run already made {made} parent calls for its current question: give a --max-calls above {made} to continue it"
     )]
     BudgetSpent {
-        /// The calls already made.
+        /// The calls already made for the current question.
         made: u32,
     },
     /// The question or budget is unusable.
@@ -103,6 +111,8 @@ pub struct ResumePoint {
     /// How the earlier part ended: its `outcome` status, or `interrupted`
     /// when the trace has none (the process was killed).
     pub ended: String,
+    /// The follow-up question asked now, if any.
+    pub follow_up: Option<String>,
 }
 
 impl ResumePoint {
@@ -113,6 +123,29 @@ impl ResumePoint {
         budget: Budget,
         on_empty: OnEmptyReply,
     ) -> Result<Self, ResumeError> {
+        Self::build(run, budget, on_empty, None)
+    }
+
+    /// Rebuilds the answered run `run` and asks it the follow-up `question`
+    /// ([`Conversation::follow_up`]): `budget` is the new question's; the
+    /// tokens and delegations spent still count against the run's limits.
+    pub fn follow_up(
+        run: &RecordedRun,
+        question: &str,
+        budget: Budget,
+        on_empty: OnEmptyReply,
+    ) -> Result<Self, ResumeError> {
+        Self::build(run, budget, on_empty, Some(question))
+    }
+
+    fn build(
+        run: &RecordedRun,
+        budget: Budget,
+        on_empty: OnEmptyReply,
+        question: Option<&str>,
+    ) -> Result<Self, ResumeError> {
+        let mut follow_up = question;
+        let asked = question.map(str::to_owned);
         let messages = run.messages("parent");
         let question = match messages.first() {
             Some(first) if first.role == Role::User => first.text(),
@@ -120,7 +153,10 @@ impl ResumePoint {
                 return Err(broken(1, "the first message is not the user's question"));
             }
         };
-        let mut conversation = Conversation::start(&question, budget)?.on_empty_reply(on_empty);
+        // The recorded calls are rebuilt without a budget; the current
+        // question's is checked at the end.
+        let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
+        let mut conversation = Conversation::start(&question, unbounded)?.on_empty_reply(on_empty);
         let recorded_calls = run.calls("parent");
         let mut interrupted = Vec::new();
         let mut kept = 0;
@@ -140,9 +176,14 @@ impl ResumePoint {
             let reply = match run.reply("parent", number) {
                 Some(Ok(reply)) => reply.clone(),
                 // Failed or never answered: only the last request may be; it is asked again.
-                Some(Err(_)) | None if call == recorded_calls => {
+                Some(Err(_)) | None if call == recorded_calls && follow_up.is_none() => {
                     kept = number - 1;
                     break;
+                }
+                Some(Err(_)) | None if call == recorded_calls => {
+                    return Err(ResumeError::NotAnswered {
+                        ended: "interrupted".to_owned(),
+                    });
                 }
                 Some(Err(_)) => return Err(broken(number, "a failed request is followed by more")),
                 None => {
@@ -166,19 +207,42 @@ impl ResumePoint {
                     };
                     conversation = match waiting.submit(results) {
                         Ok(AfterTools::Continue(next)) => next,
-                        Ok(AfterTools::CallLimit(_)) if call == recorded_calls => {
-                            return Err(ResumeError::BudgetSpent { made: number });
-                        }
                         Ok(AfterTools::CallLimit(_)) => {
-                            return Err(broken(number, "more calls than --max-calls allows"));
+                            return Err(broken(number, "more calls than a conversation can make"));
                         }
                         Err(rejected) => return Err(broken(number, &rejected.error.to_string())),
                     };
                 }
                 Reply::Continued(next) => conversation = next,
-                Reply::Answered(_) if call == recorded_calls => return Err(ResumeError::Answered),
-                Reply::Answered(_) => {
-                    return Err(broken(number, "an answer is followed by more requests"));
+                Reply::Answered(done) => {
+                    // The next question: recorded after this answer, or given now.
+                    let (next, next_budget) = if call < recorded_calls {
+                        match messages.get(done.history().len()) {
+                            Some(message)
+                                if message.role == Role::User
+                                    && message
+                                        .content
+                                        .iter()
+                                        .all(|block| matches!(block, Block::Text { .. })) =>
+                            {
+                                (message.text(), unbounded)
+                            }
+                            _ => {
+                                return Err(broken(
+                                    number + 1,
+                                    "an answer is followed by something other than a question",
+                                ));
+                            }
+                        }
+                    } else {
+                        (
+                            follow_up.take().ok_or(ResumeError::Answered)?.to_owned(),
+                            budget,
+                        )
+                    };
+                    conversation = done
+                        .follow_up(&next, next_budget)
+                        .map_err(|(_, error)| ResumeError::Input(error))?;
                 }
                 Reply::ModelStopped(done) => {
                     return Err(ResumeError::Final {
@@ -198,6 +262,17 @@ impl ResumePoint {
                 }
             }
         }
+        if follow_up.is_some() {
+            return Err(ResumeError::NotAnswered {
+                ended: run.outcome().map_or_else(
+                    || "interrupted".to_owned(),
+                    |outcome| outcome.status.clone(),
+                ),
+            });
+        }
+        let conversation = conversation
+            .rebudget(budget)
+            .map_err(|made| ResumeError::BudgetSpent { made })?;
         // The trace holds the messages of every request kept.
         let sent = if kept == 0 {
             0
@@ -222,6 +297,7 @@ impl ResumePoint {
             plan,
             interrupted,
             ended,
+            follow_up: asked,
         })
     }
 
@@ -235,6 +311,7 @@ impl ResumePoint {
             "tokens": self.spent.tokens,
             "delegations": self.spent.delegations,
             "interrupted": self.interrupted,
+            "follow_up": self.follow_up,
         })
     }
 }

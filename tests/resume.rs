@@ -505,3 +505,131 @@ fn a_broken_or_finished_trace_is_refused_and_nothing_runs() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("--trace cannot be used with --resume"));
 }
+
+#[test]
+fn an_answered_conversation_takes_a_follow_up_with_a_budget_of_its_own() {
+    use subloop::{AfterTools, Budget, Conversation, ModelResponse, Reply, ToolOutput};
+    // The compile_fail doctest on `follow_up`, with the answered state: it compiles and runs.
+    let budget = Budget::new(1).expect("budget");
+    let conversation = Conversation::start("hi", budget).expect("start");
+    let Reply::Answered(done) = conversation.receive(ModelResponse::answer("hello")) else {
+        panic!("answered");
+    };
+    let (done, err) = done.follow_up("  ", budget).expect_err("a blank question");
+    assert_eq!(err, subloop::InputError::EmptyQuestion);
+    let next = done.follow_up("and now?", budget).expect("follow-up");
+    assert_eq!(next.calls_made(), 1, "the earlier call still counts");
+    assert_eq!(next.history().len(), 3);
+    // The new question has its own budget of 1: one tool round, then call_limit.
+    let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+    let Reply::Tools(waiting) = next.receive(reply) else {
+        panic!("tools");
+    };
+    let AfterTools::CallLimit(limited) = waiting.answer_with(|_| ToolOutput::ok("x")) else {
+        panic!("the follow-up's budget of 1 is spent");
+    };
+    assert_eq!(limited.calls_made(), 2);
+    assert!(
+        limited.text().contains("1 model request(s) used"),
+        "{}",
+        limited.text()
+    );
+}
+
+#[test]
+fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
+    let scene = Scene::new("resume-follow-up", 0);
+    let first = scene.script(
+        "q1.json",
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            answer("It prints 42."),
+        ],
+    );
+    let second = scene.script("q2.json", vec![answer("expected.txt says 42 too.")]);
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--max-calls",
+        "2",
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&second),
+        "--max-calls",
+        "1",
+        "--resume",
+        s(&trace),
+        "--question",
+        "And expected.txt?",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["status"], "answered");
+    assert_eq!(report["text"], "expected.txt says 42 too.");
+    assert_eq!(
+        report["calls"], 3,
+        "its own budget of 1; 3 calls in the run"
+    );
+    let all = std::fs::read_to_string(&trace).expect("trace");
+    let requests = rebuild_requests(&all).expect("rebuild");
+    let last = requests.last().expect("a request");
+    assert_eq!(last.call, 3);
+    let texts: Vec<String> = last.messages.iter().map(subloop::Message::text).collect();
+    assert_eq!(
+        texts.first().map(String::as_str),
+        Some("Check main.py against expected.txt.")
+    );
+    assert_eq!(texts.last().map(String::as_str), Some("And expected.txt?"));
+    assert!(
+        texts.contains(&"It prints 42.".to_owned()),
+        "the earlier answer is in the history"
+    );
+    answered_once(&trace);
+    // A follow-up needs an answered run.
+    let limited = scene.dir.path().join("limited.jsonl");
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--max-calls",
+        "1",
+        "--trace",
+        s(&limited),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&second),
+        "--max-calls",
+        "2",
+        "--resume",
+        s(&limited),
+        "--question",
+        "And?",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("needs an answered run; this one ended call_limit"),
+        "{}",
+        text(&out.stderr)
+    );
+}

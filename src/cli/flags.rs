@@ -366,7 +366,7 @@ pub(crate) const FLAGS: &[Flag] = &[
     Flag {
         long: "resume",
         short: None,
-        help: "continue the run TRACE records (it ended early or was killed) and append to that trace; --script gives the rest of the replies (without --script or --live: the demo model)",
+        help: "continue the run TRACE records (it ended early or was killed) and append to that trace; with --question, ask an answered run a follow-up; --script gives the rest of the replies (without --script or --live: the demo model)",
         commands: RUN,
         group: Group::Options,
         action: Action::Value("TRACE", |d, v| {

@@ -295,11 +295,7 @@ fn finish(
             settings.workspace =
                 workspace.ok_or_else(|| fail("run needs --workspace DIR".into()))?;
             if let Some(trace) = &settings.resume {
-                if question.is_some() {
-                    return Err(fail(
-                        "--question cannot be used with --resume: the resumed run goes on with its own question".into(),
-                    ));
-                }
+                settings.follow_up = question.clone();
                 if settings.trace.is_some() {
                     return Err(fail(format!(
                         "--trace cannot be used with --resume: the resumed run appends to {}",
