@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::agent_id::AgentId;
-use crate::conversation::{Budget, Conversation, OnEmptyReply, Outcome};
+use crate::conversation::{AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome};
 use crate::driver;
 use crate::error::{InputError, SetupError};
 use crate::executor::{Gate, ToolRecord, Toolbox, Warning};
@@ -19,6 +19,7 @@ use crate::monitor::{AgentObserver, Monitor, SharedMonitor};
 use crate::permission::Approver;
 use crate::plan::SharedPlan;
 use crate::protocol::Usage;
+use crate::resume::ResumePoint;
 use crate::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
 
@@ -249,7 +250,38 @@ impl Agent {
         budget: Budget,
         model: &mut dyn Model,
     ) -> Result<RunReport, InputError> {
-        let conversation = Conversation::start(question, budget)?
+        let conversation = Conversation::start(question, budget)?;
+        Ok(self.drive(conversation, 0, model))
+    }
+
+    /// Continues a run cut short, from `point` (see [`crate::resume`]): its
+    /// rebuilt history, with the tokens and delegations it already spent
+    /// counted against this run's limits and its plan restored. The
+    /// conversation's call budget already counts the earlier calls.
+    pub fn resume(self, point: ResumePoint, model: &mut dyn Model) -> RunReport {
+        let ResumePoint {
+            conversation,
+            sent,
+            spent,
+            plan,
+            ..
+        } = point;
+        self.shared.guard.charge(spent.tokens, spent.delegations);
+        if let (Some(shared), Some(plan)) = (&self.plan, plan) {
+            shared.replace(plan);
+        }
+        self.drive(conversation, sent, model)
+    }
+
+    /// Drives the parent conversation to its end, the first `sent` messages
+    /// already on record.
+    fn drive(
+        self,
+        conversation: Conversation<AwaitingModel>,
+        sent: usize,
+        model: &mut dyn Model,
+    ) -> RunReport {
+        let conversation = conversation
             .with_system(self.system.as_str())
             .on_empty_reply(self.shared.on_empty());
         let started = Instant::now();
@@ -265,7 +297,7 @@ impl Agent {
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref());
         let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
-        let outcome = driver::run(conversation, model, &mut toolbox, &mut observer);
+        let outcome = driver::run_from(conversation, sent, model, &mut toolbox, &mut observer);
         let (tools, warnings) = toolbox.into_parts();
         let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();
@@ -280,7 +312,7 @@ impl Agent {
             AgentId::Child { number, .. } => number,
             AgentId::Parent => 0,
         });
-        Ok(RunReport {
+        RunReport {
             elapsed: started.elapsed(),
             limits: self.shared.guard.limits(),
             outcome,
@@ -291,6 +323,6 @@ impl Agent {
             warnings,
             // The run is over (children included): the log is handed over, not copied.
             audit: self.shared.audit.take(),
-        })
+        }
     }
 }

@@ -22,6 +22,7 @@ use crate::model::{Model, Script, ScriptedModel};
 use crate::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::progress::StderrProgress;
 use crate::replay::{Difference, Divergence, ReplayReport, compare_tools_run};
+use crate::resume::{ResumeError, ResumePoint};
 use crate::signals;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
@@ -103,6 +104,12 @@ pub struct Settings {
     pub temporary_workspace: bool,
     /// What an empty `end_turn` reply leads to (`--on-empty-reply`).
     pub on_empty_reply: OnEmptyReply,
+    /// A trace to resume (`--resume`): the run continues where it ends, and
+    /// its lines are appended to it (see [`crate::resume`]).
+    pub resume: Option<PathBuf>,
+    /// With `resume`: a follow-up question for the answered run it records
+    /// (`--resume TRACE --question TEXT`), with `max_calls` of its own.
+    pub follow_up: Option<String>,
 }
 
 impl Settings {
@@ -123,6 +130,8 @@ impl Settings {
             cancel: CancelHandle::new(),
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
+            resume: None,
+            follow_up: None,
         }
     }
 
@@ -166,6 +175,14 @@ pub enum AppError {
     /// The trace file was refused or could not be created.
     #[error(transparent)]
     Trace(#[from] TraceTargetError),
+    /// The trace to resume cannot be continued.
+    #[error("cannot resume {path}: {error}")]
+    Resume {
+        /// The trace.
+        path: PathBuf,
+        /// Why.
+        error: ResumeError,
+    },
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -179,13 +196,14 @@ pub enum AppError {
 /// Builds the full agent: `read_file`, `run_main`, `todo_write` and `task`
 /// (children get `read_file` only), with the settings' gate.
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
-    assemble(settings, children).map(|(agent, _)| agent)
+    assemble(settings, children, None).map(|(agent, _)| agent)
 }
 
 /// The agent, and the status of its trace if it writes one.
 fn assemble(
     settings: &Settings,
     children: Arc<dyn ChildModels>,
+    resume: Option<(&Resuming, &ResumePoint)>,
 ) -> Result<(Agent, Option<TraceStatus>), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let mut builder = AgentBuilder::new(settings.decision.approver())
@@ -201,8 +219,18 @@ fn assemble(
     // Lets the first Ctrl-C say which tool the run waits for.
     builder = builder.monitor(signals::ToolWatch);
     let mut status = None;
-    if let Some(path) = &settings.trace {
-        let protected: Vec<&Path> = settings.script.iter().map(PathBuf::as_path).collect();
+    let protected: Vec<&Path> = settings.script.iter().map(PathBuf::as_path).collect();
+    if let Some((resuming, point)) = resume {
+        let file = trace_target::open_to_append(
+            &resuming.path,
+            &settings.workspace,
+            &protected,
+            resuming.keep,
+        )?;
+        let writer = TraceWriter::resume(file, point.trace_fields());
+        status = Some(writer.status());
+        builder = builder.monitor(writer);
+    } else if let Some(path) = &settings.trace {
         let writer =
             TraceWriter::from_file(trace_target::open(path, &settings.workspace, &protected)?);
         status = Some(writer.status());
@@ -260,6 +288,7 @@ pub struct Prepared {
     question: String,
     trace: Option<TraceStatus>,
     trace_path: Option<PathBuf>,
+    resume: Option<ResumePoint>,
     // A temporary workspace is removed afterwards, whatever happens.
     _cleanup: TemporaryWorkspace,
 }
@@ -282,6 +311,29 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     if settings.question.trim().is_empty() {
         return Err(InputError::EmptyQuestion.into());
     }
+    // A resumed run is rebuilt (and checked) before anything else happens.
+    let resuming = match &settings.resume {
+        Some(path) => {
+            let resuming = Resuming::load(path)?;
+            let point = match &settings.follow_up {
+                Some(question) => {
+                    ResumePoint::follow_up(&resuming.run, question, budget, settings.on_empty_reply)
+                }
+                None => ResumePoint::rebuild(&resuming.run, budget, settings.on_empty_reply),
+            }
+            .map_err(|error| AppError::Resume {
+                path: path.clone(),
+                error,
+            })?;
+            Some((resuming, point))
+        }
+        None => None,
+    };
+    // Children of a resumed run are numbered after the earlier ones; a
+    // script's `children` are the resumed part's, from its first.
+    let earlier = resuming
+        .as_ref()
+        .map_or(0, |(_, point)| point.spent.delegations);
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
     let stop_slot: crate::model::anthropic::StopSlot = Arc::default();
@@ -289,9 +341,10 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         Models::Script(script) => {
             // Only the trace writes the replies as written: without one, no
             // reply is parsed a second time per request.
-            let raw = settings.trace.is_some();
+            let raw = settings.trace.is_some() || settings.resume.is_some();
             let Script { parent, children } = script;
             let child_models = move |number: usize| -> Box<dyn Model + Send> {
+                let number = number.saturating_sub(earlier);
                 match number.checked_sub(1).and_then(|index| children.get(index)) {
                     Some(replies) => Box::new(ScriptedModel::from_script(replies.clone(), raw)),
                     // No such child: the failure scripted children give.
@@ -339,7 +392,11 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             )
         }
     };
-    let (agent, trace) = assemble(settings, children)?;
+    let (agent, trace) = assemble(
+        settings,
+        children,
+        resuming.as_ref().map(|(resuming, point)| (resuming, point)),
+    )?;
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
     Ok(Prepared {
@@ -348,18 +405,73 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         budget,
         question: settings.question.clone(),
         trace,
-        trace_path: settings.trace.clone(),
+        trace_path: settings.trace.clone().or_else(|| settings.resume.clone()),
+        resume: resuming.map(|(_, point)| point),
         _cleanup: cleanup,
     })
 }
 
+/// A trace read for `--resume`: the run it records, and how many of its
+/// bytes are whole lines (a last line a crash cut short is dropped).
+struct Resuming {
+    path: PathBuf,
+    run: RecordedRun,
+    keep: u64,
+}
+
+impl Resuming {
+    fn load(path: &Path) -> Result<Self, AppError> {
+        let invalid = |message: String| ReplayError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let whole = match text.rfind('\n') {
+            Some(end) => text.get(..=end).unwrap_or_default(),
+            None => "",
+        };
+        let run = RecordedRun::parse(whole).map_err(invalid)?;
+        Ok(Self {
+            path: path.to_owned(),
+            run,
+            keep: u64::try_from(whole.len()).unwrap_or(u64::MAX),
+        })
+    }
+}
+
 impl Prepared {
+    /// For a resumed run, the line saying where it goes on: the calls kept,
+    /// how the earlier part ended, and the calls answered "not executed".
+    pub fn resumed_line(&self) -> Option<String> {
+        let point = self.resume.as_ref()?;
+        let interrupted = match point.interrupted.len() {
+            0 => String::new(),
+            1 => "; 1 call it left unfinished is answered \"not executed\"".to_owned(),
+            n => format!("; {n} calls it left unfinished are answered \"not executed\""),
+        };
+        let asked = if point.follow_up.is_some() {
+            "; a follow-up question is asked"
+        } else {
+            ""
+        };
+        Some(format!(
+            "[resumed] after parent call {} (the earlier run ended {}; {} tokens, {} delegations spent){interrupted}{asked}",
+            point.spent.calls, point.ended, point.spent.tokens, point.spent.delegations
+        ))
+    }
+
     /// Runs the parent: the report, with a failed trace write added to its
     /// warnings, and the trace's write error.
     pub fn run(mut self) -> Result<Run, AppError> {
-        let mut report = self
-            .agent
-            .run(&self.question, self.budget, self.parent.as_mut())?;
+        let mut report = match self.resume {
+            Some(point) => self.agent.resume(point, self.parent.as_mut()),
+            None => self
+                .agent
+                .run(&self.question, self.budget, self.parent.as_mut())?,
+        };
         let trace_error = self.trace.and_then(|status| status.error());
         if let (Some(error), Some(path)) = (&trace_error, &self.trace_path) {
             report.warnings.push(Warning {

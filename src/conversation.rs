@@ -18,7 +18,8 @@
 //! ```
 //!
 //! Every transition consumes `self`; a finished conversation has no transition
-//! at all, so "keep going after the end" does not compile:
+//! but one — an answered one takes a follow-up question
+//! ([`Conversation::follow_up`]) — so "keep going after the end" does not compile:
 //!
 //! ```compile_fail
 //! use subloop::{Budget, Conversation, ModelResponse, Reply};
@@ -480,10 +481,19 @@ struct Core {
     history: Vec<Message>,
     budget: Budget,
     calls: u32,
+    /// Calls made before the current question (a follow-up's budget starts here).
+    base: u32,
     usage: Usage,
     on_empty: OnEmptyReply,
     /// The last reply was empty and was answered with [`CONTINUE_PROMPT`].
     continued: bool,
+}
+
+impl Core {
+    /// Calls made for the current question (all of them before a follow-up).
+    fn question_calls(&self) -> u32 {
+        self.calls.saturating_sub(self.base)
+    }
 }
 
 /// A conversation in state `S`: [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
@@ -590,6 +600,7 @@ impl Conversation<AwaitingModel> {
                 history: vec![Message::user_text(question)],
                 budget,
                 calls: 0,
+                base: 0,
                 usage: Usage::default(),
                 on_empty: OnEmptyReply::Stop,
                 continued: false,
@@ -602,6 +613,18 @@ impl Conversation<AwaitingModel> {
     pub fn on_empty_reply(mut self, policy: OnEmptyReply) -> Self {
         self.core.on_empty = policy;
         self
+    }
+
+    /// Gives the current question the call budget `budget` (a resumed run:
+    /// its history was rebuilt without one). The calls this question already
+    /// made count; when they use it all, they are handed back as the error.
+    pub(crate) fn rebudget(mut self, budget: Budget) -> Result<Self, u32> {
+        let made = self.core.question_calls();
+        if made >= budget.get() {
+            return Err(made);
+        }
+        self.core.budget = budget;
+        Ok(self)
     }
 
     /// Sets the system prompt sent with every request.
@@ -747,7 +770,7 @@ impl Conversation<AwaitingModel> {
     /// when the policy says so and a call is left, else `protocol_error`.
     fn empty_reply(mut self, reply: ModelResponse) -> Reply {
         let allowed = self.core.on_empty == OnEmptyReply::Continue;
-        if allowed && !self.core.continued && self.core.calls < self.core.budget.get() {
+        if allowed && !self.core.continued && self.core.question_calls() < self.core.budget.get() {
             self.core.continued = true;
             self.core.history.push(Message::user_text(CONTINUE_PROMPT));
             return Reply::Continued(Conversation {
@@ -900,10 +923,10 @@ impl Conversation<AwaitingTools> {
             role: Role::User,
             content: blocks,
         });
-        if self.core.calls >= self.core.budget.get() {
+        if self.core.question_calls() >= self.core.budget.get() {
             let text = format!(
                 "call limit reached: {} model request(s) used; the last tool results are in the history",
-                self.core.calls
+                self.core.question_calls()
             );
             AfterTools::CallLimit(self.finish(CallLimit { _private: () }, text))
         } else {
@@ -973,6 +996,50 @@ impl<S: Status> Conversation<Finished<S>> {
             messages: self.core.history,
             usage: self.core.usage,
         }
+    }
+}
+
+impl Conversation<Finished<Answered>> {
+    /// Asks a follow-up question: the answered history with `question`
+    /// appended as a user message, waiting for the model. The call `budget`
+    /// is the new question's own; [`Conversation::calls_made`] and the token
+    /// counts go on from the earlier questions. Only an answered
+    /// conversation takes one — a conversation stopped for any other reason
+    /// has no such transition:
+    ///
+    /// ```compile_fail
+    /// use subloop::{Budget, Conversation, ModelResponse, Reply, AfterTools, ToolOutput};
+    /// use serde_json::json;
+    /// let budget = Budget::new(1).unwrap();
+    /// let conversation = Conversation::start("hi", budget).unwrap();
+    /// let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+    /// if let Reply::Tools(waiting) = conversation.receive(reply) {
+    ///     if let AfterTools::CallLimit(done) = waiting.answer_with(|_| ToolOutput::ok("x")) {
+    ///         done.follow_up("and now?", budget); // no `follow_up` on Finished<CallLimit>
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// An empty question is refused and the answered conversation handed back.
+    // The conversation is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn follow_up(
+        self,
+        question: &str,
+        budget: Budget,
+    ) -> Result<Conversation<AwaitingModel>, (Self, InputError)> {
+        if question.trim().is_empty() {
+            return Err((self, InputError::EmptyQuestion));
+        }
+        let mut core = self.core;
+        core.history.push(Message::user_text(question));
+        core.budget = budget;
+        core.base = core.calls;
+        core.continued = false;
+        Ok(Conversation {
+            core,
+            state: AwaitingModel { _private: () },
+        })
     }
 }
 

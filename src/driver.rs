@@ -137,12 +137,25 @@ impl Observer for Silent {
 
 /// Drives `conversation` to its end and returns the outcome.
 pub fn run(
-    mut conversation: Conversation<AwaitingModel>,
+    conversation: Conversation<AwaitingModel>,
     model: &mut dyn Model,
     executor: &mut dyn Executor,
     observer: &mut dyn Observer,
 ) -> Outcome {
-    let mut sent = 0;
+    run_from(conversation, 0, model, executor, observer)
+}
+
+/// [`run`] for a conversation whose first `sent` messages an observer has
+/// already seen (a resumed run): the first [`Event::Request`]'s
+/// `new_messages` starts after them, as if the run had never stopped.
+pub fn run_from(
+    mut conversation: Conversation<AwaitingModel>,
+    sent: usize,
+    model: &mut dyn Model,
+    executor: &mut dyn Executor,
+    observer: &mut dyn Observer,
+) -> Outcome {
+    let mut sent = sent;
     let outcome = loop {
         let call = conversation.calls_made() + 1;
         if let Some(mut interrupt) = executor.interrupt() {

@@ -102,6 +102,7 @@ pub mod plan;
 pub mod progress;
 pub mod protocol;
 pub mod replay;
+pub mod resume;
 pub mod signals;
 pub mod subagent;
 #[cfg(feature = "testing")]

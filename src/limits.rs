@@ -155,6 +155,21 @@ impl RunGuard {
         self.started.get_or_init(Instant::now);
     }
 
+    /// Counts what the earlier part of a resumed run spent: its tokens and
+    /// its delegations (later delegations are numbered after them).
+    pub(crate) fn charge(&self, tokens: u64, delegations: usize) {
+        let _ = self
+            .tokens
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                Some(used.saturating_add(tokens))
+            });
+        let _ = self
+            .delegations
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+                Some(used.saturating_add(delegations))
+            });
+    }
+
     /// Counts a reply's tokens (input + output).
     pub(crate) fn add_usage(&self, usage: &Usage) {
         let billed = usage.billed();

@@ -167,6 +167,9 @@ fn run() -> ExitCode {
     if let (Some(line), true) = (live_line, cli.settings.progress) {
         let _ = writeln!(std::io::stderr(), "{line}");
     }
+    if let (Some(line), true) = (prepared.resumed_line(), cli.settings.progress) {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
     if matches!(cli.command, Command::Demo) && cli.settings.progress {
         let note = if cli.settings.temporary_workspace {
             " (a temporary copy of the built-in files, removed afterwards)"

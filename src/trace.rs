@@ -16,6 +16,7 @@
 //! | `tool` | `name`, `id`, `decision`, `is_error`, `content` (the result exactly as sent to the model) |
 //! | `warning` | `text` |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
+//! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
 //!
 //! A write that fails stops the trace (one line on stderr; [`TraceStatus`]
 //! tells the host afterwards). When [`crate::signals`] ends the process, the
@@ -191,6 +192,19 @@ impl TraceWriter {
         Ok(Self::from_file(File::create(path)?))
     }
 
+    /// A writer that goes on with the trace `file` of a run being resumed
+    /// (opened at its end, see [`crate::trace_target::open_to_append`]):
+    /// writes a `resumed` line with `fields` (the calls kept, what the earlier
+    /// part ended with and spent: [`crate::resume::ResumePoint::trace_fields`]),
+    /// then the resumed run's lines. The first line, with the format version,
+    /// is already there.
+    pub fn resume(file: File, fields: Value) -> Self {
+        let mut writer = Self::from_file(file);
+        lock(&writer.shared).started = true;
+        writer.line(&AgentId::Parent, "resumed", fields);
+        writer
+    }
+
     /// A writer on a file already opened for writing.
     pub fn from_file(file: File) -> Self {
         let shared = Arc::new(Mutex::new(TraceFile {
@@ -339,6 +353,25 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
             serde_json::from_str(line).map_err(|err| format!("line {number}: {err}"))?;
         if number == 1 {
             check_version(&value).map_err(|err| format!("line 1: {err}"))?;
+        }
+        if value["kind"] == "resumed" && value["agent"] == "parent" {
+            // The parent's requests after the kept ones are asked again below.
+            let kept = value["calls"]
+                .as_u64()
+                .ok_or(format!("line {number}: a `resumed` line without `calls`"))?;
+            requests.retain(|request: &RebuiltRequest| {
+                request.agent != "parent" || request.call <= kept
+            });
+            let held = requests
+                .iter()
+                .rev()
+                .find(|request| request.agent == "parent")
+                .map(|request| request.messages.clone())
+                .unwrap_or_default();
+            if let Some(state) = agents.get_mut("parent") {
+                state.messages = held;
+            }
+            continue;
         }
         if value["kind"] != "request" {
             continue;

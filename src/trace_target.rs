@@ -106,6 +106,27 @@ fn same_file(a: &Metadata, b: &Metadata) -> bool {
 /// canonical paths), and that it is a regular file or a character device.
 /// A regular file is truncated only after every check passed.
 pub fn open(path: &Path, workspace: &Path, protected: &[&Path]) -> Result<File, TraceTargetError> {
+    open_at(path, workspace, protected, 0)
+}
+
+/// [`open`] for a trace that goes on: the same checks, then the file is cut
+/// to its first `keep` bytes (dropping a last line a crash left unfinished)
+/// and positioned at its end.
+pub fn open_to_append(
+    path: &Path,
+    workspace: &Path,
+    protected: &[&Path],
+    keep: u64,
+) -> Result<File, TraceTargetError> {
+    open_at(path, workspace, protected, keep)
+}
+
+fn open_at(
+    path: &Path,
+    workspace: &Path,
+    protected: &[&Path],
+    keep: u64,
+) -> Result<File, TraceTargetError> {
     let io = |source| TraceTargetError::Io {
         path: path.to_owned(),
         source,
@@ -190,7 +211,10 @@ pub fn open(path: &Path, workspace: &Path, protected: &[&Path]) -> Result<File, 
         }
     }
     if opened.is_file() {
-        file.set_len(0).map_err(io)?;
+        use std::io::Seek;
+        let mut file = &file;
+        file.set_len(keep).map_err(io)?;
+        file.seek(std::io::SeekFrom::End(0)).map_err(io)?;
     }
     // Writes block as usual from here on.
     // SAFETY: fcntl(2) on a descriptor this function owns.

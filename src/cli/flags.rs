@@ -364,6 +364,17 @@ pub(crate) const FLAGS: &[Flag] = &[
         }),
     },
     Flag {
+        long: "resume",
+        short: None,
+        help: "continue the run TRACE records (it ended early or was killed) and append to that trace; with --question, ask an answered run a follow-up; --script gives the rest of the replies (without --script or --live: the demo model)",
+        commands: RUN,
+        group: Group::Options,
+        action: Action::Value("TRACE", |d, v| {
+            d.settings.resume = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
         long: "json",
         short: None,
         help: "print one JSON object on stdout instead of the final text",

@@ -86,6 +86,8 @@ fn usage_lines(command: Command) -> Vec<String> {
         Command::Run => vec![
             "subloop run --workspace DIR --script FILE [OPTIONS]".to_owned(),
             "subloop run --workspace DIR --live [OPTIONS]".to_owned(),
+            "subloop run --workspace DIR --resume TRACE [--script FILE | --live] [OPTIONS]"
+                .to_owned(),
         ],
         Command::Replay => vec!["subloop replay TRACE --workspace DIR [OPTIONS]".to_owned()],
     }
@@ -105,7 +107,11 @@ fn description(command: Command) -> &'static str {
              on a replay script (--script) or on the Anthropic Messages API (--live). A script \
              is {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]}, where REPLY is a \
              Messages API response object (content, stop_reason, ...) or {\"error\": \"text\"} \
-             for a failed request; children[i] is replayed by the i-th delegation."
+             for a failed request; children[i] is replayed by the i-th delegation. --resume TRACE \
+             continues a run that ended early (call_limit, deadline, token_limit, cancelled, \
+             model_error) or was killed: its history is rebuilt from the trace and checked, calls \
+             it left unfinished are answered \"not executed\" (never run again), the limits count \
+             both parts, and the new lines are appended to TRACE."
         }
         Command::Replay => {
             "subloop replay: re-runs the run recorded in TRACE (a --trace file of run or demo, \
@@ -143,6 +149,10 @@ fn examples(command: Command) -> &'static [(&'static str, &'static str)] {
             (
                 "subloop run --workspace . --live --question \"Does main.py print what expected.txt says?\"",
                 "",
+            ),
+            (
+                "subloop run --workspace ws --resume run.jsonl --script rest.json --max-calls 12",
+                "continues the run run.jsonl records, with the rest of the replies",
             ),
         ],
         Command::Replay => &[

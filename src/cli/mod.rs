@@ -294,7 +294,15 @@ fn finish(
         Command::Run => {
             settings.workspace =
                 workspace.ok_or_else(|| fail("run needs --workspace DIR".into()))?;
-            if script.is_none() && !live {
+            if let Some(trace) = &settings.resume {
+                settings.follow_up = question.clone();
+                if settings.trace.is_some() {
+                    return Err(fail(format!(
+                        "--trace cannot be used with --resume: the resumed run appends to {}",
+                        trace.display()
+                    )));
+                }
+            } else if script.is_none() && !live {
                 return Err(fail("run needs --script FILE (or --live)".into()));
             }
             if let Some(question) = question {

@@ -27,6 +27,7 @@ fn sample(name: &str) -> String {
         "TEXT" => "What does main.py print?".to_owned(),
         "CMD" => "python3 -u main.py".to_owned(),
         "NAME" => "claude-test".to_owned(),
+        "TRACE" => "run.jsonl".to_owned(),
         other => panic!("add a sample value for a flag value called `{other}`"),
     }
 }

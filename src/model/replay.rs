@@ -67,6 +67,7 @@ struct RecordedAgent {
     messages: Vec<Message>,
     calls: Vec<RecordedCall>,
     tool_lines: Vec<Value>,
+    parent_tool_use_id: Option<String>,
 }
 
 /// The parent's recorded `outcome` line.
@@ -126,7 +127,31 @@ impl RecordedRun {
                     Value::from(agent)
                 )));
             }
+            if let Some(id) = value.get("parent_tool_use_id").and_then(Value::as_str) {
+                agents
+                    .entry(agent.to_owned())
+                    .or_default()
+                    .parent_tool_use_id
+                    .get_or_insert_with(|| id.to_owned());
+            }
             match kind {
+                // A resumed run: the parent's calls after the kept ones (a
+                // failed or unanswered last request) are asked again by the
+                // lines that follow, and the earlier outcome no longer stands.
+                "resumed" if agent == "parent" => {
+                    let kept = call_count(&value).map_err(at)?;
+                    let entry = agents.entry(agent.to_owned()).or_default();
+                    if kept > entry.calls.len() {
+                        return Err(at(format!(
+                            "resumed after parent call {kept}, but the trace holds {} parent calls",
+                            entry.calls.len()
+                        )));
+                    }
+                    entry.calls.truncate(kept);
+                    let held = entry.calls.last().map_or(0, |call| call.messages);
+                    entry.messages.truncate(held);
+                    outcome = None;
+                }
                 "request" => {
                     let call = call_number(&value).map_err(at)?;
                     let entry = agents.entry(agent.to_owned()).or_default();
@@ -269,10 +294,53 @@ impl RecordedRun {
         self.agents.values().map(|entry| entry.calls.len()).sum()
     }
 
+    /// The whole recorded history of `agent`, as its requests carried it.
+    pub fn messages(&self, agent: &str) -> &[Message] {
+        self.agents
+            .get(agent)
+            .map(|entry| entry.messages.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// Input + output tokens of every recorded reply, parent and children.
+    pub fn spent_tokens(&self) -> u64 {
+        self.agents
+            .values()
+            .flat_map(|entry| &entry.calls)
+            .filter_map(|call| call.reply.as_ref()?.as_ref().ok()?.usage.as_ref())
+            .fold(0, |total: u64, usage| total.saturating_add(usage.billed()))
+    }
+
+    /// The delegations the trace shows: the highest child number in it.
+    pub fn delegations(&self) -> usize {
+        self.agents
+            .keys()
+            .filter_map(|agent| agent.strip_prefix("child-")?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The model calls of the child started by the `task` call `id`.
+    pub fn child_calls(&self, id: &str) -> usize {
+        self.agents
+            .values()
+            .find(|entry| entry.parent_tool_use_id.as_deref() == Some(id))
+            .map_or(0, |entry| entry.calls.len())
+    }
+
     /// The parent's recorded outcome, when the trace has one.
     pub fn outcome(&self) -> Option<&RecordedOutcome> {
         self.outcome.as_ref()
     }
+}
+
+/// A `resumed` line's `calls`.
+fn call_count(value: &Value) -> Result<usize, String> {
+    value
+        .get("calls")
+        .and_then(Value::as_u64)
+        .and_then(|calls| usize::try_from(calls).ok())
+        .ok_or_else(|| "a `resumed` line without `calls`".to_owned())
 }
 
 /// `parent` or `child-N` with N a positive number.

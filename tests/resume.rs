@@ -1,0 +1,635 @@
+//! `subloop run --resume TRACE`: a run cut short (by its budget, or by
+//! SIGKILL in the middle of a tool round) goes on from its trace; a broken
+//! trace is refused before anything runs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use common::TempDir;
+use subloop::model::replay::RecordedRun;
+use subloop::resume::INTERRUPTED;
+use subloop::trace::rebuild_requests;
+
+fn subloop(args: &[&str]) -> Output {
+    Command::new(common::bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run subloop")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn tool_use(id: &str, name: &str, input: Value) -> Value {
+    json!({"content": [{"type": "tool_use", "id": id, "name": name, "input": input}],
+           "stop_reason": "tool_use", "usage": {"input_tokens": 100, "output_tokens": 10}})
+}
+
+fn answer(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+           "usage": {"input_tokens": 100, "output_tokens": 10}})
+}
+
+/// A workspace (main.py appends a line to `runs.txt`, sleeps `sleep`
+/// seconds, prints 42) and a place for scripts and the trace.
+struct Scene {
+    dir: TempDir,
+}
+
+impl Scene {
+    fn new(tag: &str, sleep: u32) -> Self {
+        let dir = TempDir::new(tag);
+        dir.write(
+            "ws/main.py",
+            format!(
+                "import time\nopen('runs.txt', 'a').write('ran\\n')\ntime.sleep({sleep})\nprint(6 * 7)\n"
+            ),
+        );
+        dir.write("ws/expected.txt", "42\n");
+        Self { dir }
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    fn trace(&self) -> PathBuf {
+        self.dir.path().join("run.jsonl")
+    }
+
+    fn script(&self, name: &str, parent: Vec<Value>) -> PathBuf {
+        self.dir.write(
+            name,
+            serde_json::to_vec(&json!({ "parent": parent })).expect("script"),
+        )
+    }
+
+    fn runs(&self) -> usize {
+        std::fs::read_to_string(self.ws().join("runs.txt"))
+            .map(|text| text.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Every tool_use of the final parent history is answered exactly once, in
+/// the message right after it; returns the results by id.
+fn answered_once(trace: &Path) -> Vec<(String, String, bool)> {
+    let trace = std::fs::read_to_string(trace).expect("trace");
+    let last = rebuild_requests(&trace)
+        .expect("rebuild")
+        .into_iter()
+        .rev()
+        .find(|request| request.agent == "parent")
+        .expect("a parent request");
+    let messages = &last.messages;
+    for (index, message) in messages.iter().enumerate() {
+        let uses: Vec<_> = message
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                subloop::Block::ToolUse { id, .. } => Some(id.to_string()),
+                _ => None,
+            })
+            .collect();
+        if uses.is_empty() {
+            continue;
+        }
+        let next = messages.get(index + 1).expect("results follow the calls");
+        let answered: Vec<String> = common::tool_results(std::slice::from_ref(next))
+            .into_iter()
+            .map(|(id, ..)| id)
+            .collect();
+        assert_eq!(answered, uses, "each call answered once, in order");
+    }
+    let all: Vec<String> = common::tool_results(messages)
+        .into_iter()
+        .map(|(id, ..)| id)
+        .collect();
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len(), "no id answered twice: {all:?}");
+    common::tool_results(messages)
+}
+
+#[test]
+fn a_run_stopped_by_its_budget_goes_on_and_replays_as_reproduced() {
+    let scene = Scene::new("resume-budget", 0);
+    let first = scene.script(
+        "first.json",
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            tool_use("toolu_02", "read_file", json!({"path": "expected.txt"})),
+        ],
+    );
+    let rest = scene.script(
+        "rest.json",
+        vec![
+            tool_use("toolu_03", "run_main", json!({})),
+            answer("main.py prints 42, as expected.txt says."),
+        ],
+    );
+    let trace = scene.trace();
+    let ws = scene.ws();
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--decision",
+        "allow",
+        "--max-calls",
+        "2",
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "call_limit: {}",
+        text(&out.stderr)
+    );
+    // The same budget is spent already: the error says what to give.
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--decision",
+        "allow",
+        "--max-calls",
+        "2",
+        "--resume",
+        s(&trace),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("give a --max-calls above 2"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--decision",
+        "allow",
+        "--max-calls",
+        "8",
+        "--resume",
+        s(&trace),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["status"], "answered");
+    assert_eq!(report["calls"], 4, "2 calls before + 2 after");
+    assert!(
+        text(&out.stderr).contains(
+            "[resumed] after parent call 2 (the earlier run ended call_limit; 220 tokens"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let results = answered_once(&trace);
+    assert_eq!(results.len(), 3);
+    assert_eq!(scene.runs(), 1);
+    // The whole trace, both parts, replays as one run.
+    let out = subloop(&[
+        "replay",
+        s(&trace),
+        "--workspace",
+        s(&ws),
+        "--decision",
+        "allow",
+        "--max-calls",
+        "8",
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).starts_with("reproduced"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn the_token_budget_counts_both_parts() {
+    let scene = Scene::new("resume-tokens", 0);
+    let first = scene.script(
+        "first.json",
+        vec![tool_use(
+            "toolu_01",
+            "read_file",
+            json!({"path": "main.py"}),
+        )],
+    );
+    let rest = scene.script("rest.json", vec![answer("done")]);
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--max-calls",
+        "1",
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    // 110 tokens were spent before: a budget of 100 is over at once.
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--max-calls",
+        "4",
+        "--max-tokens-total",
+        "100",
+        "--resume",
+        s(&trace),
+        "--json",
+        "--quiet",
+    ]);
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["status"], "token_limit", "{report}");
+    assert_eq!(report["calls"], 1, "no new model call");
+}
+
+#[test]
+fn a_run_killed_in_a_tool_round_goes_on_without_running_that_call_again() {
+    let scene = Scene::new("resume-kill", 60);
+    let first = scene.script(
+        "first.json",
+        vec![
+            tool_use("toolu_01", "run_main", json!({})),
+            answer("unreachable"),
+        ],
+    );
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let mut child = Command::new(common::bin())
+        .args([
+            "run",
+            "--workspace",
+            s(&ws),
+            "--script",
+            s(&first),
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--trace",
+            s(&trace),
+            "--quiet",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let until = Instant::now() + Duration::from_secs(60);
+    while scene.runs() == 0 {
+        assert!(Instant::now() < until, "main.py never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reap");
+    let before = std::fs::read_to_string(&trace).expect("trace");
+    assert!(
+        !before.contains("\"kind\":\"outcome\""),
+        "killed, no outcome: {before}"
+    );
+    // The model asks again; the gate asks again (here: deny), nothing runs.
+    let rest = scene.script(
+        "rest.json",
+        vec![
+            tool_use("toolu_02", "run_main", json!({})),
+            answer("main.py was not run again."),
+        ],
+    );
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--decision",
+        "deny",
+        "--max-calls",
+        "4",
+        "--resume",
+        s(&trace),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("ended interrupted; 110 tokens, 0 delegations spent); 1 call it left unfinished is answered \"not executed\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["status"], "answered");
+    assert_eq!(report["calls"], 3, "1 call before + 2 after");
+    let results = answered_once(&trace);
+    assert_eq!(results.len(), 2);
+    assert_eq!(
+        results[0],
+        ("toolu_01".to_owned(), INTERRUPTED.to_owned(), true)
+    );
+    assert!(
+        results[1].1.starts_with("not executed"),
+        "denied: {:?}",
+        results[1]
+    );
+    assert_eq!(scene.runs(), 1, "the interrupted call was not run again");
+    let resumed = std::fs::read_to_string(&trace).expect("trace");
+    assert!(
+        resumed.starts_with(&before),
+        "the earlier lines are kept as they were"
+    );
+    assert!(resumed.contains("\"interrupted\":[\"toolu_01\"]"));
+    let run = RecordedRun::parse(&resumed).expect("the resumed trace reads back");
+    assert_eq!(run.calls("parent"), 3);
+}
+
+#[test]
+fn a_broken_or_finished_trace_is_refused_and_nothing_runs() {
+    let scene = Scene::new("resume-refused", 0);
+    let first = scene.script(
+        "first.json",
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            tool_use("toolu_02", "run_main", json!({})),
+        ],
+    );
+    let rest = scene.script(
+        "rest.json",
+        vec![tool_use("toolu_09", "run_main", json!({})), answer("x")],
+    );
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--max-calls",
+        "2",
+        "--trace",
+        s(&trace),
+        "--quiet",
+        "--decision",
+        "deny",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let good = std::fs::read_to_string(&trace).expect("trace");
+    let resume = |trace: &Path| {
+        subloop(&[
+            "run",
+            "--workspace",
+            s(&ws),
+            "--script",
+            s(&rest),
+            "--decision",
+            "allow",
+            "--max-calls",
+            "4",
+            "--resume",
+            s(trace),
+        ])
+    };
+    let cases = [
+        // A result for an id the reply did not ask for.
+        (
+            good.replace(
+                "\"tool_use_id\":\"toolu_01\"",
+                "\"tool_use_id\":\"toolu_07\"",
+            ),
+            Some("parent call 1"),
+        ),
+        // Another format version.
+        (
+            good.replacen("\"version\":1", "\"version\":99", 1),
+            Some("version 99"),
+        ),
+        // A reply that breaks the protocol: end_turn with a call.
+        (
+            good.replacen(
+                "\"stop_reason\":\"tool_use\"",
+                "\"stop_reason\":\"end_turn\"",
+                1,
+            ),
+            Some("parent call 1"),
+        ),
+        // No request at all.
+        (String::new(), Some("no request of the parent")),
+    ];
+    for (index, (broken, says)) in cases.iter().enumerate() {
+        let path = scene.dir.write(&format!("broken-{index}.jsonl"), broken);
+        let out = resume(&path);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "case {index}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(
+            stderr.contains("cannot resume") || stderr.contains("invalid trace"),
+            "{stderr}"
+        );
+        if let Some(says) = says {
+            assert!(stderr.contains(says), "case {index}: {stderr}");
+        }
+        assert_eq!(
+            &std::fs::read_to_string(&path).expect("kept"),
+            broken,
+            "untouched"
+        );
+    }
+    assert_eq!(scene.runs(), 0, "nothing ran");
+    // An answered run has nothing to continue.
+    let done = scene.script("done.json", vec![answer("42")]);
+    let answered = scene.dir.path().join("answered.jsonl");
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&done),
+        "--trace",
+        s(&answered),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = resume(&answered);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("nothing to continue"),
+        "{}",
+        text(&out.stderr)
+    );
+    // --trace beside --resume is a usage error.
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--resume",
+        s(&trace),
+        "--trace",
+        s(&answered),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--trace cannot be used with --resume"));
+}
+
+#[test]
+fn an_answered_conversation_takes_a_follow_up_with_a_budget_of_its_own() {
+    use subloop::{AfterTools, Budget, Conversation, ModelResponse, Reply, ToolOutput};
+    // The compile_fail doctest on `follow_up`, with the answered state: it compiles and runs.
+    let budget = Budget::new(1).expect("budget");
+    let conversation = Conversation::start("hi", budget).expect("start");
+    let Reply::Answered(done) = conversation.receive(ModelResponse::answer("hello")) else {
+        panic!("answered");
+    };
+    let (done, err) = done.follow_up("  ", budget).expect_err("a blank question");
+    assert_eq!(err, subloop::InputError::EmptyQuestion);
+    let next = done.follow_up("and now?", budget).expect("follow-up");
+    assert_eq!(next.calls_made(), 1, "the earlier call still counts");
+    assert_eq!(next.history().len(), 3);
+    // The new question has its own budget of 1: one tool round, then call_limit.
+    let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+    let Reply::Tools(waiting) = next.receive(reply) else {
+        panic!("tools");
+    };
+    let AfterTools::CallLimit(limited) = waiting.answer_with(|_| ToolOutput::ok("x")) else {
+        panic!("the follow-up's budget of 1 is spent");
+    };
+    assert_eq!(limited.calls_made(), 2);
+    assert!(
+        limited.text().contains("1 model request(s) used"),
+        "{}",
+        limited.text()
+    );
+}
+
+#[test]
+fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
+    let scene = Scene::new("resume-follow-up", 0);
+    let first = scene.script(
+        "q1.json",
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            answer("It prints 42."),
+        ],
+    );
+    let second = scene.script("q2.json", vec![answer("expected.txt says 42 too.")]);
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--max-calls",
+        "2",
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&second),
+        "--max-calls",
+        "1",
+        "--resume",
+        s(&trace),
+        "--question",
+        "And expected.txt?",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(report["status"], "answered");
+    assert_eq!(report["text"], "expected.txt says 42 too.");
+    assert_eq!(
+        report["calls"], 3,
+        "its own budget of 1; 3 calls in the run"
+    );
+    let all = std::fs::read_to_string(&trace).expect("trace");
+    let requests = rebuild_requests(&all).expect("rebuild");
+    let last = requests.last().expect("a request");
+    assert_eq!(last.call, 3);
+    let texts: Vec<String> = last.messages.iter().map(subloop::Message::text).collect();
+    assert_eq!(
+        texts.first().map(String::as_str),
+        Some("Check main.py against expected.txt.")
+    );
+    assert_eq!(texts.last().map(String::as_str), Some("And expected.txt?"));
+    assert!(
+        texts.contains(&"It prints 42.".to_owned()),
+        "the earlier answer is in the history"
+    );
+    answered_once(&trace);
+    // A follow-up needs an answered run.
+    let limited = scene.dir.path().join("limited.jsonl");
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--max-calls",
+        "1",
+        "--trace",
+        s(&limited),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&second),
+        "--max-calls",
+        "2",
+        "--resume",
+        s(&limited),
+        "--question",
+        "And?",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("needs an answered run; this one ended call_limit"),
+        "{}",
+        text(&out.stderr)
+    );
+}
