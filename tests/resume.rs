@@ -633,3 +633,90 @@ fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_trace_still_being_written_is_not_resumed_nor_reused() {
+    let scene = Scene::new("resume-busy", 60);
+    let first = scene.script(
+        "first.json",
+        vec![tool_use("toolu_01", "run_main", json!({}))],
+    );
+    let rest = scene.script("rest.json", vec![answer("done")]);
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let mut running = Command::new(common::bin())
+        .args([
+            "run",
+            "--workspace",
+            s(&ws),
+            "--script",
+            s(&first),
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--trace",
+            s(&trace),
+            "--quiet",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let until = Instant::now() + Duration::from_secs(60);
+    while scene.runs() == 0 {
+        assert!(Instant::now() < until, "main.py never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = std::fs::read_to_string(&trace).expect("trace");
+    let resumed = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--max-calls",
+        "4",
+        "--resume",
+        s(&trace),
+    ]);
+    let second = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    running.kill().expect("SIGKILL");
+    running.wait().expect("reap");
+    for out in [&resumed, &second] {
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("is being written by another run"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&trace).expect("trace"),
+        before,
+        "untouched"
+    );
+    // Once the writer is gone (its lock with it), the run resumes.
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--max-calls",
+        "4",
+        "--resume",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
