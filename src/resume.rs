@@ -203,7 +203,8 @@ impl ResumePoint {
                             )
                         })?
                     } else {
-                        last_round(run, waiting.calls(), &mut interrupted)
+                        let lines = run.tools_after_reply("parent", number);
+                        last_round(run, lines, waiting.calls(), &mut interrupted)
                     };
                     conversation = match waiting.submit(results) {
                         Ok(AfterTools::Continue(next)) => next,
@@ -347,21 +348,22 @@ fn recorded_results(messages: &[Message], index: usize) -> Option<Vec<ToolResult
         .collect()
 }
 
-/// Results for the last recorded round: each call's recorded `tool` line
-/// (the last one with its id), or [`INTERRUPTED`] when it has none.
+/// Results for the last recorded round: each call's `tool` line recorded
+/// after that reply (same id and tool name), or [`INTERRUPTED`] when it has
+/// none.
 fn last_round(
     run: &RecordedRun,
+    lines: &[Value],
     calls: &[crate::conversation::ToolCall],
     interrupted: &mut Vec<ToolUseId>,
 ) -> Vec<ToolResult> {
-    let lines = run.tools("parent");
     calls
         .iter()
         .map(|call| {
-            let recorded = lines
-                .iter()
-                .rev()
-                .find(|line| line.get("id").and_then(Value::as_str) == Some(call.id().as_str()));
+            let recorded = lines.iter().find(|line| {
+                line.get("id").and_then(Value::as_str) == Some(call.id().as_str())
+                    && line.get("name").and_then(Value::as_str) == Some(call.name())
+            });
             let content = recorded.and_then(|line| line.get("content").and_then(Value::as_str));
             match (recorded, content) {
                 (Some(line), Some(content)) => ToolResult {

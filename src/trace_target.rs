@@ -4,6 +4,10 @@
 //! (opening one blocks). Regular files outside the workspace and character
 //! devices such as `/dev/null` are fine.
 //!
+//! A regular trace file is locked (`flock`, exclusive) while it is written:
+//! a second run given the same file, or a `--resume` of a run still going,
+//! is refused instead of interleaving its lines.
+//!
 //! Every check happens before the file is changed: a refused path is left
 //! exactly as it was (not created, not truncated). The file is opened with
 //! `O_NONBLOCK`, so a path swapped for a FIFO after the checks cannot block
@@ -66,6 +70,14 @@ pub enum TraceTargetError {
     /// The path changed between the checks and the open.
     #[error("the trace file {path} changed while it was being opened")]
     Changed {
+        /// The trace path.
+        path: PathBuf,
+    },
+    /// Another process is writing this trace (it holds the file's lock).
+    #[error(
+        "the trace file {path} is being written by another run (it holds the file's lock): wait for it to finish, or give another file"
+    )]
+    Busy {
         /// The trace path.
         path: PathBuf,
     },
@@ -212,6 +224,19 @@ fn open_at(
     }
     if opened.is_file() {
         use std::io::Seek;
+        // One writer per trace: a run still writing it (or a second
+        // `--resume` of it) holds the lock until it ends, SIGKILL included.
+        // SAFETY: flock(2) on a descriptor this function owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                TraceTargetError::Busy {
+                    path: path.to_owned(),
+                }
+            } else {
+                io(err)
+            });
+        }
         let mut file = &file;
         file.set_len(keep).map_err(io)?;
         file.seek(std::io::SeekFrom::End(0)).map_err(io)?;

@@ -633,3 +633,173 @@ fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_trace_still_being_written_is_not_resumed_nor_reused() {
+    let scene = Scene::new("resume-busy", 60);
+    let first = scene.script(
+        "first.json",
+        vec![tool_use("toolu_01", "run_main", json!({}))],
+    );
+    let rest = scene.script("rest.json", vec![answer("done")]);
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let mut running = Command::new(common::bin())
+        .args([
+            "run",
+            "--workspace",
+            s(&ws),
+            "--script",
+            s(&first),
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--trace",
+            s(&trace),
+            "--quiet",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let until = Instant::now() + Duration::from_secs(60);
+    while scene.runs() == 0 {
+        assert!(Instant::now() < until, "main.py never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = std::fs::read_to_string(&trace).expect("trace");
+    let resumed = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--max-calls",
+        "4",
+        "--resume",
+        s(&trace),
+    ]);
+    let second = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    running.kill().expect("SIGKILL");
+    running.wait().expect("reap");
+    for out in [&resumed, &second] {
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains("is being written by another run"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(&trace).expect("trace"),
+        before,
+        "untouched"
+    );
+    // Once the writer is gone (its lock with it), the run resumes.
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--max-calls",
+        "4",
+        "--resume",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_id() {
+    let scene = Scene::new("resume-reused-id", 60);
+    let first = scene.script(
+        "q1.json",
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "expected.txt"})),
+            answer("It says 42."),
+        ],
+    );
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The follow-up's call reuses the id; the run is killed while it runs.
+    let second = scene.script("q2.json", vec![tool_use("toolu_01", "run_main", json!({}))]);
+    let mut running = Command::new(common::bin())
+        .args([
+            "run",
+            "--workspace",
+            s(&ws),
+            "--script",
+            s(&second),
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--resume",
+            s(&trace),
+            "--question",
+            "Run it.",
+            "--quiet",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let until = Instant::now() + Duration::from_secs(60);
+    while scene.runs() == 0 {
+        assert!(Instant::now() < until, "main.py never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    running.kill().expect("SIGKILL");
+    running.wait().expect("reap");
+    let rest = scene.script("rest.json", vec![answer("It was interrupted.")]);
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&rest),
+        "--resume",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let all = std::fs::read_to_string(&trace).expect("trace");
+    let last = rebuild_requests(&all)
+        .expect("rebuild")
+        .pop()
+        .expect("a request");
+    let results = common::tool_results(&last.messages);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(
+        results[0],
+        ("toolu_01".to_owned(), "42\n".to_owned(), false)
+    );
+    assert_eq!(
+        results[1],
+        ("toolu_01".to_owned(), INTERRUPTED.to_owned(), true)
+    );
+    assert_eq!(scene.runs(), 1);
+}

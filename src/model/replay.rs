@@ -55,6 +55,8 @@ struct RecordedCall {
     messages: usize,
     attachment: Option<String>,
     reply: Option<ScriptedReply>,
+    /// How many `tool` lines of the agent came before the reply.
+    tools_before: usize,
 }
 
 /// One agent's part of a trace: its system prompt and tools (from its first
@@ -178,6 +180,7 @@ impl RecordedRun {
                             .and_then(Value::as_str)
                             .map(str::to_owned),
                         reply: None,
+                        tools_before: 0,
                     });
                 }
                 "response" | "model_failed" => {
@@ -186,9 +189,12 @@ impl RecordedRun {
                     let slot = agents
                         .get_mut(agent)
                         .and_then(|entry| {
-                            entry
+                            let tools_before = entry.tool_lines.len();
+                            let slot = entry
                                 .calls
-                                .get_mut(usize::try_from(call).ok()?.checked_sub(1)?)
+                                .get_mut(usize::try_from(call).ok()?.checked_sub(1)?)?;
+                            slot.tools_before = tools_before;
+                            Some(slot)
                         })
                         .ok_or_else(|| {
                             at(format!(
@@ -287,6 +293,19 @@ impl RecordedRun {
             .get(agent)
             .map(|entry| entry.tool_lines.as_slice())
             .unwrap_or_default()
+    }
+
+    /// The `tool` lines of `agent` recorded after its reply to `call`: the
+    /// results of the calls that reply asked for (and of later rounds).
+    pub fn tools_after_reply(&self, agent: &str, call: u32) -> &[Value] {
+        let Some(entry) = self.agents.get(agent) else {
+            return &[];
+        };
+        let from = usize::try_from(call)
+            .ok()
+            .and_then(|call| entry.calls.get(call.checked_sub(1)?))
+            .map_or(entry.tool_lines.len(), |recorded| recorded.tools_before);
+        entry.tool_lines.get(from..).unwrap_or_default()
     }
 
     /// Requests of all agents together.
