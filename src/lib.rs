@@ -86,6 +86,7 @@
 pub mod agent;
 pub mod agent_id;
 pub mod app;
+pub mod chat;
 pub mod cli;
 pub mod conversation;
 pub mod driver;

@@ -106,6 +106,43 @@ fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode
     }
 }
 
+/// `subloop chat`: lines from stdin, answers on stdout, the prompt on
+/// stderr; exit 0 at `/exit` or the end of input, 2 when a line cannot run.
+fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> ExitCode {
+    let command = Command::Chat;
+    let (trace, temporary) = match &settings.trace {
+        Some(path) => (path.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("subloop-chat-{}.jsonl", std::process::id())),
+            true,
+        ),
+    };
+    if let (Some(line), true) = (live_line, settings.progress) {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+    let mut session = subloop::chat::Chat::new(settings, models, trace.clone());
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut say = |text: &str| {
+        let _ = subloop::output::print_stdout(text, false);
+    };
+    // The prompt only for a person at a terminal.
+    let mut stderr = std::io::stderr();
+    let prompt: Option<&mut dyn Write> = if std::io::IsTerminal::is_terminal(&stdin) {
+        Some(&mut stderr)
+    } else {
+        None
+    };
+    let result = session.run(&mut input, &mut say, prompt);
+    if temporary {
+        let _ = std::fs::remove_file(&trace);
+    }
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => usage_error(CliError::new(Some(command), err)),
+    }
+}
+
 /// Exit 2 with one line: every usage error ends with the same `--help` hint.
 fn usage_error(err: CliError) -> ExitCode {
     // A closed stderr must not turn a usage error into a panic; text from a
@@ -153,12 +190,15 @@ fn run() -> ExitCode {
             }
             Err(err) => return usage_error(CliError::new(Some(command), err)),
         },
-        (Command::Run, Some(path), None) => match subloop::Script::load(path) {
+        (Command::Run | Command::Chat, Some(path), None) => match subloop::Script::load(path) {
             Ok(script) => Models::Script(script),
             Err(err) => return usage_error(CliError::new(Some(command), err)),
         },
         _ => Models::Demo,
     };
+    if command == Command::Chat {
+        return chat(cli.settings, models, live_line);
+    }
     // Everything that can refuse the run is checked before any progress line.
     let prepared = match app::prepare(&cli.settings, models) {
         Ok(prepared) => prepared,

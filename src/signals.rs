@@ -251,6 +251,16 @@ fn start_watcher() {
     }
 }
 
+/// Makes the next Ctrl-C a first one again (`subloop chat`: a Ctrl-C
+/// cancels the question it came in, not the session). Does nothing once a
+/// terminating signal arrived.
+pub fn rearm() {
+    if !TERMINATING.load(Ordering::SeqCst) {
+        INTERRUPTS.store(0, Ordering::SeqCst);
+        CANCEL.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Called by a host on its way out: if a terminating signal arrived, its
 /// termination (trace `outcome` lines, clean-up, exit 143 / 129 / 130) is
 /// under way on the watcher thread, and the process must end with it rather

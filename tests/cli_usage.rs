@@ -206,7 +206,7 @@ fn a_flag_given_twice_is_an_error() {
 fn flags_and_commands_in_the_wrong_place() {
     assert_usage_error(
         &["demo", "--script", "x.json"],
-        "`subloop demo` takes no --script (it is a flag of `subloop run`)",
+        "`subloop demo` takes no --script (it is a flag of `subloop run` and `subloop chat`)",
         "subloop demo --help",
     );
     assert_usage_error(
@@ -226,7 +226,7 @@ fn flags_and_commands_in_the_wrong_place() {
     );
     assert_usage_error(
         &[],
-        "no command: use `subloop demo`, `subloop run` or `subloop replay`",
+        "no command: use `subloop demo`, `subloop run`, `subloop replay` or `subloop chat`",
         "subloop --help",
     );
     assert_usage_error(

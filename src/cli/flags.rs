@@ -14,13 +14,17 @@ use crate::{error::SetupError, subagent::ChildBudget};
 use super::{Command, LiveFlags};
 
 /// Every subcommand: the policy, limit and output flags.
-const ALL: &[Command] = &[Command::Demo, Command::Run, Command::Replay];
+const ALL: &[Command] = &[Command::Demo, Command::Run, Command::Replay, Command::Chat];
+/// The subcommands that print one result (`chat` prints an answer per line).
+const ONE_RESULT: &[Command] = &[Command::Demo, Command::Run, Command::Replay];
 /// The subcommands that ask a model (`replay` takes its replies from the trace).
-const BOTH: &[Command] = &[Command::Demo, Command::Run];
+const BOTH: &[Command] = &[Command::Demo, Command::Run, Command::Chat];
+/// `subloop run` and `subloop chat`: a script.
+const RUN_CHAT: &[Command] = &[Command::Run, Command::Chat];
+/// `subloop demo` and `subloop chat`: the workspace is optional.
+const DEMO_CHAT: &[Command] = &[Command::Demo, Command::Chat];
 /// `subloop run` only.
 const RUN: &[Command] = &[Command::Run];
-/// `subloop demo` only.
-const DEMO: &[Command] = &[Command::Demo];
 /// `subloop run` and `subloop replay`: a workspace is required.
 const RUN_REPLAY: &[Command] = &[Command::Run, Command::Replay];
 /// `subloop replay` only.
@@ -241,7 +245,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "workspace",
         short: None,
         help: "the workspace (default: examples/workspace when run from the repository, else a temporary copy of the built-in files)",
-        commands: DEMO,
+        commands: DEMO_CHAT,
         group: Group::Options,
         action: Action::Value("DIR", |d, v| {
             d.workspace = Some(v.path());
@@ -252,7 +256,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "script",
         short: None,
         help: "the replay script {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]} (required unless --live)",
-        commands: RUN,
+        commands: RUN_CHAT,
         group: Group::Options,
         action: Action::Value("FILE", |d, v| {
             d.script = Some(v.path());
@@ -378,7 +382,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "json",
         short: None,
         help: "print one JSON object on stdout instead of the final text",
-        commands: ALL,
+        commands: ONE_RESULT,
         group: Group::Options,
         action: Action::Switch(|d| d.json = true),
     },

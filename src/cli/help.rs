@@ -7,8 +7,8 @@ use super::flags::{FLAGS, Group};
 /// Lines of a help text are wrapped at this many characters.
 const WIDTH: usize = 100;
 
-const EXIT: &str = "EXIT: 0 answered (replay: reproduced and answered), 1 any other status (replay: \
-     also diverged) or an incomplete trace, 2 bad invocation or unusable input (nothing is run), \
+const EXIT: &str = "EXIT: 0 answered (replay: reproduced and answered; chat: the session ended), 1 \
+     any other status (replay: also diverged) or an incomplete trace, 2 bad invocation or unusable input (nothing is run), \
      130 / 143 / 129 a second Ctrl-C, SIGTERM or SIGHUP.";
 
 /// `subloop 0.1.0`.
@@ -29,6 +29,7 @@ fn overview() -> String {
         usage_lines(Command::Demo),
         usage_lines(Command::Run),
         usage_lines(Command::Replay),
+        usage_lines(Command::Chat),
         vec![
             "subloop help [COMMAND]".to_owned(),
             "subloop -h | --help".to_owned(),
@@ -48,6 +49,7 @@ fn overview() -> String {
         ("demo", summary(Command::Demo)),
         ("run", summary(Command::Run)),
         ("replay", summary(Command::Replay)),
+        ("chat", summary(Command::Chat)),
         (
             "help",
             "this overview, or a command's help: `subloop help run`",
@@ -57,7 +59,7 @@ fn overview() -> String {
     }
     text.push_str(
         "\nEach command lists its flags and examples: `subloop demo --help`, `subloop run --help`, \
-         `subloop replay --help`.\n\n",
+         `subloop replay --help`, `subloop chat --help`.\n\n",
     );
     text.push_str(wrap(EXIT, 0).trim_end());
     text
@@ -73,6 +75,9 @@ fn summary(command: Command) -> &'static str {
         }
         Command::Replay => {
             "a recorded run (a --trace file) re-run offline: recorded replies, real tools, every request compared"
+        }
+        Command::Chat => {
+            "questions one per line, each a follow-up with the whole session's history, in one trace"
         }
     }
 }
@@ -90,6 +95,9 @@ fn usage_lines(command: Command) -> Vec<String> {
                 .to_owned(),
         ],
         Command::Replay => vec!["subloop replay TRACE --workspace DIR [OPTIONS]".to_owned()],
+        Command::Chat => {
+            vec!["subloop chat [--workspace DIR] [--script FILE | --live] [OPTIONS]".to_owned()]
+        }
     }
 }
 
@@ -122,6 +130,17 @@ fn description(command: Command) -> &'static str {
              (--decision, --max-calls, ...). The question is the recorded one. The first \
              divergence stops the replay unless --keep-going."
         }
+        Command::Chat => {
+            "subloop chat: an interactive session. Type a question per line; the answer is \
+             printed on stdout, progress and the `> ` prompt go to stderr. Each question after \
+             the first is a follow-up with the whole earlier history (as `subloop run` asks one \
+             when it resumes a trace); --max-calls is each question's budget, the other limits are the \
+             session's. Ctrl-C cancels the current question, not the session; `/continue` goes \
+             on with a question that was stopped; `/exit` or the end of input leaves. The session \
+             is one trace (--trace FILE, else a temporary file removed at the end) that `subloop \
+             run` can resume and `subloop replay` reads. Models: --script (replies for the whole session, in \
+             order), --live, or the demo's."
+        }
     }
 }
 
@@ -153,6 +172,16 @@ fn examples(command: Command) -> &'static [(&'static str, &'static str)] {
             (
                 "subloop run --workspace ws --resume run.jsonl --script rest.json --max-calls 12",
                 "continues the run run.jsonl records, with the rest of the replies",
+            ),
+        ],
+        Command::Chat => &[
+            (
+                "subloop chat --live --workspace . --trace session.jsonl",
+                "ask, then ask follow-ups; the trace can be resumed later with `subloop run`",
+            ),
+            (
+                "subloop chat --workspace ws --script session.json --decision deny",
+                "a scripted session (one reply list for all its questions)",
             ),
         ],
         Command::Replay => &[

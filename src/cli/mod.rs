@@ -29,11 +29,13 @@ pub enum Command {
     Run,
     /// `subloop replay TRACE`: a recorded run re-run offline and compared.
     Replay,
+    /// `subloop chat`: questions one per line, each a follow-up of the last.
+    Chat,
 }
 
 impl Command {
     /// Every subcommand, in help order.
-    pub const ALL: [Command; 3] = [Command::Demo, Command::Run, Command::Replay];
+    pub const ALL: [Command; 4] = [Command::Demo, Command::Run, Command::Replay, Command::Chat];
 
     /// The subcommand's name on the command line.
     pub fn name(self) -> &'static str {
@@ -41,6 +43,7 @@ impl Command {
             Self::Demo => "demo",
             Self::Run => "run",
             Self::Replay => "replay",
+            Self::Chat => "chat",
         }
     }
 
@@ -178,7 +181,8 @@ where
     let command = match parser.next().map_err(|err| top(lexopt_message(err)))? {
         None => {
             return Err(top(
-                "no command: use `subloop demo`, `subloop run` or `subloop replay`".into(),
+                "no command: use `subloop demo`, `subloop run`, `subloop replay` or `subloop chat`"
+                    .into(),
             ));
         }
         Some(Arg::Short('h') | Arg::Long("help")) => return Ok(Invocation::Print(help(None))),
@@ -308,6 +312,12 @@ fn finish(
             if let Some(question) = question {
                 settings.question = question;
             }
+        }
+        Command::Chat => {
+            // Like the demo: the workspace given, or the demo's.
+            let demo = app::demo_settings(workspace).map_err(fail_with(command))?;
+            settings.workspace = demo.workspace;
+            settings.temporary_workspace = demo.temporary_workspace;
         }
         Command::Replay => {
             if replay.is_none() {

@@ -101,6 +101,16 @@ impl RawReplies {
     }
 }
 
+impl RawReplies {
+    /// The replies after the first `count`.
+    pub fn skip(&self, count: usize) -> Self {
+        Self {
+            source: Arc::clone(&self.source),
+            ranges: self.ranges.get(count..).unwrap_or_default().to_vec(),
+        }
+    }
+}
+
 impl std::fmt::Debug for RawReplies {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter()).finish()
@@ -131,6 +141,19 @@ impl From<Vec<String>> for RawReplies {
 }
 
 impl Script {
+    /// The rest of the script after a run that made `calls` parent requests
+    /// and `delegations` delegations: what a continuation of that run replays.
+    pub fn after(&self, calls: usize, delegations: usize) -> Self {
+        Self {
+            parent: self.parent.skip(calls),
+            children: self
+                .children
+                .get(delegations..)
+                .unwrap_or_default()
+                .to_vec(),
+        }
+    }
+
     /// Reads and parses a script file.
     pub fn load(path: &Path) -> Result<Self, ScriptError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {

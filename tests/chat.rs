@@ -1,0 +1,232 @@
+//! `subloop chat`: one question per line, each a follow-up with the whole
+//! history, one trace for the session; Ctrl-C cancels a question, not the
+//! session (driven through a pseudo-terminal).
+
+mod common;
+
+use std::io::Cursor;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use common::TempDir;
+use subloop::StatusKind;
+use subloop::app::{DecisionMode, Models, Settings};
+use subloop::chat::Chat;
+use subloop::model::replay::RecordedRun;
+use subloop::trace::rebuild_requests;
+
+fn tool_use(id: &str, name: &str, input: Value) -> Value {
+    json!({"content": [{"type": "tool_use", "id": id, "name": name, "input": input}],
+           "stop_reason": "tool_use"})
+}
+
+fn answer(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"})
+}
+
+fn scene(tag: &str, sleep: u32, replies: Vec<Value>) -> (TempDir, std::path::PathBuf) {
+    let dir = TempDir::new(tag);
+    dir.write(
+        "ws/main.py",
+        format!("import time\ntime.sleep({sleep})\nprint(6 * 7)\n"),
+    );
+    dir.write("ws/expected.txt", "42\n");
+    let script = dir.write(
+        "session.json",
+        serde_json::to_vec(&json!({ "parent": replies })).expect("script"),
+    );
+    (dir, script)
+}
+
+#[test]
+fn a_session_answers_each_line_with_the_whole_history_in_one_trace() {
+    let (dir, script) = scene(
+        "chat-lib",
+        0,
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            answer("It prints 42."),
+            tool_use("toolu_02", "read_file", json!({"path": "expected.txt"})),
+            answer("It says 42 too."),
+            answer("Yes, they agree."),
+        ],
+    );
+    let mut settings = Settings::new(dir.path().join("ws"));
+    settings.decision = DecisionMode::Deny;
+    settings.progress = false;
+    settings.max_calls = 2;
+    settings.script = Some(script.clone());
+    let trace = dir.path().join("session.jsonl");
+    let loaded = subloop::Script::load(&script).expect("script");
+    let mut chat = Chat::new(settings, Models::Script(loaded), trace.clone());
+    let mut said = Vec::new();
+    let mut say = |text: &str| said.push(text.to_owned());
+    let mut input = Cursor::new(
+        "What does main.py print?\n\n/continue\nAnd expected.txt?\nSo they agree?\n/exit\nnot read\n",
+    );
+    chat.run(&mut input, &mut say, None).expect("session");
+    assert_eq!(
+        said,
+        [
+            "It prints 42.",
+            "nothing to continue: ask a question",
+            "It says 42 too.",
+            "Yes, they agree."
+        ]
+    );
+    let statuses: Vec<Option<StatusKind>> = chat.turns().iter().map(|turn| turn.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            Some(StatusKind::Answered),
+            None,
+            Some(StatusKind::Answered),
+            Some(StatusKind::Answered)
+        ]
+    );
+    // One trace: the last request holds every question and answer.
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let last = rebuild_requests(&text)
+        .expect("rebuild")
+        .pop()
+        .expect("request");
+    assert_eq!(last.call, 5);
+    let texts: Vec<String> = last.messages.iter().map(subloop::Message::text).collect();
+    for line in [
+        "What does main.py print?",
+        "It prints 42.",
+        "And expected.txt?",
+        "It says 42 too.",
+        "So they agree?",
+    ] {
+        assert!(texts.contains(&line.to_owned()), "{line} in {texts:?}");
+    }
+    // `run --resume` takes the session's trace for one more follow-up.
+    let rest = dir.write(
+        "rest.json",
+        json!({"parent": [answer("Still 42.")]}).to_string(),
+    );
+    let out = Command::new(common::bin())
+        .args(["run", "--workspace"])
+        .arg(dir.path().join("ws"))
+        .arg("--script")
+        .arg(&rest)
+        .arg("--resume")
+        .arg(&trace)
+        .args(["--question", "Once more?", "--quiet"])
+        .output()
+        .expect("run");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Still 42.\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        RecordedRun::parse(&std::fs::read_to_string(&trace).expect("trace"))
+            .expect("parse")
+            .calls("parent"),
+        6
+    );
+}
+
+/// Drives `subloop chat` through a pseudo-terminal with python3's `pty`:
+/// answers, a Ctrl-C during a question, the session going on, `/exit`.
+#[test]
+fn ctrl_c_cancels_the_question_not_the_session() {
+    let python = Command::new("python3").arg("-c").arg("import pty").output();
+    if !python.is_ok_and(|out| out.status.success()) {
+        common::skipped("python3 with the pty module is not installed");
+        return;
+    }
+    let (dir, script) = scene(
+        "chat-pty",
+        2,
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            answer("It prints 42."),
+            tool_use("toolu_02", "run_main", json!({})),
+            answer("It ran."),
+        ],
+    );
+    let trace = dir.path().join("session.jsonl");
+    let driver = dir.write(
+        "drive.py",
+        r#"
+import os, pty, select, sys, time
+bin, ws, script, trace = sys.argv[1:5]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(bin, [bin, "chat", "--workspace", ws, "--script", script, "--trace", trace,
+                   "--decision", "allow", "--run-timeout", "30"])
+seen = b""
+def wait_for(token):
+    global seen
+    end = time.time() + 60
+    while token not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0, end - time.time()))
+        if not ready:
+            sys.exit("timed out waiting for %r; the terminal showed %r" % (token, seen))
+        try:
+            seen += os.read(fd, 4096)
+        except OSError:
+            sys.exit("the terminal closed before %r; it showed %r" % (token, seen))
+    seen = seen[seen.index(token) + len(token):]
+wait_for(b"> ")
+os.write(fd, b"What does main.py print?\r")
+wait_for(b"It prints 42.")
+wait_for(b"> ")
+os.write(fd, b"Run it.\r")
+wait_for(b"tool run_main")
+time.sleep(0.3)
+os.write(fd, b"\x03")
+wait_for(b"cancel")
+wait_for(b"> ")
+os.write(fd, b"A new question?\r")
+wait_for(b"/continue goes on with it")
+wait_for(b"> ")
+os.write(fd, b"/continue\r")
+wait_for(b"It ran.")
+wait_for(b"> ")
+os.write(fd, b"/exit\r")
+_, status = os.waitpid(pid, 0)
+sys.exit(0 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "exit status %r" % status)
+"#,
+    );
+    let s = |path: &Path| path.to_str().expect("utf-8").to_owned();
+    let out = Command::new("python3")
+        .arg(&driver)
+        .args([
+            common::bin().to_owned(),
+            s(&dir.path().join("ws")),
+            s(&script),
+            s(&trace),
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let statuses: Vec<String> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|line| line["kind"] == "outcome" && line["agent"] == "parent")
+        .map(|line| line["status"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(statuses, ["answered", "cancelled", "answered"]);
+    // run_main ran once, to its end, before the question stopped.
+    let run = RecordedRun::parse(&text).expect("the session's trace reads back");
+    let ran: Vec<&Value> = run
+        .tools("parent")
+        .iter()
+        .filter(|line| line["name"] == "run_main")
+        .collect();
+    assert_eq!(ran.len(), 1);
+    assert_eq!(ran[0]["decision"], "allowed");
+}
