@@ -516,8 +516,34 @@ pub fn replay(
     let log = Arc::new(ReplayLog::new(keep_going));
     let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));
     let children = Arc::new(ReplayChildren::new(Arc::clone(&recorded), Arc::clone(&log)));
-    let agent = build_agent(&settings, children)?;
-    let run = agent.run(&settings.question, budget, &mut parent)?;
+    let agent = build_agent(&settings, children.clone())?;
+    let mut run = agent.run(&settings.question, budget, &mut parent)?;
+    // Follow-up questions (`run --resume --question`, `chat`): each is asked
+    // as it was, on the history replayed so far, as long as nothing diverged.
+    while !log.halted() && log.divergences().is_empty() {
+        let made = log.made("parent");
+        let recorded_messages = recorded.messages("parent");
+        let next = match recorded_messages.get(run.outcome.messages.len()) {
+            Some(message)
+                if run.outcome.status == crate::StatusKind::Answered
+                    && made < recorded.calls("parent")
+                    && message.role == crate::protocol::Role::User =>
+            {
+                message.text()
+            }
+            _ => break,
+        };
+        let prefix = recorded.parent_prefix(made);
+        let Ok(mut point) = ResumePoint::follow_up(&prefix, &next, budget, settings.on_empty_reply)
+        else {
+            break;
+        };
+        point.spent.tokens = run.total_usage().billed();
+        point.spent.delegations = run.children.len();
+        let agent = build_agent(&settings, children.clone())?;
+        let next_run = agent.resume(point, &mut parent);
+        run = merge_reports(run, next_run);
+    }
     if !log.halted() {
         let diverged = log.divergences();
         for (name, recorded_calls) in recorded.agents() {
@@ -582,6 +608,23 @@ pub fn replay(
         recorded_requests: recorded.request_count(),
         divergences: log.divergences(),
     })
+}
+
+/// One report for a replayed run and its follow-up `next`: the last
+/// outcome (its history holds both), every call, child, warning and entry.
+fn merge_reports(mut run: RunReport, next: RunReport) -> RunReport {
+    run.usage_per_call.extend(next.usage_per_call);
+    run.empty_replies_continued += next.empty_replies_continued;
+    run.tools.extend(next.tools);
+    run.children.extend(next.children);
+    run.warnings.extend(next.warnings);
+    run.audit.extend(next.audit);
+    run.elapsed += next.elapsed;
+    let mut usage = run.outcome.usage;
+    usage.add(&next.outcome.usage);
+    run.outcome = next.outcome;
+    run.outcome.usage = usage;
+    run
 }
 
 /// Settings for `subloop demo`: the demo question, and the workspace given,

@@ -313,6 +313,21 @@ impl RecordedRun {
         self.agents.values().map(|entry| entry.calls.len()).sum()
     }
 
+    /// The run as it stood after the parent's first `calls` requests and
+    /// their replies (its children's lines are kept): a recorded question
+    /// with the follow-ups after it cut off, for [`crate::resume`].
+    pub fn parent_prefix(&self, calls: u32) -> Self {
+        let mut prefix = self.clone();
+        if let Some(parent) = prefix.agents.get_mut("parent") {
+            let kept = usize::try_from(calls).unwrap_or(usize::MAX);
+            parent.calls.truncate(kept);
+            let held = parent.calls.last().map_or(0, |call| call.messages);
+            parent.messages.truncate(held);
+        }
+        prefix.outcome = None;
+        prefix
+    }
+
     /// The whole recorded history of `agent`, as its requests carried it.
     pub fn messages(&self, agent: &str) -> &[Message] {
         self.agents
