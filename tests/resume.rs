@@ -3,6 +3,8 @@
 //! trace is refused before anything runs.
 
 mod common;
+#[cfg(feature = "live")]
+mod mock_api;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -802,4 +804,93 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
         ("toolu_01".to_owned(), INTERRUPTED.to_owned(), true)
     );
     assert_eq!(scene.runs(), 1);
+}
+
+#[cfg(feature = "live")]
+#[test]
+fn a_scripted_run_cut_short_goes_on_live_with_its_rebuilt_history() {
+    use mock_api::{MockServer, Reply};
+
+    let server = MockServer::start(|_| {
+        Reply::json(
+            200,
+            json!({"id": "msg_resume_1", "type": "message", "role": "assistant",
+                   "model": "claude-test", "content": [{"type": "text", "text": "main.py prints 42."}],
+                   "stop_reason": "end_turn", "stop_sequence": null,
+                   "usage": {"input_tokens": 50, "output_tokens": 5}}),
+        )
+    });
+    let scene = Scene::new("resume-live", 0);
+    let first = scene.script(
+        "first.json",
+        vec![tool_use(
+            "toolu_01",
+            "read_file",
+            json!({"path": "main.py"}),
+        )],
+    );
+    let (ws, trace) = (scene.ws(), scene.trace());
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--script",
+        s(&first),
+        "--max-calls",
+        "1",
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "call_limit");
+    let out = Command::new(common::bin())
+        .args([
+            "run",
+            "--workspace",
+            s(&ws),
+            "--live",
+            "--max-calls",
+            "4",
+            "--resume",
+            s(&trace),
+            "--quiet",
+        ])
+        .env("ANTHROPIC_API_KEY", "sk-test-resume-0123456789")
+        .env("ANTHROPIC_BASE_URL", &server.url)
+        .env_remove("ANTHROPIC_MODEL")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "main.py prints 42.\n");
+    // The one live request carried the rebuilt history: question, call, result.
+    let sent = server.recorded();
+    assert_eq!(sent.len(), 1);
+    let body = sent[0].json();
+    let messages = body["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 3, "{body}");
+    assert_eq!(messages[1]["content"][0]["id"], "toolu_01");
+    assert_eq!(messages[2]["content"][0]["tool_use_id"], "toolu_01");
+    // The trace of both parts replays offline.
+    let out = subloop(&[
+        "replay",
+        s(&trace),
+        "--workspace",
+        s(&ws),
+        "--max-calls",
+        "4",
+        "--quiet",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).starts_with("reproduced: all 2 recorded request(s)"),
+        "{}",
+        text(&out.stdout)
+    );
 }
