@@ -120,6 +120,13 @@ fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> E
     if let (Some(line), true) = (live_line, settings.progress) {
         let _ = writeln!(std::io::stderr(), "{line}");
     }
+    // A temporary trace goes when the session does, a SIGTERM included.
+    let _remove = temporary.then(|| {
+        let path = trace.clone();
+        subloop::signals::on_termination(move |_| {
+            let _ = std::fs::remove_file(&path);
+        })
+    });
     let mut session = subloop::chat::Chat::new(settings, models, trace.clone());
     let stdin = std::io::stdin();
     let mut input = stdin.lock();

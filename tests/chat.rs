@@ -230,3 +230,66 @@ sys.exit(0 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else "exit st
     assert_eq!(ran.len(), 1);
     assert_eq!(ran[0]["decision"], "allowed");
 }
+
+/// Without `--trace`, the session's trace is a temporary file: gone at the
+/// end of input, and gone when SIGTERM ends the session mid-question.
+#[test]
+fn a_temporary_session_trace_is_removed_even_on_sigterm() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let (dir, script) = scene(
+        "chat-temp",
+        30,
+        vec![tool_use("toolu_01", "run_main", json!({})), answer("ran")],
+    );
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let leftovers = || -> Vec<String> {
+        std::fs::read_dir(&tmp)
+            .expect("tmp")
+            .filter_map(|entry| entry.ok())
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("subloop-chat-"))
+            .collect()
+    };
+    let mut command = Command::new(common::bin());
+    command
+        .args(["chat", "--workspace"])
+        .arg(dir.path().join("ws"))
+        .arg("--script")
+        .arg(&script)
+        .args(["--decision", "allow", "--run-timeout", "60"])
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    common::default_signals(&mut command);
+    let mut child = command.spawn().expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"Run it.\n").expect("question");
+    let until = Instant::now() + Duration::from_secs(60);
+    // The question is under way once its trace exists and run_main started.
+    while leftovers().is_empty()
+        || !std::fs::read_to_string(
+            leftovers()
+                .first()
+                .map(|name| tmp.join(name))
+                .expect("trace"),
+        )
+        .unwrap_or_default()
+        .contains("\"kind\":\"response\"")
+    {
+        assert!(Instant::now() < until, "the question never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: kill(2) on the child we spawned.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(143));
+    assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
+}
