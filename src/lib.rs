@@ -93,6 +93,7 @@ pub mod driver;
 pub mod error;
 pub mod executor;
 pub mod hooks;
+pub mod invariants;
 pub mod json_report;
 pub mod limits;
 pub mod model;

@@ -29,8 +29,6 @@
 //! });
 //! ```
 
-use std::collections::HashSet;
-
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -333,61 +331,24 @@ fn check_history(outcome: &Outcome, budget: u32, requests: u32) -> Result<Asked,
     if messages.first().map(|m| m.role) != Some(Role::User) {
         return fail("the history does not start with the user's question".to_owned());
     }
-    let mut asked = Vec::new();
+    // The pairing of calls and results: the one definition, in `invariants`.
+    let asked = crate::invariants::answered_once(messages)?;
     for (index, message) in messages.iter().enumerate() {
         if message.role != Role::Assistant {
             continue;
         }
-        let ids: Vec<(&str, &str, &Value)> = message
+        let calls = message
             .content
             .iter()
-            .filter_map(|block| match block {
-                Block::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
-                _ => None,
-            })
-            .collect();
-        let unique: HashSet<&str> = ids.iter().map(|(id, ..)| *id).collect();
-        if unique.len() != ids.len() || ids.iter().any(|(id, ..)| id.is_empty()) {
-            return fail(format!(
-                "message {index} holds empty or duplicate tool_use ids"
-            ));
-        }
-        if ids.is_empty() {
-            if index + 1 != messages.len() {
-                return fail(format!(
-                    "assistant message {index} without calls is not the last"
-                ));
-            }
-            continue;
-        }
-        let Some(next) = messages.get(index + 1) else {
+            .any(|block| matches!(block, Block::ToolUse { .. }));
+        if calls && index + 1 == messages.len() {
             return fail(format!("the calls of message {index} were never answered"));
-        };
-        let answered: Vec<&str> = next
-            .content
-            .iter()
-            .map(|block| match block {
-                Block::ToolResult { tool_use_id, .. } => Ok(tool_use_id.as_str()),
-                other => Err(other.kind()),
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|kind| {
-                format!(
-                    "message {} holds a {kind} block among the results",
-                    index + 1
-                )
-            })?;
-        let wanted: Vec<&str> = ids.iter().map(|(id, ..)| *id).collect();
-        if next.role != Role::User || answered != wanted {
+        }
+        if !calls && index + 1 != messages.len() {
             return fail(format!(
-                "message {} answers {answered:?}, expected {wanted:?}",
-                index + 1
+                "assistant message {index} without calls is not the last"
             ));
         }
-        asked.extend(
-            ids.iter()
-                .map(|(id, name, input)| (id.to_string(), name.to_string(), (*input).clone())),
-        );
     }
     let last = messages.last().map(Message::text).unwrap_or_default();
     match outcome.status {

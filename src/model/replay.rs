@@ -354,6 +354,11 @@ impl RecordedRun {
             .unwrap_or(0)
     }
 
+    /// The id of the parent's `task` call that started the child `agent`.
+    pub fn started_by(&self, agent: &str) -> Option<&str> {
+        self.agents.get(agent)?.parent_tool_use_id.as_deref()
+    }
+
     /// The model calls of the child started by the `task` call `id`.
     pub fn child_calls(&self, id: &str) -> usize {
         self.agents
