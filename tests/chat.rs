@@ -130,6 +130,38 @@ fn a_session_answers_each_line_with_the_whole_history_in_one_trace() {
             .calls("parent"),
         6
     );
+    // The whole session, every follow-up included, replays as recorded.
+    let replay = || {
+        Command::new(common::bin())
+            .arg("replay")
+            .arg(&trace)
+            .arg("--workspace")
+            .arg(dir.path().join("ws"))
+            .args(["--decision", "deny", "--max-calls", "2", "--quiet"])
+            .output()
+            .expect("replay")
+    };
+    let out = replay();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("reproduced: all 6 recorded request(s)"),
+        "{stdout}"
+    );
+    // A changed file diverges in the follow-up that read it.
+    dir.write("ws/expected.txt", "43\n");
+    let out = replay();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with("diverged: parent call 4: tool_result toolu_02 content differs"),
+        "{stdout}"
+    );
 }
 
 /// Drives `subloop chat` through a pseudo-terminal with python3's `pty`:

@@ -80,6 +80,24 @@ impl Scene {
     }
 }
 
+/// Starts `subloop ARGS` and returns once main.py has started (its first
+/// line is in `runs.txt`), so the caller can signal subloop mid-round.
+fn start_until_main_runs(scene: &Scene, args: &[&str]) -> std::process::Child {
+    let child = Command::new(common::bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let until = Instant::now() + Duration::from_secs(60);
+    while scene.runs() == 0 {
+        assert!(Instant::now() < until, "main.py never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
 fn s(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
@@ -296,8 +314,9 @@ fn a_run_killed_in_a_tool_round_goes_on_without_running_that_call_again() {
         ],
     );
     let (ws, trace) = (scene.ws(), scene.trace());
-    let mut child = Command::new(common::bin())
-        .args([
+    let mut child = start_until_main_runs(
+        &scene,
+        &[
             "run",
             "--workspace",
             s(&ws),
@@ -310,17 +329,8 @@ fn a_run_killed_in_a_tool_round_goes_on_without_running_that_call_again() {
             "--trace",
             s(&trace),
             "--quiet",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let until = Instant::now() + Duration::from_secs(60);
-    while scene.runs() == 0 {
-        assert!(Instant::now() < until, "main.py never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        ],
+    );
     child.kill().expect("SIGKILL");
     child.wait().expect("reap");
     let before = std::fs::read_to_string(&trace).expect("trace");
@@ -645,8 +655,9 @@ fn a_trace_still_being_written_is_not_resumed_nor_reused() {
     );
     let rest = scene.script("rest.json", vec![answer("done")]);
     let (ws, trace) = (scene.ws(), scene.trace());
-    let mut running = Command::new(common::bin())
-        .args([
+    let mut running = start_until_main_runs(
+        &scene,
+        &[
             "run",
             "--workspace",
             s(&ws),
@@ -659,17 +670,8 @@ fn a_trace_still_being_written_is_not_resumed_nor_reused() {
             "--trace",
             s(&trace),
             "--quiet",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let until = Instant::now() + Duration::from_secs(60);
-    while scene.runs() == 0 {
-        assert!(Instant::now() < until, "main.py never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        ],
+    );
     let before = std::fs::read_to_string(&trace).expect("trace");
     let resumed = subloop(&[
         "run",
@@ -747,8 +749,9 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The follow-up's call reuses the id; the run is killed while it runs.
     let second = scene.script("q2.json", vec![tool_use("toolu_01", "run_main", json!({}))]);
-    let mut running = Command::new(common::bin())
-        .args([
+    let mut running = start_until_main_runs(
+        &scene,
+        &[
             "run",
             "--workspace",
             s(&ws),
@@ -763,17 +766,8 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
             "--question",
             "Run it.",
             "--quiet",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let until = Instant::now() + Duration::from_secs(60);
-    while scene.runs() == 0 {
-        assert!(Instant::now() < until, "main.py never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        ],
+    );
     running.kill().expect("SIGKILL");
     running.wait().expect("reap");
     let rest = scene.script("rest.json", vec![answer("It was interrupted.")]);
