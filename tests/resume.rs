@@ -98,6 +98,13 @@ fn start_until_main_runs(scene: &Scene, args: &[&str]) -> std::process::Child {
     child
 }
 
+/// `subloop run --workspace WS --script SCRIPT EXTRA…`.
+fn run_script(ws: &Path, script: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["run", "--workspace", s(ws), "--script", s(script)];
+    args.extend_from_slice(extra);
+    subloop(&args)
+}
+
 fn s(path: &Path) -> &str {
     path.to_str().expect("utf-8 path")
 }
@@ -162,20 +169,19 @@ fn a_run_stopped_by_its_budget_goes_on_and_replays_as_reproduced() {
     );
     let trace = scene.trace();
     let ws = scene.ws();
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&first),
-        "--decision",
-        "allow",
-        "--max-calls",
-        "2",
-        "--trace",
-        s(&trace),
-        "--quiet",
-    ]);
+    let out = run_script(
+        &ws,
+        &first,
+        &[
+            "--decision",
+            "allow",
+            "--max-calls",
+            "2",
+            "--trace",
+            s(&trace),
+            "--quiet",
+        ],
+    );
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -183,39 +189,37 @@ fn a_run_stopped_by_its_budget_goes_on_and_replays_as_reproduced() {
         text(&out.stderr)
     );
     // The same budget is spent already: the error says what to give.
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--decision",
-        "allow",
-        "--max-calls",
-        "2",
-        "--resume",
-        s(&trace),
-    ]);
+    let out = run_script(
+        &ws,
+        &rest,
+        &[
+            "--decision",
+            "allow",
+            "--max-calls",
+            "2",
+            "--resume",
+            s(&trace),
+        ],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("give a --max-calls above 2"),
         "{}",
         text(&out.stderr)
     );
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--decision",
-        "allow",
-        "--max-calls",
-        "8",
-        "--resume",
-        s(&trace),
-        "--json",
-    ]);
+    let out = run_script(
+        &ws,
+        &rest,
+        &[
+            "--decision",
+            "allow",
+            "--max-calls",
+            "8",
+            "--resume",
+            s(&trace),
+            "--json",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["status"], "answered");
@@ -269,35 +273,27 @@ fn the_token_budget_counts_both_parts() {
     );
     let rest = scene.script("rest.json", vec![answer("done")]);
     let (ws, trace) = (scene.ws(), scene.trace());
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&first),
-        "--max-calls",
-        "1",
-        "--trace",
-        s(&trace),
-        "--quiet",
-    ]);
+    let out = run_script(
+        &ws,
+        &first,
+        &["--max-calls", "1", "--trace", s(&trace), "--quiet"],
+    );
     assert_eq!(out.status.code(), Some(1));
     // 110 tokens were spent before: a budget of 100 is over at once.
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--max-calls",
-        "4",
-        "--max-tokens-total",
-        "100",
-        "--resume",
-        s(&trace),
-        "--json",
-        "--quiet",
-    ]);
+    let out = run_script(
+        &ws,
+        &rest,
+        &[
+            "--max-calls",
+            "4",
+            "--max-tokens-total",
+            "100",
+            "--resume",
+            s(&trace),
+            "--json",
+            "--quiet",
+        ],
+    );
     let report: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["status"], "token_limit", "{report}");
     assert_eq!(report["calls"], 1, "no new model call");
@@ -346,20 +342,19 @@ fn a_run_killed_in_a_tool_round_goes_on_without_running_that_call_again() {
             answer("main.py was not run again."),
         ],
     );
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--decision",
-        "deny",
-        "--max-calls",
-        "4",
-        "--resume",
-        s(&trace),
-        "--json",
-    ]);
+    let out = run_script(
+        &ws,
+        &rest,
+        &[
+            "--decision",
+            "deny",
+            "--max-calls",
+            "4",
+            "--resume",
+            s(&trace),
+            "--json",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("ended interrupted; 110 tokens, 0 delegations spent); 1 call it left unfinished is answered \"not executed\""),
@@ -406,36 +401,34 @@ fn a_broken_or_finished_trace_is_refused_and_nothing_runs() {
         vec![tool_use("toolu_09", "run_main", json!({})), answer("x")],
     );
     let (ws, trace) = (scene.ws(), scene.trace());
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&first),
-        "--max-calls",
-        "2",
-        "--trace",
-        s(&trace),
-        "--quiet",
-        "--decision",
-        "deny",
-    ]);
+    let out = run_script(
+        &ws,
+        &first,
+        &[
+            "--max-calls",
+            "2",
+            "--trace",
+            s(&trace),
+            "--quiet",
+            "--decision",
+            "deny",
+        ],
+    );
     assert_eq!(out.status.code(), Some(1));
     let good = std::fs::read_to_string(&trace).expect("trace");
     let resume = |trace: &Path| {
-        subloop(&[
-            "run",
-            "--workspace",
-            s(&ws),
-            "--script",
-            s(&rest),
-            "--decision",
-            "allow",
-            "--max-calls",
-            "4",
-            "--resume",
-            s(trace),
-        ])
+        run_script(
+            &ws,
+            &rest,
+            &[
+                "--decision",
+                "allow",
+                "--max-calls",
+                "4",
+                "--resume",
+                s(trace),
+            ],
+        )
     };
     let cases = [
         // A result for an id the reply did not ask for.
@@ -486,16 +479,7 @@ fn a_broken_or_finished_trace_is_refused_and_nothing_runs() {
     // An answered run has nothing to continue.
     let done = scene.script("done.json", vec![answer("42")]);
     let answered = scene.dir.path().join("answered.jsonl");
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&done),
-        "--trace",
-        s(&answered),
-        "--quiet",
-    ]);
+    let out = run_script(&ws, &done, &["--trace", s(&answered), "--quiet"]);
     assert_eq!(out.status.code(), Some(0));
     let out = resume(&answered);
     assert_eq!(out.status.code(), Some(2));
@@ -560,33 +544,25 @@ fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
     );
     let second = scene.script("q2.json", vec![answer("expected.txt says 42 too.")]);
     let (ws, trace) = (scene.ws(), scene.trace());
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&first),
-        "--max-calls",
-        "2",
-        "--trace",
-        s(&trace),
-        "--quiet",
-    ]);
+    let out = run_script(
+        &ws,
+        &first,
+        &["--max-calls", "2", "--trace", s(&trace), "--quiet"],
+    );
     assert_eq!(out.status.code(), Some(0));
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&second),
-        "--max-calls",
-        "1",
-        "--resume",
-        s(&trace),
-        "--question",
-        "And expected.txt?",
-        "--json",
-    ]);
+    let out = run_script(
+        &ws,
+        &second,
+        &[
+            "--max-calls",
+            "1",
+            "--resume",
+            s(&trace),
+            "--question",
+            "And expected.txt?",
+            "--json",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let report: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["status"], "answered");
@@ -612,32 +588,24 @@ fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
     answered_once(&trace);
     // A follow-up needs an answered run.
     let limited = scene.dir.path().join("limited.jsonl");
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&first),
-        "--max-calls",
-        "1",
-        "--trace",
-        s(&limited),
-        "--quiet",
-    ]);
+    let out = run_script(
+        &ws,
+        &first,
+        &["--max-calls", "1", "--trace", s(&limited), "--quiet"],
+    );
     assert_eq!(out.status.code(), Some(1));
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&second),
-        "--max-calls",
-        "2",
-        "--resume",
-        s(&limited),
-        "--question",
-        "And?",
-    ]);
+    let out = run_script(
+        &ws,
+        &second,
+        &[
+            "--max-calls",
+            "2",
+            "--resume",
+            s(&limited),
+            "--question",
+            "And?",
+        ],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("needs an answered run; this one ended call_limit"),
@@ -673,27 +641,8 @@ fn a_trace_still_being_written_is_not_resumed_nor_reused() {
         ],
     );
     let before = std::fs::read_to_string(&trace).expect("trace");
-    let resumed = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--max-calls",
-        "4",
-        "--resume",
-        s(&trace),
-    ]);
-    let second = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--trace",
-        s(&trace),
-        "--quiet",
-    ]);
+    let resumed = run_script(&ws, &rest, &["--max-calls", "4", "--resume", s(&trace)]);
+    let second = run_script(&ws, &rest, &["--trace", s(&trace), "--quiet"]);
     running.kill().expect("SIGKILL");
     running.wait().expect("reap");
     for out in [&resumed, &second] {
@@ -710,18 +659,11 @@ fn a_trace_still_being_written_is_not_resumed_nor_reused() {
         "untouched"
     );
     // Once the writer is gone (its lock with it), the run resumes.
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--max-calls",
-        "4",
-        "--resume",
-        s(&trace),
-        "--quiet",
-    ]);
+    let out = run_script(
+        &ws,
+        &rest,
+        &["--max-calls", "4", "--resume", s(&trace), "--quiet"],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
@@ -736,16 +678,7 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
         ],
     );
     let (ws, trace) = (scene.ws(), scene.trace());
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&first),
-        "--trace",
-        s(&trace),
-        "--quiet",
-    ]);
+    let out = run_script(&ws, &first, &["--trace", s(&trace), "--quiet"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The follow-up's call reuses the id; the run is killed while it runs.
     let second = scene.script("q2.json", vec![tool_use("toolu_01", "run_main", json!({}))]);
@@ -771,16 +704,7 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
     running.kill().expect("SIGKILL");
     running.wait().expect("reap");
     let rest = scene.script("rest.json", vec![answer("It was interrupted.")]);
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&rest),
-        "--resume",
-        s(&trace),
-        "--quiet",
-    ]);
+    let out = run_script(&ws, &rest, &["--resume", s(&trace), "--quiet"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let all = std::fs::read_to_string(&trace).expect("trace");
     let last = rebuild_requests(&all)
@@ -824,18 +748,11 @@ fn a_scripted_run_cut_short_goes_on_live_with_its_rebuilt_history() {
         )],
     );
     let (ws, trace) = (scene.ws(), scene.trace());
-    let out = subloop(&[
-        "run",
-        "--workspace",
-        s(&ws),
-        "--script",
-        s(&first),
-        "--max-calls",
-        "1",
-        "--trace",
-        s(&trace),
-        "--quiet",
-    ]);
+    let out = run_script(
+        &ws,
+        &first,
+        &["--max-calls", "1", "--trace", s(&trace), "--quiet"],
+    );
     assert_eq!(out.status.code(), Some(1), "call_limit");
     let out = Command::new(common::bin())
         .args([
