@@ -43,7 +43,22 @@ impl Paint {
 pub fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
     let paint = Paint(colour);
     let mut out = String::new();
-    agent_lines(run, "parent", 0, &paint, &mut out);
+    let mut shown = Vec::new();
+    agent_lines(run, "parent", 0, &paint, &mut out, &mut shown);
+    // Children whose `task` call has no result line (the run was killed
+    // while they ran) are shown after the parent.
+    let unattached: Vec<String> = run
+        .agents()
+        .map(|(agent, _)| agent.to_owned())
+        .filter(|agent| !shown.contains(agent))
+        .collect();
+    for agent in unattached {
+        let from = run.started_by(&agent).map(printable).unwrap_or_default();
+        out.push_str(&format!(
+            "{agent} (started by {from}, whose result is not recorded):\n"
+        ));
+        agent_lines(run, &agent, 1, &paint, &mut out, &mut shown);
+    }
     let agents = run.agents().count();
     let calls: u32 = run.agents().map(|(_, calls)| calls).sum();
     let tools: usize = run.agents().map(|(agent, _)| run.tools(agent).len()).sum();
@@ -89,7 +104,18 @@ pub fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String
 }
 
 /// The lines of one agent, `depth` levels in.
-fn agent_lines(run: &RecordedRun, agent: &str, depth: usize, paint: &Paint, out: &mut String) {
+fn agent_lines(
+    run: &RecordedRun,
+    agent: &str,
+    depth: usize,
+    paint: &Paint,
+    out: &mut String,
+    shown: &mut Vec<String>,
+) {
+    if shown.iter().any(|done| done == agent) {
+        return;
+    }
+    shown.push(agent.to_owned());
     let pad = "    ".repeat(depth);
     let calls = run.calls(agent);
     for call in 1..=calls {
@@ -156,7 +182,7 @@ fn agent_lines(run: &RecordedRun, agent: &str, depth: usize, paint: &Paint, out:
                     .map(|(child, _)| child.to_owned())
                     .collect();
                 for child in children {
-                    agent_lines(run, &child, depth + 1, paint, out);
+                    agent_lines(run, &child, depth + 1, paint, out, shown);
                 }
             }
         }

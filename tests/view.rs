@@ -102,6 +102,18 @@ fn the_timeline_shows_every_call_with_children_under_their_task() {
         shown.contains("  broken denied calls never ran\n      at parent toolu_"),
         "{shown}"
     );
+    // A child whose task result is not on record (a run killed while it
+    // ran) is still shown, after the parent, with the call that started it.
+    let cut = std::fs::read_to_string(&trace)
+        .expect("trace")
+        .lines()
+        .filter(|line| !(line.contains("\"kind\":\"tool\"") && line.contains("\"name\":\"task\"")))
+        .map(|line| format!("{line}\n"))
+        .collect::<String>();
+    let cut_path = dir.write("cut.jsonl", cut);
+    let out = subloop(&["view", cut_path.to_str().expect("utf-8")]);
+    let shown = text(&out.stdout);
+    assert!(shown.contains("\nchild-1 (started by toolu_parent_1, whose result is not recorded):\n    child-1 call 1 "), "{shown}");
     // An unreadable trace is a usage error.
     let out = subloop(&[
         "view",
