@@ -112,6 +112,7 @@ pub mod testing;
 pub mod tools;
 pub mod trace;
 pub mod trace_target;
+pub mod view;
 
 pub use agent::{Agent, AgentBuilder, RunReport};
 pub use agent_id::AgentId;

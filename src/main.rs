@@ -150,6 +150,28 @@ fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> E
     }
 }
 
+/// `subloop view`: the timeline on stdout; exit 0, or 1 under `--check`
+/// when an invariant is broken, 2 for an unreadable trace.
+fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
+    let run = match subloop::model::replay::RecordedRun::load(trace) {
+        Ok(run) => run,
+        Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
+    };
+    let verdicts = subloop::invariants::check(&run, &cli.view_policy);
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
+    let text = subloop::view::timeline(&run, &verdicts, colour);
+    if let Err(err) = subloop::output::print_stdout(text.trim_end(), false) {
+        let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
+        return ExitCode::from(1);
+    }
+    if cli.check && verdicts.iter().any(|verdict| !verdict.held()) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 /// Exit 2 with one line: every usage error ends with the same `--help` hint.
 fn usage_error(err: CliError) -> ExitCode {
     // A closed stderr must not turn a usage error into a panic; text from a
@@ -185,6 +207,9 @@ fn run() -> ExitCode {
     let _cleanup = app::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
     cli.settings.script = cli.script.clone();
+    if let (Command::View, Some(trace)) = (command, &cli.replay) {
+        return view(&cli, trace);
+    }
     if let Some(trace) = &cli.replay {
         return replay(&cli, trace, command);
     }

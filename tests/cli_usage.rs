@@ -226,7 +226,7 @@ fn flags_and_commands_in_the_wrong_place() {
     );
     assert_usage_error(
         &[],
-        "no command: use `subloop demo`, `subloop run`, `subloop replay` or `subloop chat`",
+        "no command: use `subloop demo`, `subloop run`, `subloop replay`, `subloop chat` or `subloop view`",
         "subloop --help",
     );
     assert_usage_error(

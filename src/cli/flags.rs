@@ -15,6 +15,16 @@ use super::{Command, LiveFlags};
 
 /// Every subcommand: the policy, limit and output flags.
 const ALL: &[Command] = &[Command::Demo, Command::Run, Command::Replay, Command::Chat];
+/// Every subcommand, `view` too: help and version.
+const EVERY: &[Command] = &[
+    Command::Demo,
+    Command::Run,
+    Command::Replay,
+    Command::Chat,
+    Command::View,
+];
+/// `subloop view` only.
+const VIEW: &[Command] = &[Command::View];
 /// The subcommands that print one result (`chat` prints an answer per line).
 const ONE_RESULT: &[Command] = &[Command::Demo, Command::Run, Command::Replay];
 /// The subcommands that ask a model (`replay` takes its replies from the trace).
@@ -139,6 +149,12 @@ pub(crate) struct Draft {
     pub live_flags: LiveFlags,
     /// `replay --keep-going`.
     pub keep_going: bool,
+    /// `view --check`.
+    pub check: bool,
+    /// `view --max-calls`.
+    pub view_parent: Option<u32>,
+    /// `view --child-calls`.
+    pub view_child: Option<u32>,
 }
 
 /// A flag's value, with the flag's name for messages.
@@ -305,6 +321,36 @@ pub(crate) const FLAGS: &[Flag] = &[
         }),
     },
     Flag {
+        long: "max-calls",
+        short: None,
+        help: "check that no question of the parent made more model calls than N (default: not checked; traces do not record budgets)",
+        commands: VIEW,
+        group: Group::Options,
+        action: Action::Value("N", |d, v| {
+            d.view_parent = Some(v.positive()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "child-calls",
+        short: None,
+        help: "check that no subagent made more model calls than N (default: not checked)",
+        commands: VIEW,
+        group: Group::Options,
+        action: Action::Value("N", |d, v| {
+            d.view_child = Some(v.positive()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "check",
+        short: None,
+        help: "exit 1 when an invariant is broken (for CI on recorded runs)",
+        commands: VIEW,
+        group: Group::Options,
+        action: Action::Switch(|d| d.check = true),
+    },
+    Flag {
         long: "child-calls",
         short: None,
         help: "each subagent's model-call budget, 1 to 8 (default 4)",
@@ -421,7 +467,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "help",
         short: Some('h'),
         help: "this help",
-        commands: ALL,
+        commands: EVERY,
         group: Group::Options,
         action: Action::Help,
     },
@@ -429,7 +475,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         long: "version",
         short: Some('V'),
         help: "the version",
-        commands: ALL,
+        commands: EVERY,
         group: Group::Options,
         action: Action::Version,
     },

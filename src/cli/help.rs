@@ -30,6 +30,7 @@ fn overview() -> String {
         usage_lines(Command::Run),
         usage_lines(Command::Replay),
         usage_lines(Command::Chat),
+        usage_lines(Command::View),
         vec![
             "subloop help [COMMAND]".to_owned(),
             "subloop -h | --help".to_owned(),
@@ -50,6 +51,7 @@ fn overview() -> String {
         ("run", summary(Command::Run)),
         ("replay", summary(Command::Replay)),
         ("chat", summary(Command::Chat)),
+        ("view", summary(Command::View)),
         (
             "help",
             "this overview, or a command's help: `subloop help run`",
@@ -59,7 +61,7 @@ fn overview() -> String {
     }
     text.push_str(
         "\nEach command lists its flags and examples: `subloop demo --help`, `subloop run --help`, \
-         `subloop replay --help`, `subloop chat --help`.\n\n",
+         `subloop replay --help`, `subloop chat --help`, `subloop view --help`.\n\n",
     );
     text.push_str(wrap(EXIT, 0).trim_end());
     text
@@ -78,6 +80,9 @@ fn summary(command: Command) -> &'static str {
         }
         Command::Chat => {
             "questions one per line, each a follow-up with the whole session's history, in one trace"
+        }
+        Command::View => {
+            "a recorded run (a trace file) as a timeline, with the loop's invariants checked"
         }
     }
 }
@@ -98,6 +103,7 @@ fn usage_lines(command: Command) -> Vec<String> {
         Command::Chat => {
             vec!["subloop chat [--workspace DIR] [--script FILE | --live] [OPTIONS]".to_owned()]
         }
+        Command::View => vec!["subloop view TRACE [--check] [OPTIONS]".to_owned()],
     }
 }
 
@@ -129,6 +135,15 @@ fn description(command: Command) -> &'static str {
              (system, tools, messages, plan). Give the recorded run's policy and limit flags \
              (--decision, --max-calls, ...). The question is the recorded one. The first \
              divergence stops the replay unless --keep-going."
+        }
+        Command::View => {
+            "subloop view: shows the run recorded in TRACE (the trace file of a demo, run, chat \
+             or replay) on the terminal, from the trace alone: one line per model call (stop reason, \
+             tokens, text) and per tool call (decision, result), each subagent indented under the \
+             task call that started it, then the outcome, the counts, and every loop invariant \
+             held or broken with where it breaks. Colour only when stdout is a terminal and \
+             NO_COLOR is unset. Exit 0; with --check, 1 when an invariant is broken; 2 for an \
+             unreadable trace."
         }
         Command::Chat => {
             "subloop chat: an interactive session. Type a question per line; the answer is \
@@ -172,6 +187,13 @@ fn examples(command: Command) -> &'static [(&'static str, &'static str)] {
             (
                 "subloop run --workspace ws --resume run.jsonl --script rest.json --max-calls 12",
                 "continues the run run.jsonl records, with the rest of the replies",
+            ),
+        ],
+        Command::View => &[
+            ("subloop view run.jsonl", "the timeline and the invariants"),
+            (
+                "subloop view run.jsonl --check --max-calls 8 --child-calls 4",
+                "exit 1 if a rule of the loop is broken, budgets included",
             ),
         ],
         Command::Chat => &[

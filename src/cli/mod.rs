@@ -31,11 +31,19 @@ pub enum Command {
     Replay,
     /// `subloop chat`: questions one per line, each a follow-up of the last.
     Chat,
+    /// `subloop view TRACE`: a recorded run as a timeline, with its invariants checked.
+    View,
 }
 
 impl Command {
     /// Every subcommand, in help order.
-    pub const ALL: [Command; 4] = [Command::Demo, Command::Run, Command::Replay, Command::Chat];
+    pub const ALL: [Command; 5] = [
+        Command::Demo,
+        Command::Run,
+        Command::Replay,
+        Command::Chat,
+        Command::View,
+    ];
 
     /// The subcommand's name on the command line.
     pub fn name(self) -> &'static str {
@@ -44,6 +52,7 @@ impl Command {
             Self::Run => "run",
             Self::Replay => "replay",
             Self::Chat => "chat",
+            Self::View => "view",
         }
     }
 
@@ -118,6 +127,10 @@ pub struct Cli {
     pub replay: Option<PathBuf>,
     /// `replay --keep-going`.
     pub keep_going: bool,
+    /// `view --check`.
+    pub check: bool,
+    /// `view`'s budgets to check.
+    pub view_policy: crate::invariants::Policy,
 }
 
 /// What the command line asks for.
@@ -181,7 +194,7 @@ where
     let command = match parser.next().map_err(|err| top(lexopt_message(err)))? {
         None => {
             return Err(top(
-                "no command: use `subloop demo`, `subloop run`, `subloop replay` or `subloop chat`"
+                "no command: use `subloop demo`, `subloop run`, `subloop replay`, `subloop chat` or `subloop view`"
                     .into(),
             ));
         }
@@ -210,6 +223,9 @@ where
         live: false,
         live_flags: LiveFlags::default(),
         keep_going: false,
+        check: false,
+        view_parent: None,
+        view_child: None,
     };
     let mut replay: Option<PathBuf> = None;
     let mut seen: Vec<&'static str> = Vec::new();
@@ -221,7 +237,9 @@ where
                     .ok_or_else(|| fail(not_a_flag(command, name)))?,
                 Arg::Short(c) => flags::find_short(command, c)
                     .ok_or_else(|| fail(format!("unknown flag `-{c}`")))?,
-                Arg::Value(word) if command == Command::Replay && replay.is_none() => {
+                Arg::Value(word)
+                    if matches!(command, Command::Replay | Command::View) && replay.is_none() =>
+                {
                     replay = Some(PathBuf::from(word));
                     continue;
                 }
@@ -278,6 +296,9 @@ fn finish(
         live,
         live_flags,
         keep_going,
+        check,
+        view_parent,
+        view_child,
     } = draft;
     if live && script.is_some() {
         return Err(fail("--live and --script cannot be used together".into()));
@@ -319,6 +340,11 @@ fn finish(
             settings.workspace = demo.workspace;
             settings.temporary_workspace = demo.temporary_workspace;
         }
+        Command::View => {
+            if replay.is_none() {
+                return Err(fail("view needs a TRACE file: `subloop view TRACE`".into()));
+            }
+        }
         Command::Replay => {
             if replay.is_none() {
                 return Err(fail(
@@ -337,6 +363,12 @@ fn finish(
         live: live.then_some(live_flags),
         replay,
         keep_going,
+        check,
+        view_policy: crate::invariants::Policy {
+            parent_calls: view_parent,
+            child_calls: view_child,
+            ..crate::invariants::Policy::default()
+        },
     })
 }
 
