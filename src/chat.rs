@@ -106,7 +106,21 @@ impl Chat {
             }
         }
         let models = self.models_for_next();
-        let run = app::prepare(&settings, models)?.run()?;
+        // A line that cannot run (e.g. `/continue` of a question whose call
+        // budget is spent) is said and refused; nothing ran, the session goes on.
+        let run = match app::prepare(&settings, models).and_then(app::Prepared::run) {
+            Ok(run) => run,
+            Err(err) => {
+                let text = format!("cannot ask this: {err}");
+                say(&text);
+                self.turns.push(Turn {
+                    line: line.to_owned(),
+                    status: None,
+                    text,
+                });
+                return Ok(true);
+            }
+        };
         let outcome = &run.report.outcome;
         say(&outcome.text);
         self.last = Some(outcome.status);
@@ -122,9 +136,8 @@ impl Chat {
     }
 
     /// Reads lines from `input` until `/exit` or its end; `prompt` (if any)
-    /// is written before each line. A line that cannot run
-    /// (an invalid setup) ends the session with its error; nothing already
-    /// recorded is lost.
+    /// is written before each line. A line that cannot run is answered with
+    /// why, and the session goes on; nothing already recorded is lost.
     pub fn run(
         &mut self,
         input: &mut dyn BufRead,

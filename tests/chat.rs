@@ -325,3 +325,36 @@ fn a_temporary_session_trace_is_removed_even_on_sigterm() {
     assert_eq!(status.code(), Some(143));
     assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
 }
+
+#[test]
+fn a_line_that_cannot_run_is_refused_and_the_session_goes_on() {
+    let (dir, script) = scene(
+        "chat-refused",
+        0,
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            answer("unused"),
+        ],
+    );
+    let mut settings = Settings::new(dir.path().join("ws"));
+    settings.progress = false;
+    settings.max_calls = 1;
+    let loaded = subloop::Script::load(&script).expect("script");
+    let mut chat = Chat::new(settings, Models::Script(loaded), dir.path().join("s.jsonl"));
+    let mut said = Vec::new();
+    let mut say = |text: &str| said.push(text.to_owned());
+    let mut input = Cursor::new("What does main.py print?\nAnother?\n/continue\n/exit\n");
+    chat.run(&mut input, &mut say, None)
+        .expect("the session ends normally");
+    assert_eq!(said.len(), 3, "{said:?}");
+    assert!(said[0].starts_with("call limit reached"), "{said:?}");
+    assert!(
+        said[1].starts_with("the last question ended call_limit"),
+        "{said:?}"
+    );
+    assert!(
+        said[2].starts_with("cannot ask this: cannot resume"),
+        "{said:?}"
+    );
+    assert!(said[2].contains("give a --max-calls above 1"), "{said:?}");
+}
