@@ -15,6 +15,7 @@ use crate::conversation::{Budget, OnEmptyReply};
 use crate::error::{InputError, ScriptError, SetupError};
 use crate::executor::Warning;
 use crate::hooks::Hooks;
+use crate::invariants::Policy;
 use crate::limits::{CancelHandle, Limits};
 use crate::model::demo::{DEMO_QUESTION, DemoParent};
 use crate::model::replay::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, ReplayModel};
@@ -28,6 +29,7 @@ use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, 
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 use crate::trace::{TraceStatus, TraceWriter};
 use crate::trace_target::{self, TraceTargetError};
+use crate::view_html::{PageOutput, PageTrace};
 
 /// The built-in demo workspace files, for runs outside the repository.
 pub const DEMO_FILES: [(&str, &str); 2] = [
@@ -110,6 +112,9 @@ pub struct Settings {
     /// With `resume`: a follow-up question for the answered run it records
     /// (`--resume TRACE --question TEXT`), with `max_calls` of its own.
     pub follow_up: Option<String>,
+    /// Where to write the run's HTML page when it ends (`--view`; checked
+    /// like the trace file). Without a trace the run writes a temporary one.
+    pub view: Option<PathBuf>,
 }
 
 impl Settings {
@@ -132,6 +137,7 @@ impl Settings {
             on_empty_reply: OnEmptyReply::Stop,
             resume: None,
             follow_up: None,
+            view: None,
         }
     }
 
@@ -196,7 +202,7 @@ pub enum AppError {
 /// Builds the full agent: `read_file`, `run_main`, `todo_write` and `task`
 /// (children get `read_file` only), with the settings' gate.
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
-    assemble(settings, children, None).map(|(agent, _)| agent)
+    assemble(settings, children, None, settings.trace.as_deref()).map(|(agent, _)| agent)
 }
 
 /// The agent, and the status of its trace if it writes one.
@@ -204,6 +210,7 @@ fn assemble(
     settings: &Settings,
     children: Arc<dyn ChildModels>,
     resume: Option<(&Resuming, &ResumePoint)>,
+    trace: Option<&Path>,
 ) -> Result<(Agent, Option<TraceStatus>), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let mut builder = AgentBuilder::new(settings.decision.approver())
@@ -219,7 +226,11 @@ fn assemble(
     // Lets the first Ctrl-C say which tool the run waits for.
     builder = builder.monitor(signals::ToolWatch);
     let mut status = None;
-    let protected: Vec<&Path> = settings.script.iter().map(PathBuf::as_path).collect();
+    let protected: Vec<(&Path, &'static str)> = settings
+        .script
+        .iter()
+        .map(|script| (script.as_path(), "script"))
+        .collect();
     if let Some((resuming, point)) = resume {
         let file = trace_target::open_to_append(
             &resuming.path,
@@ -230,7 +241,7 @@ fn assemble(
         let writer = TraceWriter::resume(file, point.trace_fields());
         status = Some(writer.status());
         builder = builder.monitor(writer);
-    } else if let Some(path) = &settings.trace {
+    } else if let Some(path) = trace {
         let writer =
             TraceWriter::from_file(trace_target::open(path, &settings.workspace, &protected)?);
         status = Some(writer.status());
@@ -246,6 +257,8 @@ pub struct Run {
     pub report: RunReport,
     /// The first trace write error, if writing the trace failed.
     pub trace_error: Option<String>,
+    /// Why the `--view` page could not be written, if it could not.
+    pub page_error: Option<String>,
 }
 
 impl Run {
@@ -265,7 +278,10 @@ impl Run {
             let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
             return std::process::ExitCode::from(1);
         }
-        if self.report.outcome.status == crate::StatusKind::Answered && self.trace_error.is_none() {
+        if self.report.outcome.status == crate::StatusKind::Answered
+            && self.trace_error.is_none()
+            && self.page_error.is_none()
+        {
             std::process::ExitCode::SUCCESS
         } else {
             std::process::ExitCode::from(1)
@@ -289,6 +305,7 @@ pub struct Prepared {
     trace: Option<TraceStatus>,
     trace_path: Option<PathBuf>,
     resume: Option<ResumePoint>,
+    page: Option<PageOutput>,
     // A temporary workspace is removed afterwards, whatever happens.
     _cleanup: TemporaryWorkspace,
 }
@@ -329,6 +346,16 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         }
         None => None,
     };
+    // The page is drawn from the run's trace: a temporary one without `--trace`.
+    let page_trace = settings
+        .view
+        .as_ref()
+        .map(|_| PageTrace::for_run(settings.trace.as_deref().or(settings.resume.as_deref())));
+    let trace_path: Option<PathBuf> = match (&settings.resume, &page_trace) {
+        (Some(_), _) => None,
+        (None, Some(page_trace)) => Some(page_trace.path().to_owned()),
+        (None, None) => settings.trace.clone(),
+    };
     // Children of a resumed run are numbered after the earlier ones; a
     // script's `children` are the resumed part's, from its first.
     let earlier = resuming
@@ -341,7 +368,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         Models::Script(script) => {
             // Only the trace writes the replies as written: without one, no
             // reply is parsed a second time per request.
-            let raw = settings.trace.is_some() || settings.resume.is_some();
+            let raw = trace_path.is_some() || settings.resume.is_some();
             let Script { parent, children } = script;
             let child_models = move |number: usize| -> Box<dyn Model + Send> {
                 let number = number.saturating_sub(earlier);
@@ -396,7 +423,33 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         settings,
         children,
         resuming.as_ref().map(|(resuming, point)| (resuming, point)),
+        trace_path.as_deref(),
     )?;
+    let page = match (&settings.view, page_trace) {
+        (Some(path), Some(page_trace)) => {
+            let mut protected: Vec<(&Path, &'static str)> = settings
+                .script
+                .iter()
+                .map(|script| (script.as_path(), "script"))
+                .collect();
+            if let Some(resumed) = &settings.resume {
+                protected.push((resumed.as_path(), "trace file"));
+            }
+            let policy = Policy {
+                parent_calls: Some(settings.max_calls),
+                child_calls: Some(settings.child_budget),
+                ..Policy::default()
+            };
+            Some(PageOutput::open(
+                path,
+                &settings.workspace,
+                &protected,
+                page_trace,
+                policy,
+            )?)
+        }
+        _ => None,
+    };
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
     Ok(Prepared {
@@ -407,6 +460,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         trace,
         trace_path: settings.trace.clone().or_else(|| settings.resume.clone()),
         resume: resuming.map(|(_, point)| point),
+        page,
         _cleanup: cleanup,
     })
 }
@@ -482,9 +536,26 @@ impl Prepared {
                 ),
             });
         }
+        // The page last: it is drawn from the finished trace.
+        let page_error = self.page.and_then(|page| {
+            let path = page.path().to_owned();
+            let error = page.write().err()?;
+            let text = format!("writing the view page {} failed: {error}", path.display());
+            let _ = writeln!(
+                std::io::stderr(),
+                "subloop: {}",
+                crate::progress::printable(&text)
+            );
+            report.warnings.push(Warning {
+                agent: AgentId::Parent,
+                text: text.clone(),
+            });
+            Some(text)
+        });
         Ok(Run {
             report,
             trace_error,
+            page_error,
         })
     }
 }

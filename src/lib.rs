@@ -113,6 +113,7 @@ pub mod tools;
 pub mod trace;
 pub mod trace_target;
 pub mod view;
+pub mod view_html;
 
 pub use agent::{Agent, AgentBuilder, RunReport};
 pub use agent_id::AgentId;

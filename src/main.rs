@@ -158,6 +158,43 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
         Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
     };
     let verdicts = subloop::invariants::check(&run, &cli.view_policy);
+    let broken = verdicts.iter().any(|verdict| !verdict.held());
+    if let Some(output) = &cli.view_output {
+        let title = trace.file_name().map_or_else(
+            || "trace".to_owned(),
+            |name| name.to_string_lossy().into_owned(),
+        );
+        let page = subloop::view_html::page(&run, &verdicts, &cli.view_policy, &title);
+        let written = subloop::trace_target::open_output(
+            output,
+            None,
+            &[(trace, "trace file")],
+            subloop::trace_target::FileRole::Page,
+        )
+        .map_err(|err| err.to_string())
+        .and_then(|mut file| {
+            file.write_all(page.as_bytes())
+                .map_err(|err| format!("cannot write {}: {err}", output.display()))
+        });
+        if let Err(err) = written {
+            return usage_error(CliError::new(Some(Command::View), err));
+        }
+        let held = if broken {
+            "an invariant is broken"
+        } else {
+            "every invariant held"
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "[view] wrote {} ({held})",
+            subloop::progress::printable(&output.display().to_string())
+        );
+        return if cli.check && broken {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
     let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
         && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     let text = subloop::view::timeline(&run, &verdicts, colour);
@@ -165,7 +202,7 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
         let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
         return ExitCode::from(1);
     }
-    if cli.check && verdicts.iter().any(|verdict| !verdict.held()) {
+    if cli.check && broken {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

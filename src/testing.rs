@@ -441,6 +441,30 @@ pub fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
     fuzz_agent(workspace, replies, &args);
 }
 
+/// Arbitrary bytes as a trace: read, checked against every invariant, and
+/// drawn as the terminal timeline and the HTML page — none of which may
+/// panic, whatever the bytes (the `trace_view` fuzz target).
+pub fn fuzz_trace(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(run) = crate::model::replay::RecordedRun::parse(&text) else {
+        return;
+    };
+    let verdicts = crate::invariants::check(&run, &crate::invariants::Policy::default());
+    let _ = crate::view::timeline(&run, &verdicts, true);
+    let page = crate::view_html::page(
+        &run,
+        &verdicts,
+        &crate::invariants::Policy::default(),
+        "fuzz",
+    );
+    // The data cannot end the script element early.
+    assert_eq!(
+        page.matches("</script>").count(),
+        2,
+        "trace text closed a script element"
+    );
+}
+
 fn reply_from_value(value: Value) -> ScriptedReply {
     ModelResponse::from_value(value).map_err(|err| ModelFailure::new(err.to_string()))
 }
@@ -590,10 +614,42 @@ fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &V
     let Ok(budget_checked) = Budget::new(budget) else {
         return;
     };
-    let mut model = crate::ScriptedModel::new(replies);
-    let Ok(report) = builder.build().run("fuzz", budget_checked, &mut model) else {
+    // The run's trace, checked afterwards with the same invariants a host
+    // checks recorded runs with (`subloop view --check`).
+    static TRACES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let trace_path = workspace.join(format!(
+        "trace-{}.jsonl",
+        TRACES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let Ok(trace_file) = std::fs::File::create(&trace_path) else {
         return;
     };
+    let builder = builder.monitor(crate::trace::TraceWriter::from_file(trace_file));
+    let mut model = crate::ScriptedModel::new(replies);
+    let agent = builder.build();
+    let Ok(report) = agent.run("fuzz", budget_checked, &mut model) else {
+        let _ = std::fs::remove_file(&trace_path);
+        return;
+    };
+    let trace = std::fs::read_to_string(&trace_path);
+    let _ = std::fs::remove_file(&trace_path);
+    if let Ok(trace) = trace {
+        let run = crate::model::replay::RecordedRun::parse(&trace)
+            .unwrap_or_else(|err| panic!("the run's own trace does not parse: {err}"));
+        let policy = crate::invariants::Policy {
+            parent_calls: Some(budget),
+            child_calls: Some(2),
+            ..crate::invariants::Policy::default()
+        };
+        for verdict in crate::invariants::check(&run, &policy) {
+            assert!(
+                verdict.held(),
+                "invariant broken on the run's trace: {}: {:?}",
+                verdict.invariant.rule(),
+                verdict.breaches
+            );
+        }
+    }
     let asked = check_history(&report.outcome, budget, report.outcome.calls)
         .unwrap_or_else(|err| panic!("parent invariant broken: {err}"));
     assert_eq!(

@@ -20,72 +20,106 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-/// Why a trace path was refused.
+/// Which file a run writes, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileRole {
+    /// The JSON Lines trace (`--trace`).
+    Trace,
+    /// The HTML view of the run (`--view`).
+    Page,
+}
+
+impl std::fmt::Display for FileRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Trace => "trace file",
+            Self::Page => "view page",
+        })
+    }
+}
+
+/// Why a trace path (or another file a run writes) was refused.
 #[derive(Debug, Error)]
 pub enum TraceTargetError {
     /// The path names a file the run reads, such as the script.
-    #[error(
-        "the trace file {path} is the script {protected}: writing the trace would overwrite it"
-    )]
+    #[error("the {what} {path} is the {kind} {protected}: writing the {what} would overwrite it")]
     Protected {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
         /// The file it is the same as.
         protected: PathBuf,
+        /// What that file is (`script`, `trace file`).
+        kind: &'static str,
     },
     /// The path is inside the workspace.
     #[error(
-        "the trace file {path} is inside the workspace {workspace}: a program run there could read or change it; write the trace outside the workspace"
+        "the {what} {path} is inside the workspace {workspace}: a program run there could read or change it; write the trace outside the workspace"
     )]
     InWorkspace {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
         /// The workspace.
         workspace: PathBuf,
     },
     /// The path is not a regular file or a character device.
-    #[error("the trace file {path} is {kind}: give a regular file (or /dev/null)")]
+    #[error("the {what} {path} is {kind}: give a regular file (or /dev/null)")]
     NotAFile {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
         /// What it is instead (`a FIFO`, `a socket`, ...).
         kind: &'static str,
     },
     /// The file has other names, one of which may be inside the workspace.
     #[error(
-        "the trace file {path} has {links} hard links: it may be another name of a workspace file; give a fresh file"
+        "the {what} {path} has {links} hard links: it may be another name of a workspace file; give a fresh file"
     )]
     Linked {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
         /// Its link count.
         links: u64,
     },
     /// A symbolic link that points nowhere (creating the trace would create its target).
-    #[error("the trace file {path} is a dangling symbolic link")]
+    #[error("the {what} {path} is a dangling symbolic link")]
     Dangling {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
     },
     /// The path changed between the checks and the open.
-    #[error("the trace file {path} changed while it was being opened")]
+    #[error("the {what} {path} changed while it was being opened")]
     Changed {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
     },
     /// Another process is writing this trace (it holds the file's lock).
     #[error(
-        "the trace file {path} is being written by another run (it holds the file's lock): wait for it to finish, or give another file"
+        "the {what} {path} is being written by another run (it holds the file's lock): wait for it to finish, or give another file"
     )]
     Busy {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
     },
     /// The file could not be inspected or opened.
-    #[error("cannot create trace file {path}: {source}")]
+    #[error("cannot create {what} {path}: {source}")]
     Io {
-        /// The trace path.
+        /// The path.
         path: PathBuf,
+        /// Which file it is.
+        what: FileRole,
         /// The I/O error.
         source: std::io::Error,
     },
@@ -117,8 +151,25 @@ fn same_file(a: &Metadata, b: &Metadata) -> bool {
 /// (compared by device and inode) and not inside `workspace` (compared as
 /// canonical paths), and that it is a regular file or a character device.
 /// A regular file is truncated only after every check passed.
-pub fn open(path: &Path, workspace: &Path, protected: &[&Path]) -> Result<File, TraceTargetError> {
-    open_at(path, workspace, protected, 0)
+pub fn open(
+    path: &Path,
+    workspace: &Path,
+    protected: &[(&Path, &'static str)],
+) -> Result<File, TraceTargetError> {
+    open_at(path, Some(workspace), protected, 0, FileRole::Trace)
+}
+
+/// [`open`] for another file a run writes (the `--view` page), with the same
+/// checks (the workspace one only when there is a workspace); errors name
+/// it as `what`. The file is locked like a trace, so two runs cannot write
+/// one page at once.
+pub fn open_output(
+    path: &Path,
+    workspace: Option<&Path>,
+    protected: &[(&Path, &'static str)],
+    what: FileRole,
+) -> Result<File, TraceTargetError> {
+    open_at(path, workspace, protected, 0, what)
 }
 
 /// [`open`] for a trace that goes on: the same checks, then the file is cut
@@ -127,28 +178,37 @@ pub fn open(path: &Path, workspace: &Path, protected: &[&Path]) -> Result<File, 
 pub fn open_to_append(
     path: &Path,
     workspace: &Path,
-    protected: &[&Path],
+    protected: &[(&Path, &'static str)],
     keep: u64,
 ) -> Result<File, TraceTargetError> {
-    open_at(path, workspace, protected, keep)
+    open_at(path, Some(workspace), protected, keep, FileRole::Trace)
 }
 
 fn open_at(
     path: &Path,
-    workspace: &Path,
-    protected: &[&Path],
+    workspace: Option<&Path>,
+    protected: &[(&Path, &'static str)],
     keep: u64,
+    what: FileRole,
 ) -> Result<File, TraceTargetError> {
     let io = |source| TraceTargetError::Io {
         path: path.to_owned(),
+        what,
         source,
     };
-    let workspace_root = std::fs::canonicalize(workspace).map_err(io)?;
+    let workspace_root = match workspace {
+        Some(workspace) => Some((workspace, std::fs::canonicalize(workspace).map_err(io)?)),
+        None => None,
+    };
     let inside = |candidate: &Path| -> Result<(), TraceTargetError> {
+        let Some((workspace, root)) = &workspace_root else {
+            return Ok(());
+        };
         match std::fs::canonicalize(candidate) {
-            Ok(real) if real.starts_with(&workspace_root) => Err(TraceTargetError::InWorkspace {
+            Ok(real) if real.starts_with(root) => Err(TraceTargetError::InWorkspace {
                 path: path.to_owned(),
-                workspace: workspace.to_owned(),
+                what,
+                workspace: workspace.to_path_buf(),
             }),
             Ok(_) => Ok(()),
             Err(source) => Err(io(source)),
@@ -159,14 +219,17 @@ fn open_at(
             if let Some(kind) = refused_kind(&meta) {
                 return Err(TraceTargetError::NotAFile {
                     path: path.to_owned(),
+                    what,
                     kind,
                 });
             }
-            for file in protected {
+            for &(file, kind) in protected {
                 if std::fs::metadata(file).is_ok_and(|other| same_file(&meta, &other)) {
                     return Err(TraceTargetError::Protected {
                         path: path.to_owned(),
+                        what,
                         protected: file.to_path_buf(),
+                        kind,
                     });
                 }
             }
@@ -174,6 +237,7 @@ fn open_at(
             if meta.is_file() && meta.nlink() > 1 {
                 return Err(TraceTargetError::Linked {
                     path: path.to_owned(),
+                    what,
                     links: meta.nlink(),
                 });
             }
@@ -183,6 +247,7 @@ fn open_at(
             if std::fs::symlink_metadata(path).is_ok() {
                 return Err(TraceTargetError::Dangling {
                     path: path.to_owned(),
+                    what,
                 });
             }
             let parent = match path.parent() {
@@ -204,6 +269,7 @@ fn open_at(
     if let Some(kind) = refused_kind(&opened) {
         return Err(TraceTargetError::NotAFile {
             path: path.to_owned(),
+            what,
             kind,
         });
     }
@@ -211,6 +277,7 @@ fn open_at(
         Some(before) if !same_file(before, &opened) => {
             return Err(TraceTargetError::Changed {
                 path: path.to_owned(),
+                what,
             });
         }
         Some(_) => {}
@@ -232,6 +299,7 @@ fn open_at(
             return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 TraceTargetError::Busy {
                     path: path.to_owned(),
+                    what,
                 }
             } else {
                 io(err)

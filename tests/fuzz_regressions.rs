@@ -96,3 +96,46 @@ fn fuzz_seeds_keep_every_invariant() {
         "left in the temporary directory"
     );
 }
+
+/// Hostile traces for the `trace_view` target: cut, mistyped, with markup,
+/// with ids answered twice, with a child that has no parent call.
+const TRACE_REGRESSIONS: &[&str] = &[
+    "",
+    "\n\n",
+    "{}",
+    "null\n",
+    r#"{"agent":"parent","call":1,"kind":"request","messages":[]}"#,
+    r#"{"agent":"parent","call":1,"kind":"request","messages":[{"role":"user","content":"</script><!--"}],"system":"","tool_definitions":[],"tools":[]}
+{"agent":"parent","call":1,"kind":"response","response":{"content":[{"type":"tool_use","id":"</script>","name":"task","input":{"task":"<b>"}}],"stop_reason":"tool_use"}}
+{"agent":"child-9","call":1,"kind":"request","parent_tool_use_id":"nowhere","messages":[{"role":"user","content":"x"}],"system":"","tool_definitions":[],"tools":[]}
+{"agent":"parent","kind":"tool","id":"</script>","name":"task","decision":"allowed","is_error":false,"content":"{\"status\":1}"}
+{"agent":"parent","kind":"tool","id":"</script>","name":"task","decision":"allowed","is_error":false,"content":"twice"}"#,
+    r#"{"agent":"parent","call":1,"kind":"request","messages":[{"role":"user","content":"q"}],"system":"","tool_definitions":[],"tools":[]}
+{"agent":"parent","call":7,"kind":"response","response":{"content":[],"stop_reason":"end_turn"}}
+{"agent":"parent","kind":"outcome","status":"answered","text":"\u202e\u0007","calls":99}"#,
+];
+
+#[test]
+fn hostile_traces_are_checked_and_drawn_without_a_panic() {
+    for trace in TRACE_REGRESSIONS {
+        subloop::testing::fuzz_trace(trace.as_bytes());
+    }
+    // And every demo-like trace the suite writes, cut at every line.
+    let dir = std::env::temp_dir().join(format!("subloop-fuzz-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let trace = dir.join("deny.jsonl");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_subloop"))
+        .args(["demo", "--quiet", "--decision", "deny", "--trace"])
+        .arg(&trace)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("demo");
+    assert!(status.success());
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    let _ = std::fs::remove_dir_all(&dir);
+    for cut in 0..=text.len() {
+        if text.is_char_boundary(cut) && (cut % 97 == 0 || text[..cut].ends_with('\n')) {
+            subloop::testing::fuzz_trace(&text.as_bytes()[..cut]);
+        }
+    }
+}

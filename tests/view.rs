@@ -129,3 +129,141 @@ fn the_timeline_shows_every_call_with_children_under_their_task() {
     let out = subloop(&["view"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A script that reads a file and runs the program, then answers.
+const SCRIPT: &str = "examples/scripts/check_and_run.json";
+
+/// The page file is checked like a trace file before anything runs, and
+/// without `--trace` the run's temporary trace is gone afterwards.
+#[test]
+fn the_view_page_is_checked_before_the_run_and_leaves_nothing_behind() {
+    let dir = TempDir::new("view-page");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).expect("tmp");
+    let ws = common::marker_workspace();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--quiet",
+            "--decision",
+            "allow",
+            "--workspace",
+            ws.path().to_str().expect("utf-8"),
+            "--script",
+        ];
+        args.push(SCRIPT);
+        args.extend_from_slice(extra);
+        Command::new(common::bin())
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("TMPDIR", &tmp)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run subloop")
+    };
+    let page = dir.path().join("run.html");
+    let page_arg = page.to_str().expect("utf-8");
+
+    // Refused, exit 2, one line, nothing ran: inside the workspace, the
+    // script, the trace itself.
+    let inside = ws.path().join("main.py");
+    let trace = dir.write("t.jsonl", "");
+    for (flags, says) in [
+        (
+            vec!["--view", inside.to_str().expect("utf-8")],
+            "is inside the workspace",
+        ),
+        (vec!["--view", SCRIPT], "is the script"),
+        (
+            vec![
+                "--trace",
+                trace.to_str().expect("utf-8"),
+                "--view",
+                trace.to_str().expect("utf-8"),
+            ],
+            "is the trace file",
+        ),
+    ] {
+        let out = run(&flags);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flags:?}: {}",
+            text(&out.stderr)
+        );
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("the view page") && err.contains(says), "{err}");
+        assert!(
+            !ws.path().join(common::MARKER).exists(),
+            "{flags:?} ran the program"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("main.py")).expect("main.py"),
+        format!(
+            "open('{}', 'w').write('ran')\nprint(6 * 7)\n",
+            common::MARKER
+        )
+    );
+
+    // Written, from a temporary trace that is then removed.
+    let out = run(&["--view", page_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&page).expect("page");
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(
+        html.contains("\"invariant\":\"denied_never_ran\""),
+        "the checks are in the page"
+    );
+    assert_eq!(
+        std::fs::read_dir(&tmp).expect("tmp").count(),
+        0,
+        "the temporary trace is left"
+    );
+
+    // A page that cannot be written: the run's answer stands, one line
+    // says why, and the exit is 1 (the record asked for is missing).
+    let out = run(&["--view", "/dev/full", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("writing the view page /dev/full failed"),
+        "{}",
+        text(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["status"], "answered");
+    assert!(json["warnings"].to_string().contains("view page"), "{json}");
+
+    // `view -o`: the same page from a saved trace; the trace itself is refused.
+    let out = run(&["--trace", trace.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let again = dir.path().join("again.html");
+    let out = subloop(&[
+        "view",
+        trace.to_str().expect("utf-8"),
+        "-o",
+        again.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).contains("every invariant held"));
+    assert!(
+        std::fs::read_to_string(&again)
+            .expect("page")
+            .contains("subloop-run")
+    );
+    let before = std::fs::read_to_string(&trace).expect("trace");
+    let out = subloop(&[
+        "view",
+        trace.to_str().expect("utf-8"),
+        "-o",
+        trace.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        std::fs::read_to_string(&trace).expect("trace"),
+        before,
+        "the trace was touched"
+    );
+}

@@ -35,6 +35,8 @@ const RUN_CHAT: &[Command] = &[Command::Run, Command::Chat];
 const DEMO_CHAT: &[Command] = &[Command::Demo, Command::Chat];
 /// `subloop run` only.
 const RUN: &[Command] = &[Command::Run];
+/// `subloop demo` and `subloop run`: one run that ends (its page).
+const DEMO_RUN: &[Command] = &[Command::Demo, Command::Run];
 /// `subloop run` and `subloop replay`: a workspace is required.
 const RUN_REPLAY: &[Command] = &[Command::Run, Command::Replay];
 /// `subloop replay` only.
@@ -155,6 +157,8 @@ pub(crate) struct Draft {
     pub view_parent: Option<u32>,
     /// `view --child-calls`.
     pub view_child: Option<u32>,
+    /// `view -o FILE`.
+    pub view_output: Option<PathBuf>,
 }
 
 /// A flag's value, with the flag's name for messages.
@@ -410,6 +414,28 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("FILE", |d, v| {
             d.settings.trace = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "view",
+        short: None,
+        help: "when the run ends, write it as one self-contained HTML page (lanes, calls and results, delegations, invariants); like --trace, never the script or a workspace file",
+        commands: DEMO_RUN,
+        group: Group::Options,
+        action: Action::Value("FILE", |d, v| {
+            d.settings.view = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "output",
+        short: Some('o'),
+        help: "write the run as one self-contained HTML page to FILE instead of the timeline",
+        commands: VIEW,
+        group: Group::Options,
+        action: Action::Value("FILE", |d, v| {
+            d.view_output = Some(v.path());
             Ok(())
         }),
     },

@@ -129,6 +129,8 @@ pub struct Cli {
     pub keep_going: bool,
     /// `view --check`.
     pub check: bool,
+    /// `view -o FILE`: the HTML page instead of the timeline.
+    pub view_output: Option<PathBuf>,
     /// `view`'s budgets to check.
     pub view_policy: crate::invariants::Policy,
 }
@@ -226,6 +228,7 @@ where
         check: false,
         view_parent: None,
         view_child: None,
+        view_output: None,
     };
     let mut replay: Option<PathBuf> = None;
     let mut seen: Vec<&'static str> = Vec::new();
@@ -299,6 +302,7 @@ fn finish(
         check,
         view_parent,
         view_child,
+        view_output,
     } = draft;
     if live && script.is_some() {
         return Err(fail("--live and --script cannot be used together".into()));
@@ -364,6 +368,7 @@ fn finish(
         replay,
         keep_going,
         check,
+        view_output,
         view_policy: crate::invariants::Policy {
             parent_calls: view_parent,
             child_calls: view_child,

@@ -111,7 +111,18 @@ fn every_accepted_flag_is_in_the_help_of_its_command() {
             if let Some(short) = flag.short {
                 let mut args = base(command, false);
                 args.push(format!("-{short}"));
-                assert!(matches!(parse(&args), Ok(Invocation::Print(_))), "{args:?}");
+                match &value {
+                    // `-o FILE` is `--output FILE`.
+                    Some(value) => {
+                        args.push(value.clone());
+                        if let Err(err) = run(&args) {
+                            panic!("{args:?} is refused: {err}");
+                        }
+                    }
+                    None => {
+                        assert!(matches!(parse(&args), Ok(Invocation::Print(_))), "{args:?}");
+                    }
+                }
             }
         }
     }
