@@ -84,6 +84,17 @@ impl AgentBuilder {
         Ok(self)
     }
 
+    /// Adds the tools of a source whose set can change during a run (an MCP
+    /// server's): they are offered and dispatched as the source lists them
+    /// at each turn boundary (a subagent's whitelist is resolved once, here).
+    pub fn tool_source(
+        mut self,
+        source: std::sync::Arc<dyn crate::tools::ToolSource>,
+    ) -> Result<Self, SetupError> {
+        self.registry.register_source(source)?;
+        Ok(self)
+    }
+
     /// Adds `todo_write` and attaches the current plan to every parent request.
     pub fn plan(mut self) -> Result<Self, SetupError> {
         let plan = SharedPlan::new();

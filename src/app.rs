@@ -115,6 +115,12 @@ pub struct Settings {
     /// Where to write the run's HTML page when it ends (`--view`; checked
     /// like the trace file). Without a trace the run writes a temporary one.
     pub view: Option<PathBuf>,
+    /// MCP servers whose tools join the run (`--mcp-config`, `--mcp`).
+    pub mcp: Vec<crate::tools::mcp::ServerConfig>,
+    /// An MCP server's start timeout, also each MCP call's (`--mcp-timeout`).
+    pub mcp_timeout: Duration,
+    /// The tools a child may hold (`--child-tools`): read-only ones only.
+    pub child_tools: Vec<String>,
 }
 
 impl Settings {
@@ -138,6 +144,9 @@ impl Settings {
             resume: None,
             follow_up: None,
             view: None,
+            mcp: Vec::new(),
+            mcp_timeout: DEFAULT_MCP_TIMEOUT,
+            child_tools: vec!["read_file".to_owned()],
         }
     }
 
@@ -189,6 +198,9 @@ pub enum AppError {
         /// Why.
         error: ResumeError,
     },
+    /// An MCP server could not be started (or this build has no MCP client).
+    #[error("{0}")]
+    Mcp(String),
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -199,10 +211,14 @@ pub enum AppError {
     },
 }
 
-/// Builds the full agent: `read_file`, `run_main`, `todo_write` and `task`
-/// (children get `read_file` only), with the settings' gate.
+/// The default `--mcp-timeout`.
+pub const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Builds the full agent: `read_file`, `run_main`, the MCP servers' tools,
+/// `todo_write` and `task` (children get the `child_tools`), with the
+/// settings' gate.
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
-    assemble(settings, children, None, settings.trace.as_deref()).map(|(agent, _)| agent)
+    assemble(settings, children, None, settings.trace.as_deref()).map(|(agent, _, _)| agent)
 }
 
 /// The agent, and the status of its trace if it writes one.
@@ -211,15 +227,20 @@ fn assemble(
     children: Arc<dyn ChildModels>,
     resume: Option<(&Resuming, &ResumePoint)>,
     trace: Option<&Path>,
-) -> Result<(Agent, Option<TraceStatus>), AppError> {
+) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
-    let mut builder = AgentBuilder::new(settings.decision.approver())
+    let builder = AgentBuilder::new(settings.decision.approver())
         .limits(settings.limits, settings.cancel.clone())
         .on_empty_reply(settings.on_empty_reply)
         .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
-        .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?
-        .plan()?
-        .subagents(SubagentConfig::new(children, Hooks::none()).budget(child_budget))?;
+        .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?;
+    let (builder, mcp) = mcp_tools(settings, builder)?;
+    let whitelist: Vec<&str> = settings.child_tools.iter().map(String::as_str).collect();
+    let mut builder = builder.plan()?.subagents(
+        SubagentConfig::new(children, Hooks::none())
+            .budget(child_budget)
+            .whitelist(&whitelist),
+    )?;
     if settings.progress {
         builder = builder.monitor(StderrProgress);
     }
@@ -239,15 +260,111 @@ fn assemble(
             resuming.keep,
         )?;
         let writer = TraceWriter::resume(file, point.trace_fields());
+        mcp.record(&writer.notes());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     } else if let Some(path) = trace {
         let writer =
             TraceWriter::from_file(trace_target::open(path, &settings.workspace, &protected)?);
+        mcp.record(&writer.notes());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     }
-    Ok((builder.build(), status))
+    Ok((builder.build(), status, mcp))
+}
+
+/// Starts the settings' MCP servers (all at once) and registers their tools.
+#[cfg(feature = "mcp")]
+fn mcp_tools(
+    settings: &Settings,
+    mut builder: AgentBuilder,
+) -> Result<(AgentBuilder, McpSetup), AppError> {
+    use crate::tools::mcp::{ExitNotice, McpSettings, McpTools};
+    if settings.mcp.is_empty() {
+        return Ok((builder, McpSetup::default()));
+    }
+    let notice = ExitNotice::default();
+    let tools = McpTools::start(
+        &settings.mcp,
+        &McpSettings {
+            cap: settings.read_limit,
+            timeout: settings.mcp_timeout,
+            cancel: settings.cancel.clone(),
+            exit_notice: notice.clone(),
+        },
+    )
+    .map_err(|err| AppError::Mcp(err.to_string()))?;
+    let mut lines: Vec<String> = tools
+        .warnings
+        .iter()
+        .map(|warning| format!("[mcp] {}", crate::progress::printable(warning)))
+        .collect();
+    for (server, names) in &tools.servers {
+        lines.push(format!(
+            "[mcp] server {server}: {} tool(s): {}",
+            names.len(),
+            crate::progress::printable(&names.join(", "))
+        ));
+    }
+    for source in tools.sources {
+        builder = builder.tool_source(source)?;
+    }
+    Ok((
+        builder,
+        McpSetup {
+            lines,
+            servers: tools.servers,
+            notice: Some(notice),
+        },
+    ))
+}
+
+/// What starting the MCP servers leaves for the run: the progress lines,
+/// the servers with their registered tools, and where a mid-run exit is told.
+#[derive(Debug, Default)]
+struct McpSetup {
+    lines: Vec<String>,
+    servers: Vec<(String, Vec<String>)>,
+    #[cfg(feature = "mcp")]
+    notice: Option<crate::tools::mcp::ExitNotice>,
+}
+
+impl McpSetup {
+    /// Records the servers in the trace (`notes`): a `started` line each
+    /// now, an `exited` line when one exits mid-run.
+    fn record(&self, notes: &crate::trace::TraceNotes) {
+        for (server, tools) in &self.servers {
+            notes.line(
+                "mcp_server",
+                serde_json::json!({"server": server, "event": "started", "tools": tools}),
+            );
+        }
+        #[cfg(feature = "mcp")]
+        if let Some(notice) = &self.notice {
+            let notes = notes.clone();
+            notice.set(move |server, how| {
+                notes.line(
+                    "mcp_server",
+                    serde_json::json!({"server": server, "event": "exited", "how": how}),
+                );
+            });
+        }
+    }
+}
+
+/// Without the `mcp` feature a run given servers is refused.
+#[cfg(not(feature = "mcp"))]
+fn mcp_tools(
+    settings: &Settings,
+    builder: AgentBuilder,
+) -> Result<(AgentBuilder, McpSetup), AppError> {
+    if settings.mcp.is_empty() {
+        Ok((builder, McpSetup::default()))
+    } else {
+        Err(AppError::Mcp(
+            "this subloop was built without the `mcp` feature; rebuild with default features to use MCP servers".to_owned(),
+        ))
+    }
 }
 
 /// A finished CLI run: the report, and whether its record is complete.
@@ -259,6 +376,8 @@ pub struct Run {
     pub trace_error: Option<String>,
     /// Why the `--view` page could not be written, if it could not.
     pub page_error: Option<String>,
+    /// The MCP servers of the run with their registered tools (in `--json`).
+    pub mcp_servers: Vec<(String, Vec<String>)>,
 }
 
 impl Run {
@@ -267,7 +386,27 @@ impl Run {
     /// trace (if any) is complete, else 1; an output that cannot be written
     /// is one line on stderr and 1, a reader that went away is not an error.
     pub fn finish(&self, json: bool) -> std::process::ExitCode {
-        let printed = if json {
+        let printed = if json && !self.mcp_servers.is_empty() {
+            #[derive(serde::Serialize)]
+            struct Server<'a> {
+                name: &'a str,
+                tools: &'a [String],
+            }
+            #[derive(serde::Serialize)]
+            struct WithServers<'a> {
+                #[serde(flatten)]
+                report: crate::json_report::JsonReport<'a>,
+                mcp_servers: Vec<Server<'a>>,
+            }
+            crate::output::print_json_stdout(&WithServers {
+                report: self.report.json_report(),
+                mcp_servers: self
+                    .mcp_servers
+                    .iter()
+                    .map(|(name, tools)| Server { name, tools })
+                    .collect(),
+            })
+        } else if json {
             // Serialized straight from the report's typed view (no `Value`)
             // into stdout.
             crate::output::print_json_stdout(&self.report.json_report())
@@ -306,6 +445,8 @@ pub struct Prepared {
     trace_path: Option<PathBuf>,
     resume: Option<ResumePoint>,
     page: Option<PageOutput>,
+    mcp_lines: Vec<String>,
+    mcp_servers: Vec<(String, Vec<String>)>,
     // A temporary workspace is removed afterwards, whatever happens.
     _cleanup: TemporaryWorkspace,
 }
@@ -419,7 +560,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             )
         }
     };
-    let (agent, trace) = assemble(
+    let (agent, trace, mcp) = assemble(
         settings,
         children,
         resuming.as_ref().map(|(resuming, point)| (resuming, point)),
@@ -461,6 +602,8 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         trace_path: settings.trace.clone().or_else(|| settings.resume.clone()),
         resume: resuming.map(|(_, point)| point),
         page,
+        mcp_lines: mcp.lines,
+        mcp_servers: mcp.servers,
         _cleanup: cleanup,
     })
 }
@@ -497,6 +640,12 @@ impl Resuming {
 }
 
 impl Prepared {
+    /// The MCP servers started and their tools (and any tool skipped), one
+    /// line each, for the progress output.
+    pub fn mcp_lines(&self) -> &[String] {
+        &self.mcp_lines
+    }
+
     /// For a resumed run, the line saying where it goes on: the calls kept,
     /// how the earlier part ended, and the calls answered "not executed".
     pub fn resumed_line(&self) -> Option<String> {
@@ -556,6 +705,7 @@ impl Prepared {
             report,
             trace_error,
             page_error,
+            mcp_servers: self.mcp_servers,
         })
     }
 }

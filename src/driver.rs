@@ -20,6 +20,12 @@ pub trait Executor {
     /// The tool definitions offered to the model: the same set that [`Executor::execute`] dispatches.
     fn definitions(&self) -> &[ToolDefinition];
 
+    /// Called at each turn boundary, before the next request is built: an
+    /// executor whose tools can change (an MCP server's list, say)
+    /// takes their current list here, so the definitions of the request
+    /// and the dispatch of its reply are one list. The default does nothing.
+    fn refresh(&mut self) {}
+
     /// Text attached to the next request only (e.g. the current plan), as a
     /// system attachment after the system prompt; not stored in the history.
     fn attachment(&self) -> Option<String> {
@@ -162,6 +168,7 @@ pub fn run_from(
             interrupt.text = format!("{} (stopped before model request {call})", interrupt.text);
             break conversation.interrupt(interrupt).into_outcome();
         }
+        executor.refresh();
         let attachment = executor.attachment();
         let reply = {
             let request = conversation.request(executor.definitions(), attachment.as_deref());

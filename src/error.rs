@@ -119,4 +119,7 @@ pub enum SetupError {
     /// A command line for `run_main` is empty or badly quoted.
     #[error("run command: {0}")]
     RunCommand(String),
+    /// A tool source could not list its tools.
+    #[error("{0}")]
+    ToolSource(String),
 }

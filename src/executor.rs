@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -109,6 +110,9 @@ pub(crate) struct Toolbox<'a> {
     /// The batches of the current reply, by the id of each one's first call.
     batches: HashMap<ToolUseId, Vec<ToolCall>>,
     over_limit: HashSet<ToolUseId>,
+    /// The registry as refreshed at a turn boundary, when a tool source's
+    /// tools changed; until then the agent's own.
+    refreshed: Option<Registry>,
 }
 
 /// The outcome of the pipeline for one call.
@@ -118,9 +122,13 @@ struct Answer {
     warnings: Vec<String>,
 }
 
-enum Admission<'t> {
+/// A call of a batch that passed admission: the call, its tool, the
+/// decision and the warnings so far.
+type AdmittedCall<'c> = (&'c ToolCall, Arc<dyn Tool>, CallDecision, Vec<String>);
+
+enum Admission {
     Refused(ToolOutput, CallDecision),
-    Admitted(&'t dyn Tool, CallDecision),
+    Admitted(Arc<dyn Tool>, CallDecision),
 }
 
 /// Why a call's arguments are not a JSON object, when its input is a JSON
@@ -159,7 +167,13 @@ impl<'a> Toolbox<'a> {
             prepared: HashMap::new(),
             batches: HashMap::new(),
             over_limit: HashSet::new(),
+            refreshed: None,
         }
+    }
+
+    /// The registry in force: the refreshed one, or the agent's.
+    fn registry(&self) -> &Registry {
+        self.refreshed.as_ref().unwrap_or(self.gate.registry)
     }
 
     /// The records and warnings gathered, in call order.
@@ -179,7 +193,7 @@ impl<'a> Toolbox<'a> {
     }
 
     /// Registry, schema, permission and before hooks, in that order.
-    fn admit(&self, call: &ToolCall, warnings: &mut Vec<String>) -> Admission<'a> {
+    fn admit(&self, call: &ToolCall, warnings: &mut Vec<String>) -> Admission {
         self.audit(call, Phase::Before, None);
         if self.over_limit.contains(call.id()) {
             let limit = self.gate.guard.limits().max_tools_per_reply;
@@ -190,7 +204,7 @@ impl<'a> Toolbox<'a> {
                 CallDecision::OverLimit,
             );
         }
-        let Some((tool, input_schema)) = self.gate.registry.lookup(call.name()) else {
+        let Some((tool, input_schema)) = self.registry().lookup_shared(call.name()) else {
             return Admission::Refused(
                 refusal(format_args!("unregistered tool {}", call.name())),
                 CallDecision::Unregistered,
@@ -345,7 +359,7 @@ impl<'a> Toolbox<'a> {
                 self.conclude(call, output, decision, false, warnings)
             }
             Admission::Admitted(tool, decision) => {
-                let output = self.run_tool(tool, call);
+                let output = self.run_tool(tool.as_ref(), call);
                 self.conclude(call, output, decision, true, warnings)
             }
         }
@@ -355,7 +369,7 @@ impl<'a> Toolbox<'a> {
     /// runs in call order; the admitted calls then run together through
     /// [`Tool::run_batch`]; every answer waits in `prepared` for its turn.
     fn run_batch(&mut self, run: &[ToolCall]) {
-        let mut admitted: Vec<(&ToolCall, &dyn Tool, CallDecision, Vec<String>)> = Vec::new();
+        let mut admitted: Vec<AdmittedCall<'_>> = Vec::new();
         for call in run {
             let mut warnings = Vec::new();
             match self.admit(call, &mut warnings) {
@@ -371,7 +385,7 @@ impl<'a> Toolbox<'a> {
         let Some((first, tool, ..)) = admitted.first() else {
             return;
         };
-        let (name, tool) = (first.name(), *tool);
+        let (name, tool) = (first.name(), Arc::clone(tool));
         let contexts: Vec<ToolContext<'_>> = admitted
             .iter()
             .map(|(call, ..)| ToolContext {
@@ -416,7 +430,29 @@ impl<'a> Toolbox<'a> {
 
 impl Executor for Toolbox<'_> {
     fn definitions(&self) -> &[ToolDefinition] {
-        self.gate.registry.definitions()
+        self.registry().definitions()
+    }
+
+    /// A tool source said its tools changed: from the next request on, the
+    /// definitions sent and the dispatch table are its current list.
+    fn refresh(&mut self) {
+        let Some((fresh, warnings)) = self.registry().refreshed() else {
+            return;
+        };
+        let before = self.registry().names().join(", ");
+        let after = fresh.names().join(", ");
+        let mut notes = warnings;
+        if before != after {
+            notes.push(format!("the tools changed: now {after}"));
+        }
+        for text in notes {
+            self.gate.monitor.warning(&self.agent, &text);
+            self.warnings.push(Warning {
+                agent: self.agent.clone(),
+                text,
+            });
+        }
+        self.refreshed = Some(fresh);
     }
 
     fn attachment(&self) -> Option<String> {
@@ -440,8 +476,7 @@ impl Executor for Toolbox<'_> {
         for run in admitted.chunk_by(|a, b| a.name() == b.name()) {
             let [first, _, ..] = run else { continue };
             let delegates = self
-                .gate
-                .registry
+                .registry()
                 .get(first.name())
                 .is_some_and(|tool| tool.capability() == Capability::Delegates);
             if delegates {

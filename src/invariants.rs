@@ -293,43 +293,58 @@ pub fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
                 }
             }
         }
-        // Offered and dispatched, and denied calls.
-        let offered: BTreeSet<&str> = run
-            .request(agent, 1)
-            .map(|request| {
-                request
-                    .tools
-                    .iter()
-                    .map(|tool| tool.name.as_str())
-                    .collect()
-            })
-            .unwrap_or_default();
-        for line in run.tools(agent) {
-            let name = line.get("name").and_then(Value::as_str).unwrap_or_default();
-            let id = line.get("id").and_then(Value::as_str);
-            let decision = line
-                .get("decision")
-                .and_then(Value::as_str)
+        // Offered and dispatched (each reply's calls against the tools its
+        // request offered), and denied calls.
+        let calls = run.calls(agent);
+        // Tool lines recorded before the first reply (a hand-made trace)
+        // are checked against the first request.
+        let early = run
+            .tools(agent)
+            .len()
+            .saturating_sub(run.tools_after_reply(agent, 1).len());
+        let mut groups: Vec<(u32, &[Value])> =
+            vec![(1, run.tools(agent).get(..early).unwrap_or_default())];
+        groups.extend((1..=calls).map(|call| (call, run.tools_of_reply(agent, call))));
+        for (call, lines) in groups {
+            let offered: BTreeSet<&str> = run
+                .request(agent, call)
+                .map(|request| {
+                    request
+                        .tools
+                        .iter()
+                        .map(|tool| tool.name.as_str())
+                        .collect()
+                })
                 .unwrap_or_default();
-            if !offered.contains(name) && decision != "unregistered" {
-                breach(
-                    Invariant::OfferedIsDispatched,
-                    at(None, id),
-                    format!("{name} ran ({decision}) but was not offered"),
-                );
-            }
-            if decision == "denied" {
-                let content = line
-                    .get("content")
+            for line in lines {
+                let name = line.get("name").and_then(Value::as_str).unwrap_or_default();
+                let id = line.get("id").and_then(Value::as_str);
+                let decision = line
+                    .get("decision")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                let is_error = line.get("is_error").and_then(Value::as_bool) == Some(true);
-                if !is_error || !content.starts_with("not executed") {
+                if !offered.contains(name) && decision != "unregistered" {
                     breach(
-                        Invariant::DeniedNeverRan,
-                        at(None, id),
-                        format!("a denied {name} call has a result that shows it ran: {content:?}"),
+                        Invariant::OfferedIsDispatched,
+                        at(Some(call), id),
+                        format!("{name} ran ({decision}) but was not offered"),
                     );
+                }
+                if decision == "denied" {
+                    let content = line
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let is_error = line.get("is_error").and_then(Value::as_bool) == Some(true);
+                    if !is_error || !content.starts_with("not executed") {
+                        breach(
+                            Invariant::DeniedNeverRan,
+                            at(Some(call), id),
+                            format!(
+                                "a denied {name} call has a result that shows it ran: {content:?}"
+                            ),
+                        );
+                    }
                 }
             }
         }

@@ -276,6 +276,11 @@ fn run() -> ExitCode {
     if let (Some(line), true) = (live_line, cli.settings.progress) {
         let _ = writeln!(std::io::stderr(), "{line}");
     }
+    if cli.settings.progress {
+        for line in prepared.mcp_lines() {
+            let _ = writeln!(std::io::stderr(), "{line}");
+        }
+    }
     if let (Some(line), true) = (prepared.resumed_line(), cli.settings.progress) {
         let _ = writeln!(std::io::stderr(), "{line}");
     }

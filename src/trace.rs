@@ -9,13 +9,14 @@
 //!
 //! | kind | fields |
 //! |---|---|
-//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` |
+//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions`, which a later request carries again when the tools offered changed (an MCP server's list did) |
 //! | `response` | `call`, `response` (the reply as received) |
 //! | `model_failed` | `call`, `error` |
 //! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
 //! | `tool` | `name`, `id`, `decision`, `is_error`, `content` (the result exactly as sent to the model) |
 //! | `warning` | `text` |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
+//! | `mcp_server` | (parent) `server`, `event` (`started`, with `tools`: the registered names; `exited`, with `how`: the exit status and the server's last stderr lines, when it exits mid-run) |
 //! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
 //!
 //! A write that fails stops the trace (one line on stderr; [`TraceStatus`]
@@ -71,7 +72,21 @@ pub fn check_version(first: &Value) -> Result<u64, String> {
 #[derive(Debug)]
 pub struct TraceWriter {
     shared: Arc<Mutex<TraceFile>>,
+    /// The tool names each agent's last request offered: when they change
+    /// (a tool source's list changed), the request carries the definitions again.
+    offered: HashMap<AgentId, Vec<String>>,
     _termination: signals::Registration,
+}
+
+/// Writes lines of the host's own into a trace (see [`TraceWriter::notes`]).
+#[derive(Debug, Clone)]
+pub struct TraceNotes(Arc<Mutex<TraceFile>>);
+
+impl TraceNotes {
+    /// One line for the parent: `kind` and `fields` (an object).
+    pub fn line(&self, kind: &str, fields: Value) {
+        lock(&self.0).emit(&AgentId::Parent, kind, fields);
+    }
 }
 
 /// Whether the trace was written completely: a handle a host keeps after
@@ -233,8 +248,15 @@ impl TraceWriter {
         });
         Self {
             shared,
+            offered: HashMap::new(),
             _termination: termination,
         }
+    }
+
+    /// A handle that writes lines of the host's own (parent, `kind`,
+    /// `fields`) into this trace, such as the MCP servers' start and exit.
+    pub fn notes(&self) -> TraceNotes {
+        TraceNotes(Arc::clone(&self.shared))
     }
 
     /// A handle that tells afterwards whether every line was written.
@@ -256,15 +278,24 @@ impl Monitor for TraceWriter {
                 request,
                 new_messages,
             } => {
+                let names: Vec<String> = request
+                    .tool_names()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
                 let mut fields = json!({
                     "call": call,
-                    "tools": request.tool_names(),
+                    "tools": names,
                     "messages": new_messages,
                     "attachment": request.attachment,
                 });
                 if *call == 1 {
                     fields["system"] = json!(request.system);
+                }
+                let changed = self.offered.get(agent) != Some(&names);
+                if *call == 1 || changed {
                     fields["tool_definitions"] = json!(request.tools);
+                    self.offered.insert(agent.clone(), names);
                 }
                 self.line(agent, "request", fields);
             }
@@ -402,6 +433,12 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
                 agents.get_mut(&agent).ok_or("agent state lost")?
             }
         };
+        // The offered tools changed (a tool source's list did): the
+        // request carries the definitions again.
+        if call > 1 && !value["tool_definitions"].is_null() {
+            state.tools = serde_json::from_value(value["tool_definitions"].clone())
+                .map_err(|err| format!("line {number}: tool_definitions: {err}"))?;
+        }
         state.messages.extend(new);
         requests.push(RebuiltRequest {
             agent,

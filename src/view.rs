@@ -163,15 +163,7 @@ fn agent_lines(
             "{pad}{agent} call {call} ({offered} tools offered) -> {reply}\n"
         ));
         // This reply's tool lines: those before the next reply's.
-        let after = run.tools_after_reply(agent, call);
-        let later = if call < calls {
-            run.tools_after_reply(agent, call + 1).len()
-        } else {
-            0
-        };
-        let own = after
-            .get(..after.len().saturating_sub(later))
-            .unwrap_or_default();
+        let own = run.tools_of_reply(agent, call);
         for line in own {
             tool_line(line, &pad, paint, out);
             let id = line.get("id").and_then(Value::as_str).unwrap_or_default();

@@ -99,7 +99,7 @@ fn the_timeline_shows_every_call_with_children_under_their_task() {
     assert_eq!(out.status.code(), Some(1));
     let shown = text(&out.stdout);
     assert!(
-        shown.contains("  broken denied calls never ran\n      at parent toolu_"),
+        shown.contains("  broken denied calls never ran\n      at parent call 3 toolu_parent_3: "),
         "{shown}"
     );
     // A child whose task result is not on record (a run killed while it

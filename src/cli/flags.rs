@@ -159,7 +159,16 @@ pub(crate) struct Draft {
     pub view_child: Option<u32>,
     /// `view -o FILE`.
     pub view_output: Option<PathBuf>,
+    /// `--mcp-config FILE`, each given.
+    pub mcp_files: Vec<PathBuf>,
+    /// `--mcp NAME=COMMAND`, each given.
+    pub mcp_servers: Vec<String>,
+    /// `--mcp-read-only NAME:TOOL,…`, each given.
+    pub mcp_read_only: Vec<String>,
 }
+
+/// The flags that may be given more than once (each adds to a list).
+pub(crate) const REPEATABLE: &[&str] = &["mcp-config", "mcp", "mcp-read-only"];
 
 /// A flag's value, with the flag's name for messages.
 pub(crate) struct Value {
@@ -414,6 +423,69 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("FILE", |d, v| {
             d.settings.trace = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "mcp-config",
+        short: None,
+        help: "add the MCP servers of an {\"mcpServers\": {NAME: {command, args, env, readOnly}}} file (repeatable); their tools are mcp__NAME__TOOL and pass the gate unless marked read-only",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("CONFIG", |d, v| {
+            d.mcp_files.push(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "mcp",
+        short: None,
+        help: "add one MCP server: NAME=COMMAND ARGS… (split like --run-command; repeatable)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("SPEC", |d, v| {
+            d.mcp_servers.push(v.text()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "mcp-read-only",
+        short: None,
+        help: "mark tools of a configured MCP server read-only: NAME:TOOL,… (they run without approval and may be given to a subagent; repeatable)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("NAME:TOOLS", |d, v| {
+            d.mcp_read_only.push(v.text()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "mcp-timeout",
+        short: None,
+        help: "an MCP server's start timeout, also each MCP call's (default 30)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("SECS", |d, v| {
+            d.settings.mcp_timeout = Duration::from_secs_f64(v.seconds()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "child-tools",
+        short: None,
+        help: "the tools a subagent may use, comma-separated: read-only ones only (default read_file)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("A,B,…", |d, v| {
+            let names: Vec<String> = v
+                .text()?
+                .split(',')
+                .map(|name| name.trim().to_owned())
+                .collect();
+            if names.iter().any(String::is_empty) {
+                return Err(v.takes("tool names separated by commas"));
+            }
+            d.settings.child_tools = names;
             Ok(())
         }),
     },

@@ -229,6 +229,9 @@ where
         view_parent: None,
         view_child: None,
         view_output: None,
+        mcp_files: Vec::new(),
+        mcp_servers: Vec::new(),
+        mcp_read_only: Vec::new(),
     };
     let mut replay: Option<PathBuf> = None;
     let mut seen: Vec<&'static str> = Vec::new();
@@ -253,7 +256,7 @@ where
                     )));
                 }
             };
-        if seen.contains(&flag.long) {
+        if seen.contains(&flag.long) && !flags::REPEATABLE.contains(&flag.long) {
             return Err(fail(format!("--{} given twice", flag.long)));
         }
         seen.push(flag.long);
@@ -303,7 +306,11 @@ fn finish(
         view_parent,
         view_child,
         view_output,
+        mcp_files,
+        mcp_servers,
+        mcp_read_only,
     } = draft;
+    settings.mcp = mcp_servers_of(&mcp_files, &mcp_servers, &mcp_read_only).map_err(fail)?;
     if live && script.is_some() {
         return Err(fail("--live and --script cannot be used together".into()));
     }
@@ -375,6 +382,32 @@ fn finish(
             ..crate::invariants::Policy::default()
         },
     })
+}
+
+/// The MCP servers of `--mcp-config` files and `--mcp` flags, with the
+/// `--mcp-read-only` marks applied.
+fn mcp_servers_of(
+    files: &[PathBuf],
+    flags: &[String],
+    read_only: &[String],
+) -> Result<Vec<crate::tools::mcp::ServerConfig>, String> {
+    use crate::tools::mcp::config;
+    let mut servers = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|err| format!("--mcp-config {}: {err}", file.display()))?;
+        let more = config::parse_file(&text, &file.display().to_string())
+            .map_err(|err| err.to_string())?;
+        config::merge(&mut servers, more).map_err(|err| err.to_string())?;
+    }
+    for flag in flags {
+        let server = config::parse_server_flag(flag).map_err(|err| err.to_string())?;
+        config::merge(&mut servers, vec![server]).map_err(|err| err.to_string())?;
+    }
+    for marks in read_only {
+        config::apply_read_only(&mut servers, marks).map_err(|err| err.to_string())?;
+    }
+    Ok(servers)
 }
 
 /// Maps any displayable error to a [`CliError`] about `command`.

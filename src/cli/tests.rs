@@ -28,6 +28,14 @@ fn sample(name: &str) -> String {
         "CMD" => "python3 -u main.py".to_owned(),
         "NAME" => "claude-test".to_owned(),
         "TRACE" => "run.jsonl".to_owned(),
+        // An MCP config that exists (it is read while the flags are checked).
+        "CONFIG" => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/mcp.json")
+            .to_string_lossy()
+            .into_owned(),
+        "SPEC" => "u=python3 server.py".to_owned(),
+        "NAME:TOOLS" => "u:look".to_owned(),
+        "A,B,…" => "read_file".to_owned(),
         other => panic!("add a sample value for a flag value called `{other}`"),
     }
 }
@@ -78,6 +86,10 @@ fn with_flag(command: Command, long: &str, value: Option<&str>) -> Vec<String> {
     }
     if long == "live" {
         args.retain(|a| a != "--script" && a != "script.json");
+    }
+    // Read-only marks name a configured server.
+    if long == "mcp-read-only" {
+        args.extend(["--mcp".to_owned(), sample("SPEC")]);
     }
     args.push(format!("--{long}"));
     args.extend(value.map(str::to_owned));

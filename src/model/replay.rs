@@ -53,6 +53,8 @@ pub enum ReplayError {
 #[derive(Debug, Clone, PartialEq)]
 struct RecordedCall {
     messages: usize,
+    /// Which of the agent's tool sets this request offered.
+    tool_set: usize,
     attachment: Option<String>,
     reply: Option<ScriptedReply>,
     /// How many `tool` lines of the agent came before the reply.
@@ -65,7 +67,9 @@ struct RecordedCall {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct RecordedAgent {
     system: String,
-    tools: Vec<ToolDefinition>,
+    /// The tools offered: the first request's, then each set a later
+    /// request carried because the offered tools changed.
+    tool_sets: Vec<Vec<ToolDefinition>>,
     messages: Vec<Message>,
     calls: Vec<RecordedCall>,
     tool_lines: Vec<Value>,
@@ -169,12 +173,20 @@ impl RecordedRun {
                             .and_then(Value::as_str)
                             .unwrap_or_default()
                             .to_owned();
-                        entry.tools = field(&value, "tool_definitions").map_err(at)?;
+                        entry.tool_sets = vec![field(&value, "tool_definitions").map_err(at)?];
+                    } else if value
+                        .get("tool_definitions")
+                        .is_some_and(|defs| !defs.is_null())
+                    {
+                        entry
+                            .tool_sets
+                            .push(field(&value, "tool_definitions").map_err(at)?);
                     }
                     let new: Vec<Message> = field(&value, "messages").map_err(at)?;
                     entry.messages.extend(new);
                     entry.calls.push(RecordedCall {
                         messages: entry.messages.len(),
+                        tool_set: entry.tool_sets.len().saturating_sub(1),
                         attachment: value
                             .get("attachment")
                             .and_then(Value::as_str)
@@ -249,7 +261,11 @@ impl RecordedRun {
             .get(usize::try_from(call).ok()?.checked_sub(1)?)?;
         Some(Request {
             system: &entry.system,
-            tools: &entry.tools,
+            tools: entry
+                .tool_sets
+                .get(recorded.tool_set)
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
             messages: entry.messages.get(..recorded.messages)?,
             attachment: recorded.attachment.as_deref(),
         })
@@ -306,6 +322,20 @@ impl RecordedRun {
             .and_then(|call| entry.calls.get(call.checked_sub(1)?))
             .map_or(entry.tool_lines.len(), |recorded| recorded.tools_before);
         entry.tool_lines.get(from..).unwrap_or_default()
+    }
+
+    /// The `tool` lines of `agent` that answer its reply to `call`: those
+    /// recorded after that reply and before the next one.
+    pub fn tools_of_reply(&self, agent: &str, call: u32) -> &[Value] {
+        let after = self.tools_after_reply(agent, call);
+        let later = if call < self.calls(agent) {
+            self.tools_after_reply(agent, call + 1).len()
+        } else {
+            0
+        };
+        after
+            .get(..after.len().saturating_sub(later))
+            .unwrap_or_default()
     }
 
     /// Requests of all agents together.

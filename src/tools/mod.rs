@@ -6,15 +6,16 @@
 //! be dispatched.
 
 mod confine;
+pub mod mcp;
 mod read_file;
 mod registry;
-mod run_main;
+pub(crate) mod run_main;
 pub mod schema;
 mod todo;
 
 pub use confine::Resolution;
 pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, MAX_READ_LIMIT, ReadError, ReadFile};
-pub use registry::{ReadOnlyRegistry, Registry};
+pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{RunMain, RunSettings, kill_running_groups, split_command};
 pub use todo::TodoWrite;
 

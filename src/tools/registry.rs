@@ -8,13 +8,38 @@ use super::{Capability, ReadOnlyTool, Tool};
 use crate::error::SetupError;
 use crate::protocol::ToolDefinition;
 
+/// A tool a [`ToolSource`] provides: read-only (a child may hold it) or not.
 #[derive(Clone)]
-enum Entry {
+pub enum ToolEntry {
+    /// A read-only tool.
     ReadOnly(Arc<dyn ReadOnlyTool>),
+    /// Any other tool.
     General(Arc<dyn Tool>),
 }
 
-impl Entry {
+/// Tools whose set can change during a run (an MCP server's, which says so
+/// with `notifications/tools/list_changed`). A registry holding a source
+/// offers and dispatches its current tools; an agent's executor asks
+/// [`Registry::refreshed`] at each turn boundary, before a request is
+/// built, so the definitions sent and the dispatch table stay one list.
+pub trait ToolSource: Send + Sync {
+    /// What the source is (`MCP server fs`), for messages.
+    fn label(&self) -> String;
+    /// Whether the tools changed since the last [`ToolSource::tools`].
+    fn changed(&self) -> bool;
+    /// The tools now.
+    fn tools(&self) -> Result<Vec<ToolEntry>, String>;
+}
+
+/// A source, with where its tools go among the others.
+#[derive(Clone)]
+struct Source {
+    source: Arc<dyn ToolSource>,
+    /// Registered after this many fixed tools.
+    after: usize,
+}
+
+impl ToolEntry {
     fn tool(&self) -> &dyn Tool {
         match self {
             Self::ReadOnly(tool) => tool.as_ref(),
@@ -26,8 +51,11 @@ impl Entry {
 /// The tools of one agent: definitions and dispatch from the same list.
 #[derive(Clone, Default)]
 pub struct Registry {
-    entries: Vec<Entry>,
+    entries: Vec<ToolEntry>,
     definitions: Vec<ToolDefinition>,
+    /// For each entry, the source it came from (an index into `sources`).
+    origins: Vec<Option<usize>>,
+    sources: Vec<Source>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -44,7 +72,11 @@ impl Registry {
         Self::default()
     }
 
-    fn push(&mut self, entry: Entry) -> Result<(), SetupError> {
+    fn push(&mut self, entry: ToolEntry) -> Result<(), SetupError> {
+        self.push_from(entry, None)
+    }
+
+    fn push_from(&mut self, entry: ToolEntry, origin: Option<usize>) -> Result<(), SetupError> {
         let tool = entry.tool();
         let name = tool.name().to_owned();
         if self.get(&name).is_some() {
@@ -56,13 +88,95 @@ impl Registry {
             input_schema: tool.input_schema(),
         });
         self.entries.push(entry);
+        self.origins.push(origin);
         Ok(())
+    }
+
+    /// Adds a source's tools as they are now; later, [`Registry::refreshed`]
+    /// gives a registry with its tools as they are then, in the same place.
+    pub fn register_source(&mut self, source: Arc<dyn ToolSource>) -> Result<(), SetupError> {
+        let tools = source.tools().map_err(SetupError::ToolSource)?;
+        let index = self.sources.len();
+        let after = self
+            .origins
+            .iter()
+            .filter(|origin| origin.is_none())
+            .count();
+        self.sources.push(Source { source, after });
+        for entry in tools {
+            self.push_from(entry, Some(index))?;
+        }
+        Ok(())
+    }
+
+    /// When a source's tools changed: this registry with every source's
+    /// tools as they are now (the fixed tools and the order kept). `None`
+    /// when nothing changed. A tool a source lists under a name already
+    /// taken is left out, with a warning in the returned list.
+    pub fn refreshed(&self) -> Option<(Registry, Vec<String>)> {
+        if !self.sources.iter().any(|source| source.source.changed()) {
+            return None;
+        }
+        let mut warnings = Vec::new();
+        let mut current: Vec<Vec<ToolEntry>> = Vec::with_capacity(self.sources.len());
+        for (index, source) in self.sources.iter().enumerate() {
+            match source.source.tools() {
+                Ok(tools) => current.push(tools),
+                Err(err) => {
+                    // Keep what it had.
+                    warnings.push(format!(
+                        "{}: the tool list could not be read again ({err}); its tools are kept",
+                        source.source.label()
+                    ));
+                    current.push(
+                        self.entries
+                            .iter()
+                            .zip(&self.origins)
+                            .filter(|(_, origin)| **origin == Some(index))
+                            .map(|(entry, _)| entry.clone())
+                            .collect(),
+                    );
+                }
+            }
+        }
+        let fixed: Vec<&ToolEntry> = self
+            .entries
+            .iter()
+            .zip(&self.origins)
+            .filter(|(_, origin)| origin.is_none())
+            .map(|(entry, _)| entry)
+            .collect();
+        let mut fresh = Registry {
+            sources: self.sources.clone(),
+            ..Registry::default()
+        };
+        for position in 0..=fixed.len() {
+            for (index, source) in self.sources.iter().enumerate() {
+                if source.after != position {
+                    continue;
+                }
+                for entry in current.get(index).cloned().unwrap_or_default() {
+                    let name = entry.tool().name().to_owned();
+                    if fresh.push_from(entry, Some(index)).is_err() {
+                        warnings.push(format!(
+                            "{}: tool {name} is left out: the name is taken",
+                            source.source.label()
+                        ));
+                    }
+                }
+            }
+            if let Some(entry) = fixed.get(position) {
+                // Fixed tools were unique when registered, and come first.
+                let _ = fresh.push_from((*entry).clone(), None);
+            }
+        }
+        Some((fresh, warnings))
     }
 
     /// Adds a tool. A read-only tool added here cannot be whitelisted for a
     /// subagent; use [`Registry::register_read_only`] for those.
     pub fn register(&mut self, tool: impl Tool + 'static) -> Result<(), SetupError> {
-        self.push(Entry::General(Arc::new(tool)))
+        self.push(ToolEntry::General(Arc::new(tool)))
     }
 
     /// Adds a read-only tool, which a subagent's whitelist may name.
@@ -70,7 +184,7 @@ impl Registry {
         &mut self,
         tool: impl ReadOnlyTool + 'static,
     ) -> Result<(), SetupError> {
-        self.push(Entry::ReadOnly(Arc::new(tool)))
+        self.push(ToolEntry::ReadOnly(Arc::new(tool)))
     }
 
     /// The definitions offered to the model, in registration order.
@@ -90,7 +204,7 @@ impl Registry {
     pub fn get(&self, name: &str) -> Option<&dyn Tool> {
         self.entries
             .iter()
-            .map(Entry::tool)
+            .map(ToolEntry::tool)
             .find(|tool| tool.name() == name)
     }
 
@@ -102,6 +216,22 @@ impl Registry {
             .zip(&self.definitions)
             .find(|(entry, _)| entry.tool().name() == name)
             .map(|(entry, definition)| (entry.tool(), &definition.input_schema))
+    }
+
+    /// [`Registry::lookup`], with the tool as a shared handle (an executor
+    /// holds it while its registry may be refreshed).
+    pub fn lookup_shared(&self, name: &str) -> Option<(Arc<dyn Tool>, &Value)> {
+        self.entries
+            .iter()
+            .zip(&self.definitions)
+            .find(|(entry, _)| entry.tool().name() == name)
+            .map(|(entry, definition)| {
+                let tool: Arc<dyn Tool> = match entry {
+                    ToolEntry::ReadOnly(tool) => Arc::clone(tool) as Arc<dyn Tool>,
+                    ToolEntry::General(tool) => Arc::clone(tool),
+                };
+                (tool, &definition.input_schema)
+            })
     }
 
     /// A new registry holding exactly the whitelisted tools, for a subagent.
@@ -118,8 +248,8 @@ impl Registry {
                 .find(|entry| entry.tool().name() == *name)
                 .ok_or_else(|| SetupError::UnknownTool((*name).to_owned()))?;
             match entry {
-                Entry::ReadOnly(tool) if tool.capability() == Capability::ReadOnly => {
-                    child.0.push(Entry::ReadOnly(Arc::clone(tool)))?;
+                ToolEntry::ReadOnly(tool) if tool.capability() == Capability::ReadOnly => {
+                    child.0.push(ToolEntry::ReadOnly(Arc::clone(tool)))?;
                 }
                 _ => return Err(SetupError::NotReadOnly((*name).to_owned())),
             }
@@ -143,7 +273,7 @@ impl ReadOnlyRegistry {
         if tool.capability() != Capability::ReadOnly {
             return Err(SetupError::NotReadOnly(tool.name().to_owned()));
         }
-        self.0.push(Entry::ReadOnly(Arc::new(tool)))?;
+        self.0.push(ToolEntry::ReadOnly(Arc::new(tool)))?;
         Ok(self)
     }
 

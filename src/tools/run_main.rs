@@ -315,7 +315,7 @@ fn kill_group(group: libc::pid_t) {
 /// The leader of a program's process group: a forked process that kills
 /// the group once the pipe it reads reaches end-of-file, that is, once
 /// subloop has closed the write end or is gone.
-struct Watchdog {
+pub(crate) struct Watchdog {
     pid: libc::pid_t,
     /// Held only by subloop (close-on-exec, so the program never gets it).
     alive: Option<std::io::PipeWriter>,
@@ -323,7 +323,7 @@ struct Watchdog {
 
 impl Watchdog {
     /// Forks the watchdog as the leader of a new, empty process group.
-    fn spawn() -> std::io::Result<Self> {
+    pub(crate) fn spawn() -> std::io::Result<Self> {
         use std::os::fd::AsRawFd;
         let (reader, writer) = std::io::pipe()?;
         let read_fd = reader.as_raw_fd();
@@ -352,7 +352,7 @@ impl Watchdog {
     }
 
     /// The process group the program joins.
-    fn group(&self) -> libc::pid_t {
+    pub(crate) fn group(&self) -> libc::pid_t {
         self.pid
     }
 

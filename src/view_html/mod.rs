@@ -201,15 +201,7 @@ fn lane(run: &RecordedRun, agent: &str, policy: &Policy) -> (Value, usize) {
             None => {}
         }
         // This reply's tool lines: those recorded after it and before the next reply's.
-        let after = run.tools_after_reply(agent, call);
-        let later = if call < total {
-            run.tools_after_reply(agent, call + 1).len()
-        } else {
-            0
-        };
-        let own = after
-            .get(..after.len().saturating_sub(later))
-            .unwrap_or_default();
+        let own = run.tools_of_reply(agent, call);
         let mut taken = vec![false; own.len()];
         let mut use_values = Vec::new();
         for (id, name, input) in uses {

@@ -1,0 +1,282 @@
+//! MCP server configuration: the `mcpServers` file, the command-line forms,
+//! the host's read-only marks, tool names and the server environment.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::tools::split_command;
+
+/// The longest tool name the API accepts.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// One configured server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The server's name (`fs` in `mcp__fs__read_text_file`).
+    pub name: String,
+    /// The program to start.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Environment variables set for it (besides `PATH`, `HOME` and the locale).
+    pub env: BTreeMap<String, String>,
+    /// Tools the host marks read-only (server-side names).
+    pub read_only: Vec<String>,
+    /// Whether the server's `readOnlyHint` annotations count as the host's mark.
+    pub trust_annotations: bool,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum McpConfigError {
+    /// The file is not JSON of the expected shape.
+    #[error("MCP config {source_name}: {message}")]
+    Invalid {
+        /// The file (or flag) it came from.
+        source_name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A server name that cannot be part of a tool name.
+    #[error(
+        "MCP server name {0:?} is not usable: use 1 to 40 letters, digits, `_` or `-`, without `__`"
+    )]
+    BadName(String),
+    /// Two servers with one name.
+    #[error("MCP server {0} is configured twice")]
+    Duplicate(String),
+    /// A `--mcp` value without `NAME=COMMAND`.
+    #[error("--mcp {0:?}: expected NAME=COMMAND ARGS…")]
+    BadServerFlag(String),
+    /// A `--mcp-read-only` value without `NAME:TOOL`.
+    #[error("--mcp-read-only {0:?}: expected NAME:TOOL,… (a configured server, tool names)")]
+    BadReadOnlyFlag(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(rename = "mcpServers")]
+    mcp_servers: BTreeMap<String, Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Entry {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    read_only: Vec<String>,
+    #[serde(default)]
+    trust_annotations: bool,
+}
+
+fn check_name(name: &str) -> Result<(), McpConfigError> {
+    let fits = (1..=40).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !name.contains("__");
+    if fits {
+        Ok(())
+    } else {
+        Err(McpConfigError::BadName(name.to_owned()))
+    }
+}
+
+/// Parses an `mcpServers` file's text; `source_name` names it in errors.
+pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, McpConfigError> {
+    let file: File = serde_json::from_str(text).map_err(|err| McpConfigError::Invalid {
+        source_name: source_name.to_owned(),
+        message: err.to_string(),
+    })?;
+    file.mcp_servers
+        .into_iter()
+        .map(|(name, entry)| {
+            check_name(&name)?;
+            if entry.command.trim().is_empty() {
+                return Err(McpConfigError::Invalid {
+                    source_name: source_name.to_owned(),
+                    message: format!("server {name}: the command is empty"),
+                });
+            }
+            Ok(ServerConfig {
+                name,
+                command: entry.command,
+                args: entry.args,
+                env: entry.env,
+                read_only: entry.read_only,
+                trust_annotations: entry.trust_annotations,
+            })
+        })
+        .collect()
+}
+
+/// Parses `--mcp 'NAME=COMMAND ARGS…'` (split without a shell, as `--run-command`).
+pub fn parse_server_flag(value: &str) -> Result<ServerConfig, McpConfigError> {
+    let bad = || McpConfigError::BadServerFlag(value.to_owned());
+    let (name, line) = value.split_once('=').ok_or_else(bad)?;
+    check_name(name)?;
+    let words = split_command(line).map_err(|_| bad())?;
+    let (command, args) = words.split_first().ok_or_else(bad)?;
+    Ok(ServerConfig {
+        name: name.to_owned(),
+        command: command.clone(),
+        args: args.to_vec(),
+        env: BTreeMap::new(),
+        read_only: Vec::new(),
+        trust_annotations: false,
+    })
+}
+
+/// Applies `--mcp-read-only NAME:TOOL,…` to the configured `servers`.
+pub fn apply_read_only(servers: &mut [ServerConfig], value: &str) -> Result<(), McpConfigError> {
+    let bad = || McpConfigError::BadReadOnlyFlag(value.to_owned());
+    let (name, tools) = value.split_once(':').ok_or_else(bad)?;
+    let server = servers
+        .iter_mut()
+        .find(|server| server.name == name)
+        .ok_or_else(bad)?;
+    let tools: Vec<&str> = tools.split(',').map(str::trim).collect();
+    if tools.iter().any(|tool| tool.is_empty()) {
+        return Err(bad());
+    }
+    for tool in tools {
+        if !server.read_only.iter().any(|known| known == tool) {
+            server.read_only.push(tool.to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Adds `more` to `servers`, refusing a name configured twice.
+pub fn merge(
+    servers: &mut Vec<ServerConfig>,
+    more: Vec<ServerConfig>,
+) -> Result<(), McpConfigError> {
+    for server in more {
+        if servers.iter().any(|known| known.name == server.name) {
+            return Err(McpConfigError::Duplicate(server.name));
+        }
+        servers.push(server);
+    }
+    Ok(())
+}
+
+/// The registered name `mcp__SERVER__TOOL`, or `None` when it does not fit
+/// the API's rule `^[a-zA-Z0-9_-]{1,64}$` (such a tool is skipped with a warning).
+pub fn tool_name(server: &str, tool: &str) -> Option<String> {
+    let name = format!("mcp__{server}__{tool}");
+    let fits = name.len() <= MAX_TOOL_NAME
+        && !tool.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    fits.then_some(name)
+}
+
+/// The environment a server starts with: `PATH`, `HOME`, `LANG` and `LC_*`
+/// from `parent` (subloop's own environment), then the configured `env`
+/// on top. Nothing else — in particular no API key — is passed on.
+pub fn server_env(
+    configured: &BTreeMap<String, String>,
+    parent: impl IntoIterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = parent
+        .into_iter()
+        .filter(|(key, _)| {
+            matches!(key.as_str(), "PATH" | "HOME" | "LANG") || key.starts_with("LC_")
+        })
+        .collect();
+    env.extend(configured.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mcp_servers_file_is_read_with_the_hosts_marks() {
+        let text = r#"{"mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/w"],
+                   "env": {"DEBUG": "1"}, "readOnly": ["read_text_file"]},
+            "every": {"command": "node", "trustAnnotations": true}
+        }}"#;
+        let servers = parse_file(text, "mcp.json").unwrap();
+        assert_eq!(servers.len(), 2);
+        let fs = servers.iter().find(|s| s.name == "fs").unwrap();
+        assert_eq!(fs.args, ["-y", "server-filesystem", "/w"]);
+        assert_eq!(fs.env.get("DEBUG").map(String::as_str), Some("1"));
+        assert_eq!(fs.read_only, ["read_text_file"]);
+        assert!(!fs.trust_annotations);
+        let every = servers.iter().find(|s| s.name == "every").unwrap();
+        assert!(every.trust_annotations && every.args.is_empty());
+    }
+
+    #[test]
+    fn unusable_files_and_names_are_errors() {
+        assert!(matches!(
+            parse_file("{}", "x.json"),
+            Err(McpConfigError::Invalid { .. })
+        ));
+        assert!(matches!(
+            parse_file(r#"{"mcpServers": {"a__b": {"command": "x"}}}"#, "x.json"),
+            Err(McpConfigError::BadName(_))
+        ));
+        assert!(matches!(
+            parse_file(r#"{"mcpServers": {"a": {"command": " "}}}"#, "x.json"),
+            Err(McpConfigError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn the_command_line_forms_parse() {
+        let mut servers = vec![parse_server_flag("t=python3 'my server.py' --slow").unwrap()];
+        assert_eq!(servers[0].command, "python3");
+        assert_eq!(servers[0].args, ["my server.py", "--slow"]);
+        assert!(parse_server_flag("python3 server.py").is_err());
+        assert!(parse_server_flag("t=").is_err());
+        apply_read_only(&mut servers, "t:look,peek").unwrap();
+        assert_eq!(servers[0].read_only, ["look", "peek"]);
+        assert!(apply_read_only(&mut servers, "other:look").is_err());
+        assert!(apply_read_only(&mut servers, "t:").is_err());
+        let again = vec![parse_server_flag("t=x").unwrap()];
+        assert_eq!(
+            merge(&mut servers, again),
+            Err(McpConfigError::Duplicate("t".to_owned()))
+        );
+    }
+
+    #[test]
+    fn tool_names_follow_the_api_rule() {
+        assert_eq!(
+            tool_name("fs", "read_text_file").as_deref(),
+            Some("mcp__fs__read_text_file")
+        );
+        assert_eq!(tool_name("fs", "has space"), None);
+        assert_eq!(tool_name("fs", "dot.ted"), None);
+        assert_eq!(tool_name("fs", &"x".repeat(60)), None);
+    }
+
+    #[test]
+    fn servers_get_no_api_key() {
+        let parent = [
+            ("PATH", "/bin"),
+            ("HOME", "/home/u"),
+            ("LC_ALL", "C"),
+            ("ANTHROPIC_API_KEY", "secret"),
+            ("OPENAI_API_KEY", "secret"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let configured = BTreeMap::from([("DEBUG".to_owned(), "1".to_owned())]);
+        let env = server_env(&configured, parent);
+        let keys: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["DEBUG", "HOME", "LC_ALL", "PATH"]);
+    }
+}

@@ -1,0 +1,628 @@
+//! One MCP server over stdio: its process and its client.
+//!
+//! The process is started by us, not by the SDK, so that it runs in a
+//! process group led by `run_main`'s watchdog: it dies with subloop,
+//! `SIGKILL` included, and on shutdown the whole group is killed. It gets
+//! only the configured environment plus `PATH`, `HOME` and the locale.
+//!
+//! The client (rmcp) runs on a current-thread tokio runtime on a thread of
+//! its own; the rest of subloop talks to it over channels and stays
+//! synchronous. Each call has a timeout, and gives up when the run is
+//! cancelled; either way the request future is dropped, which sends the
+//! server `notifications/cancelled`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
+use rmcp::service::{NotificationContext, RoleClient};
+use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use serde_json::Value;
+use thiserror::Error;
+use tokio::io::AsyncBufReadExt;
+
+use super::config::{ServerConfig, server_env};
+use crate::limits::CancelHandle;
+use crate::tools::run_main::Watchdog;
+
+/// The stderr lines of a server kept for messages.
+const STDERR_LINES: usize = 8;
+/// The longest stderr line kept, in bytes.
+const STDERR_LINE_BYTES: usize = 300;
+/// How long a server may take to exit after its stdin is closed.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// Why a server could not be started.
+#[derive(Debug, Error)]
+pub enum StartError {
+    /// The program could not be started.
+    #[error("MCP server {name}: cannot start `{command}`: {source}")]
+    Spawn {
+        /// The server.
+        name: String,
+        /// Its command.
+        command: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It did not finish the handshake and the tool listing in time.
+    #[error("MCP server {name} did not start within {secs} s{stderr}")]
+    Timeout {
+        /// The server.
+        name: String,
+        /// The start timeout.
+        secs: f64,
+        /// Its last stderr lines, if any.
+        stderr: String,
+    },
+    /// The handshake or the listing failed.
+    #[error("MCP server {name} failed to start: {message}{stderr}")]
+    Failed {
+        /// The server.
+        name: String,
+        /// What went wrong.
+        message: String,
+        /// Its last stderr lines, if any.
+        stderr: String,
+    },
+}
+
+/// A tool a server lists, as the wire has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteTool {
+    /// The server's name for it.
+    pub name: String,
+    /// Its description.
+    pub description: String,
+    /// Its `inputSchema`, unchanged.
+    pub input_schema: Value,
+    /// The server's `readOnlyHint` annotation, if it gave one.
+    pub read_only_hint: Option<bool>,
+}
+
+/// How one call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallOutcome {
+    /// The `tools/call` result, as JSON.
+    Result(Value),
+    /// A JSON-RPC error.
+    RpcError {
+        /// The error code.
+        code: i64,
+        /// Its message.
+        message: String,
+    },
+    /// The server is gone: how it ended (`exit status: 3`, or that it
+    /// closed its connection), then its last stderr lines, if any.
+    Exited {
+        /// How it ended.
+        status: String,
+        /// `; its last stderr lines: …`, or empty.
+        stderr: String,
+    },
+    /// No answer within the timeout; the server was told to cancel.
+    TimedOut(Duration),
+    /// The run was cancelled while the call was in flight; the server was told.
+    Cancelled,
+}
+
+/// Told when a server exits before subloop shut it down: the server's
+/// name, and how it ended with its last stderr lines. Set once (the CLI
+/// sets it when the trace is open, to record the exit).
+#[derive(Clone, Default)]
+pub struct ExitNotice(Arc<std::sync::OnceLock<Box<Tell>>>);
+
+/// What an [`ExitNotice`] calls: the server, how it ended.
+type Tell = dyn Fn(&str, &str) + Send + Sync;
+
+impl ExitNotice {
+    /// Sets what is told; a second call does nothing.
+    pub fn set(&self, tell: impl Fn(&str, &str) + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(tell));
+    }
+
+    fn tell(&self, server: &str, how: &str) {
+        if let Some(tell) = self.0.get() {
+            tell(server, how);
+        }
+    }
+}
+
+impl std::fmt::Debug for ExitNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExitNotice")
+            .field("set", &self.0.get().is_some())
+            .finish()
+    }
+}
+
+/// What the server's thread and the rest of subloop share.
+#[derive(Debug, Default)]
+struct State {
+    stderr: Mutex<VecDeque<String>>,
+    exited: Mutex<Option<String>>,
+    list_changed: AtomicBool,
+    shutting_down: AtomicBool,
+}
+
+impl State {
+    fn stderr_tail(&self) -> String {
+        let lines = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.is_empty() {
+            String::new()
+        } else {
+            let joined: Vec<&str> = lines.iter().map(String::as_str).collect();
+            format!("; its last stderr lines: {}", joined.join(" | "))
+        }
+    }
+
+    fn exit_message(&self) -> Option<String> {
+        self.exited
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The client side's handler: it notes `notifications/tools/list_changed`.
+struct Handler(Arc<State>);
+
+impl ClientHandler for Handler {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl std::future::Future<Output = ()> + Send + '_ {
+        self.0.list_changed.store(true, Ordering::SeqCst);
+        std::future::ready(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("subloop", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+enum Job {
+    Call {
+        tool: String,
+        arguments: serde_json::Map<String, Value>,
+        timeout: Duration,
+        cancel: CancelHandle,
+        reply: std::sync::mpsc::Sender<CallOutcome>,
+    },
+    List {
+        reply: std::sync::mpsc::Sender<Result<Vec<RemoteTool>, String>>,
+    },
+    Shutdown,
+}
+
+/// A started server. Dropping it shuts the server down: its stdin is
+/// closed, it gets half a second to exit, then its process group is killed.
+pub struct McpServer {
+    name: String,
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    state: Arc<State>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A server being started: [`Starting::wait`] gives it, with its tools.
+pub struct Starting {
+    name: String,
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    state: Arc<State>,
+    thread: std::thread::JoinHandle<()>,
+    ready: std::sync::mpsc::Receiver<Result<Vec<RemoteTool>, StartError>>,
+    timeout: Duration,
+}
+
+impl McpServer {
+    /// Starts `config`'s server (in subloop's working directory, as a
+    /// server started by hand would be) on a thread of its own; several can
+    /// be started at once, then each [`Starting::wait`]ed for, each within
+    /// `timeout` of its start.
+    pub fn start(config: &ServerConfig, timeout: Duration, notice: ExitNotice) -> Starting {
+        let state = Arc::new(State::default());
+        let (jobs, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let thread_state = Arc::clone(&state);
+        let name = config.name.clone();
+        let config = config.clone();
+        let thread = std::thread::spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    let _ = ready_tx.send(Err(StartError::Failed {
+                        name: config.name.clone(),
+                        message: format!("cannot start its runtime: {err}"),
+                        stderr: String::new(),
+                    }));
+                    return;
+                }
+            };
+            runtime.block_on(serve(config, thread_state, receiver, ready_tx, notice));
+        });
+        Starting {
+            name,
+            jobs,
+            state,
+            thread,
+            ready,
+            timeout,
+        }
+    }
+
+    /// The server's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Calls `tool` (the server's name for it) with `arguments`.
+    pub fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, Value>,
+        timeout: Duration,
+        cancel: &CancelHandle,
+    ) -> CallOutcome {
+        if self.state.exit_message().is_some() {
+            return self.gone();
+        }
+        let (reply, answer) = std::sync::mpsc::channel();
+        let job = Job::Call {
+            tool: tool.to_owned(),
+            arguments,
+            timeout,
+            cancel: cancel.clone(),
+            reply,
+        };
+        if self.jobs.send(job).is_err() {
+            return self.gone();
+        }
+        match answer.recv() {
+            Ok(CallOutcome::Exited { .. }) | Err(_) => self.gone(),
+            Ok(outcome) => outcome,
+        }
+    }
+
+    /// Whether the server said its tool list changed since the last [`McpServer::list`].
+    pub fn list_changed(&self) -> bool {
+        self.state.list_changed.load(Ordering::SeqCst)
+    }
+
+    /// Lists the server's tools again (`tools/list`, every page).
+    pub fn list(&self) -> Result<Vec<RemoteTool>, String> {
+        self.state.list_changed.store(false, Ordering::SeqCst);
+        let (reply, answer) = std::sync::mpsc::channel();
+        let gone = |server: &Self| match server.gone() {
+            CallOutcome::Exited { status, stderr } => {
+                format!("the server exited ({status}){stderr}")
+            }
+            _ => "the server is gone".to_owned(),
+        };
+        if self.jobs.send(Job::List { reply }).is_err() {
+            return Err(gone(self));
+        }
+        answer.recv().unwrap_or_else(|_| Err(gone(self)))
+    }
+
+    /// The server is gone: how it ended, with its last stderr lines.
+    fn gone(&self) -> CallOutcome {
+        // The exit is noted by the server's thread; give it a moment.
+        let deadline = Instant::now() + Duration::from_millis(300);
+        let status = loop {
+            if let Some(exit) = self.state.exit_message() {
+                break exit;
+            }
+            if Instant::now() >= deadline {
+                break "it closed its connection".to_owned();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        CallOutcome::Exited {
+            status,
+            stderr: self.state.stderr_tail(),
+        }
+    }
+}
+
+impl Starting {
+    /// Waits for the handshake and the tool listing (every page).
+    pub fn wait(self) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
+        let server = McpServer {
+            name: self.name.clone(),
+            jobs: self.jobs,
+            state: Arc::clone(&self.state),
+            thread: Some(self.thread),
+        };
+        match self.ready.recv_timeout(self.timeout) {
+            Ok(Ok(tools)) => Ok((server, tools)),
+            Ok(Err(err)) => Err(err),
+            Err(_) => {
+                let stderr = server.state.stderr_tail();
+                Err(StartError::Timeout {
+                    name: server.name.clone(),
+                    secs: self.timeout.as_secs_f64(),
+                    stderr,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        let _ = self.jobs.send(Job::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The server's whole life, on its runtime.
+async fn serve(
+    config: ServerConfig,
+    state: Arc<State>,
+    mut jobs: tokio::sync::mpsc::UnboundedReceiver<Job>,
+    ready: std::sync::mpsc::Sender<Result<Vec<RemoteTool>, StartError>>,
+    notice: ExitNotice,
+) {
+    let name = config.name.clone();
+    let failed = |message: String, state: &State| StartError::Failed {
+        name: name.clone(),
+        message,
+        stderr: state.stderr_tail(),
+    };
+    let watchdog = match Watchdog::spawn() {
+        Ok(watchdog) => watchdog,
+        Err(source) => {
+            let _ = ready.send(Err(StartError::Spawn {
+                name: name.clone(),
+                command: config.command.clone(),
+                source,
+            }));
+            return;
+        }
+    };
+    let mut command = tokio::process::Command::new(&config.command);
+    command
+        .args(&config.args)
+        .env_clear()
+        .envs(server_env(&config.env, std::env::vars()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(watchdog.group());
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(source) => {
+            let _ = ready.send(Err(StartError::Spawn {
+                name: name.clone(),
+                command: config.command.clone(),
+                source,
+            }));
+            return;
+        }
+    };
+    if let Some(stderr) = child.stderr.take() {
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut line = crate::progress::printable(&line);
+                if line.len() > STDERR_LINE_BYTES {
+                    let mut cut = STDERR_LINE_BYTES;
+                    while !line.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    line.truncate(cut);
+                    line.push('…');
+                }
+                let mut kept = state.stderr.lock().unwrap_or_else(|p| p.into_inner());
+                if kept.len() == STDERR_LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+    }
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        let _ = ready.send(Err(failed("its stdio could not be opened".into(), &state)));
+        return;
+    };
+    // The handshake and the listing; a shutdown (the start timed out, or
+    // setup failed elsewhere) ends them, and the group goes.
+    let handshake = async {
+        let client = Handler(Arc::clone(&state))
+            .serve((stdout, stdin))
+            .await
+            .map_err(|err| (true, format!("the handshake failed: {err}")))?;
+        match client.peer().list_all_tools().await {
+            Ok(tools) => Ok((client, tools)),
+            Err(err) => {
+                let _ = client.cancel().await;
+                Err((false, format!("tools/list failed: {}", describe(&err))))
+            }
+        }
+    };
+    let started = tokio::select! {
+        started = handshake => started,
+        _ = jobs.recv() => {
+            drop(watchdog);
+            let _ = child.wait().await;
+            return;
+        }
+    };
+    let client = match started {
+        Ok((client, tools)) => {
+            let _ = ready.send(Ok(tools.iter().map(remote_tool).collect()));
+            client
+        }
+        Err((in_handshake, message)) => {
+            let status = if in_handshake {
+                exit_status(&mut child).await
+            } else {
+                None
+            };
+            let message = match status {
+                Some(status) => format!("it exited ({status}) during the handshake"),
+                None => message,
+            };
+            // Let the stderr reader take the last lines first.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let _ = ready.send(Err(failed(message, &state)));
+            drop(watchdog);
+            let _ = child.wait().await;
+            return;
+        }
+    };
+    // Notes the exit as soon as it happens, so later calls are answered at once.
+    let exit_state = Arc::clone(&state);
+    let exit_name = name.clone();
+    let waiter = tokio::spawn(async move {
+        let status = child.wait().await;
+        let message = match status {
+            Ok(status) => status.to_string(),
+            Err(err) => format!("it could not be waited for: {err}"),
+        };
+        *exit_state.exited.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
+        if !exit_state.shutting_down.load(Ordering::SeqCst) {
+            // Its last stderr lines may still be on their way.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            notice.tell(
+                &exit_name,
+                &format!("{message}{}", exit_state.stderr_tail()),
+            );
+        }
+    });
+    let peer = client.peer().clone();
+    loop {
+        match jobs.recv().await {
+            Some(Job::Call {
+                tool,
+                arguments,
+                timeout,
+                cancel,
+                reply,
+            }) => {
+                let peer = peer.clone();
+                let state = Arc::clone(&state);
+                tokio::spawn(async move {
+                    let outcome = call(&peer, &state, tool, arguments, timeout, &cancel).await;
+                    let _ = reply.send(outcome);
+                });
+            }
+            Some(Job::List { reply }) => {
+                let peer = peer.clone();
+                tokio::spawn(async move {
+                    let listed = peer
+                        .list_all_tools()
+                        .await
+                        .map(|tools| tools.iter().map(remote_tool).collect())
+                        .map_err(|err| describe(&err));
+                    let _ = reply.send(listed);
+                });
+            }
+            Some(Job::Shutdown) | None => break,
+        }
+    }
+    state.shutting_down.store(true, Ordering::SeqCst);
+    // Closing the client closes the server's stdin: it may exit by itself.
+    drop(peer);
+    let _ = client.cancel().await;
+    let _ = tokio::time::timeout(EXIT_GRACE, waiter).await;
+    // The group goes, then its leader is reaped.
+    drop(watchdog);
+}
+
+/// The exit status, if the child exited within a moment.
+async fn exit_status(child: &mut tokio::process::Child) -> Option<std::process::ExitStatus> {
+    tokio::time::timeout(Duration::from_millis(300), child.wait())
+        .await
+        .ok()?
+        .ok()
+}
+
+async fn call(
+    peer: &rmcp::Peer<RoleClient>,
+    state: &State,
+    tool: String,
+    arguments: serde_json::Map<String, Value>,
+    timeout: Duration,
+    cancel: &CancelHandle,
+) -> CallOutcome {
+    let params = CallToolRequestParams::new(tool).with_arguments(arguments);
+    let request = peer.call_tool(params);
+    let cancelled = async {
+        loop {
+            if cancel.is_cancelled() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    // Leaving the request unfinished drops it, which sends the server
+    // `notifications/cancelled` for it.
+    tokio::select! {
+        result = tokio::time::timeout(timeout, request) => match result {
+            Ok(Ok(result)) => match serde_json::to_value(&result) {
+                Ok(value) => CallOutcome::Result(value),
+                Err(err) => CallOutcome::RpcError { code: 0, message: format!("the result could not be read: {err}") },
+            },
+            Ok(Err(ServiceError::McpError(error))) => CallOutcome::RpcError {
+                code: i64::from(error.code.0),
+                message: error.message.into_owned(),
+            },
+            Ok(Err(ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+                CallOutcome::Exited { status: state.exit_message().unwrap_or_default(), stderr: String::new() }
+            }
+            Ok(Err(other)) => CallOutcome::RpcError { code: 0, message: other.to_string() },
+            Err(_) => CallOutcome::TimedOut(timeout),
+        },
+        () = cancelled => CallOutcome::Cancelled,
+    }
+}
+
+fn describe(err: &ServiceError) -> String {
+    match err {
+        ServiceError::McpError(error) => format!("error {}: {}", error.code.0, error.message),
+        other => other.to_string(),
+    }
+}
+
+fn remote_tool(tool: &rmcp::model::Tool) -> RemoteTool {
+    let value = serde_json::to_value(tool).unwrap_or(Value::Null);
+    let text = |name: &str| {
+        value
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    RemoteTool {
+        name: text("name"),
+        description: text("description"),
+        input_schema: value
+            .get("inputSchema")
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({"type": "object"})),
+        read_only_hint: value
+            .get("annotations")
+            .and_then(|annotations| annotations.get("readOnlyHint"))
+            .and_then(Value::as_bool),
+    }
+}

@@ -1,0 +1,290 @@
+//! Each tool an MCP server lists, as a [`Tool`]: registered as
+//! `mcp__SERVER__TOOL`, its `inputSchema` offered to the model unchanged,
+//! `executes` — so it passes the permission gate — unless the host marked
+//! it read-only ([`McpReadOnlyTool`], the only form a child may hold).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::config::{ServerConfig, tool_name};
+use super::content::{result_text, rpc_error};
+use super::server::{CallOutcome, ExitNotice, McpServer, RemoteTool, StartError};
+use crate::conversation::ToolOutput;
+use crate::limits::CancelHandle;
+use crate::tools::{Capability, ReadOnlyTool, Tool, ToolContext, ToolEntry, ToolSource, refusal};
+
+/// One MCP tool that executes: it runs only after the gate allows it.
+#[derive(Debug, Clone)]
+pub struct McpTool {
+    server: Arc<McpServer>,
+    remote: String,
+    name: String,
+    description: String,
+    schema: Value,
+    cap: usize,
+    timeout: Duration,
+    cancel: CancelHandle,
+}
+
+/// One MCP tool the host marked read-only: it runs freely and may be in a
+/// child's whitelist.
+#[derive(Debug, Clone)]
+pub struct McpReadOnlyTool(McpTool);
+
+impl McpTool {
+    fn call(&self, input: &Value) -> ToolOutput {
+        let arguments = match input {
+            Value::Object(map) => map.clone(),
+            Value::Null => serde_json::Map::new(),
+            _ => {
+                return refusal(format!(
+                    "{}: the arguments are not a JSON object",
+                    self.name
+                ));
+            }
+        };
+        let server = self.server.name();
+        match self
+            .server
+            .call(&self.remote, arguments, self.timeout, &self.cancel)
+        {
+            CallOutcome::Result(result) => {
+                let (text, is_error) = result_text(&self.name, &result, self.cap);
+                ToolOutput {
+                    content: text,
+                    is_error,
+                }
+            }
+            CallOutcome::RpcError { code, message } => {
+                ToolOutput::error(rpc_error(server, code, &message))
+            }
+            CallOutcome::Exited { status, stderr } => {
+                refusal(format!("MCP server {server} exited ({status}){stderr}"))
+            }
+            CallOutcome::TimedOut(after) => ToolOutput::error(format!(
+                "{}: MCP server {server} did not answer within {} s; the call was cancelled",
+                self.name,
+                after.as_secs_f64()
+            )),
+            CallOutcome::Cancelled => refusal(format!(
+                "the run was cancelled while MCP server {server} was running {}; the server was told to cancel it",
+                self.remote
+            )),
+        }
+    }
+}
+
+impl Tool for McpTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::Executes
+    }
+
+    fn action(&self, input: &Value) -> String {
+        format!(
+            "MCP server {} tool {} with arguments {input}",
+            self.server.name(),
+            self.remote
+        )
+    }
+
+    fn run(&self, input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
+        self.call(input)
+    }
+}
+
+impl Tool for McpReadOnlyTool {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn description(&self) -> &str {
+        &self.0.description
+    }
+
+    fn input_schema(&self) -> Value {
+        self.0.schema.clone()
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::ReadOnly
+    }
+
+    fn action(&self, input: &Value) -> String {
+        self.0.action(input)
+    }
+
+    fn run(&self, input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
+        self.0.call(input)
+    }
+}
+
+impl ReadOnlyTool for McpReadOnlyTool {}
+
+/// One server's tools, as a [`ToolSource`]: listed at start, and again at
+/// a turn boundary after the server sent `notifications/tools/list_changed`.
+#[derive(Debug)]
+pub struct McpSource {
+    config: ServerConfig,
+    server: Arc<McpServer>,
+    settings: McpSettings,
+    /// The listing made at start, used for the first [`ToolSource::tools`].
+    first: std::sync::Mutex<Option<Vec<RemoteTool>>>,
+}
+
+impl McpSource {
+    /// The registered tools of `listed`, and a warning for each one skipped.
+    fn entries(&self, listed: Vec<RemoteTool>) -> (Vec<ToolEntry>, Vec<String>) {
+        let mut entries = Vec::new();
+        let mut warnings = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        let server = &self.config.name;
+        for remote in listed {
+            let shown = crate::progress::printable(&remote.name);
+            let Some(name) = tool_name(server, &remote.name) else {
+                warnings.push(format!(
+                    "MCP server {server}: tool {shown:?} skipped: mcp__{server}__{shown} does not fit the tool-name rule ^[a-zA-Z0-9_-]{{1,64}}$"
+                ));
+                continue;
+            };
+            if seen.contains(&name) {
+                warnings.push(format!(
+                    "MCP server {server}: tool {shown} is listed twice; the first is kept"
+                ));
+                continue;
+            }
+            seen.push(name.clone());
+            let read_only = is_read_only(&self.config, &remote);
+            let tool = McpTool {
+                server: Arc::clone(&self.server),
+                remote: remote.name,
+                name,
+                description: remote.description,
+                schema: remote.input_schema,
+                cap: self.settings.cap,
+                timeout: self.settings.timeout,
+                cancel: self.settings.cancel.clone(),
+            };
+            entries.push(if read_only {
+                ToolEntry::ReadOnly(Arc::new(McpReadOnlyTool(tool)))
+            } else {
+                ToolEntry::General(Arc::new(tool))
+            });
+        }
+        (entries, warnings)
+    }
+}
+
+impl ToolSource for McpSource {
+    fn label(&self) -> String {
+        format!("MCP server {}", self.config.name)
+    }
+
+    fn changed(&self) -> bool {
+        self.server.list_changed()
+    }
+
+    fn tools(&self) -> Result<Vec<ToolEntry>, String> {
+        let first = self
+            .first
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        let listed = match first {
+            Some(listed) => listed,
+            None => self.server.list()?,
+        };
+        Ok(self.entries(listed).0)
+    }
+}
+
+/// The started servers, each a [`ToolSource`], with a line per server
+/// (its registered tools) and a warning per tool skipped.
+#[derive(Debug, Default)]
+pub struct McpTools {
+    /// One source per server, in configuration order.
+    pub sources: Vec<Arc<McpSource>>,
+    /// The servers, with the registered names of their tools.
+    pub servers: Vec<(String, Vec<String>)>,
+    /// Tools skipped (a name that does not fit the API's rule, or listed twice).
+    pub warnings: Vec<String>,
+}
+
+/// How MCP tools run: the byte cap of results, the start and per-call
+/// timeout, and the run's cancel handle.
+#[derive(Debug, Clone)]
+pub struct McpSettings {
+    /// The most bytes of a result the model gets (`read_file`'s limit).
+    pub cap: usize,
+    /// The start timeout, also the per-call timeout.
+    pub timeout: Duration,
+    /// Cancels calls in flight.
+    pub cancel: CancelHandle,
+    /// Told when a server exits mid-run.
+    pub exit_notice: ExitNotice,
+}
+
+impl McpTools {
+    /// Starts every server in `configs` at once and lists their tools; the
+    /// first server that fails to start is the error (the others are shut down).
+    pub fn start(configs: &[ServerConfig], settings: &McpSettings) -> Result<Self, StartError> {
+        let starting: Vec<_> = configs
+            .iter()
+            .map(|config| McpServer::start(config, settings.timeout, settings.exit_notice.clone()))
+            .collect();
+        let mut all = Self::default();
+        // The first failure ends the start: the servers started are shut
+        // down as they drop, those still starting when their channel closes.
+        for (config, pending) in configs.iter().zip(starting) {
+            let (server, listed) = pending.wait()?;
+            let source = McpSource {
+                config: config.clone(),
+                server: Arc::new(server),
+                settings: settings.clone(),
+                first: std::sync::Mutex::new(None),
+            };
+            let (entries, warnings) = source.entries(listed.clone());
+            all.warnings.extend(warnings);
+            all.servers.push((
+                config.name.clone(),
+                entries
+                    .iter()
+                    .map(|entry| entry_name(entry).to_owned())
+                    .collect(),
+            ));
+            *source
+                .first
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner()) = Some(listed);
+            all.sources.push(Arc::new(source));
+        }
+        Ok(all)
+    }
+}
+
+fn entry_name(entry: &ToolEntry) -> &str {
+    match entry {
+        ToolEntry::ReadOnly(tool) => tool.name(),
+        ToolEntry::General(tool) => tool.name(),
+    }
+}
+
+/// The host's decision: marked in the config (or `--mcp-read-only`), or
+/// the server's `readOnlyHint` where the host opted in to trust it.
+fn is_read_only(config: &ServerConfig, remote: &RemoteTool) -> bool {
+    config.read_only.contains(&remote.name)
+        || (config.trust_annotations && remote.read_only_hint == Some(true))
+}
