@@ -198,6 +198,9 @@ pub enum AppError {
         /// Why.
         error: ResumeError,
     },
+    /// The `--view` page cannot be drawn from the run's trace.
+    #[error("{0}")]
+    View(String),
     /// An MCP server could not be started (or this build has no MCP client).
     #[error("{0}")]
     Mcp(String),
@@ -487,14 +490,39 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         }
         None => None,
     };
-    // The page is drawn from the run's trace: a temporary one without `--trace`.
-    let page_trace = settings
-        .view
-        .as_ref()
-        .map(|_| PageTrace::for_run(settings.trace.as_deref().or(settings.resume.as_deref())));
-    let trace_path: Option<PathBuf> = match (&settings.resume, &page_trace) {
+    // The page is checked (and its temporary trace made) before anything
+    // is opened or started: a refused page leaves every file as it was.
+    let page = match &settings.view {
+        Some(path) => {
+            let page_trace =
+                PageTrace::for_run(settings.trace.as_deref().or(settings.resume.as_deref()))
+                    .map_err(AppError::View)?;
+            let mut protected: Vec<(&Path, &'static str)> = settings
+                .script
+                .iter()
+                .map(|script| (script.as_path(), "script"))
+                .collect();
+            if let Some(resumed) = &settings.resume {
+                protected.push((resumed.as_path(), "trace file"));
+            }
+            let policy = Policy {
+                parent_calls: Some(settings.max_calls),
+                child_calls: Some(settings.child_budget),
+                ..Policy::default()
+            };
+            Some(PageOutput::open(
+                path,
+                &settings.workspace,
+                &protected,
+                page_trace,
+                policy,
+            )?)
+        }
+        None => None,
+    };
+    let trace_path: Option<PathBuf> = match (&settings.resume, &page) {
         (Some(_), _) => None,
-        (None, Some(page_trace)) => Some(page_trace.path().to_owned()),
+        (None, Some(page)) => Some(page.trace_path().to_owned()),
         (None, None) => settings.trace.clone(),
     };
     // Children of a resumed run are numbered after the earlier ones; a
@@ -566,31 +594,6 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         resuming.as_ref().map(|(resuming, point)| (resuming, point)),
         trace_path.as_deref(),
     )?;
-    let page = match (&settings.view, page_trace) {
-        (Some(path), Some(page_trace)) => {
-            let mut protected: Vec<(&Path, &'static str)> = settings
-                .script
-                .iter()
-                .map(|script| (script.as_path(), "script"))
-                .collect();
-            if let Some(resumed) = &settings.resume {
-                protected.push((resumed.as_path(), "trace file"));
-            }
-            let policy = Policy {
-                parent_calls: Some(settings.max_calls),
-                child_calls: Some(settings.child_budget),
-                ..Policy::default()
-            };
-            Some(PageOutput::open(
-                path,
-                &settings.workspace,
-                &protected,
-                page_trace,
-                policy,
-            )?)
-        }
-        _ => None,
-    };
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
     Ok(Prepared {

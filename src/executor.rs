@@ -436,14 +436,13 @@ impl Executor for Toolbox<'_> {
     /// A tool source said its tools changed: from the next request on, the
     /// definitions sent and the dispatch table are its current list.
     fn refresh(&mut self) {
-        let Some((fresh, warnings)) = self.registry().refreshed() else {
-            return;
-        };
-        let before = self.registry().names().join(", ");
-        let after = fresh.names().join(", ");
-        let mut notes = warnings;
-        if before != after {
-            notes.push(format!("the tools changed: now {after}"));
+        let (fresh, mut notes) = self.registry().refreshed();
+        if let Some(fresh) = &fresh {
+            let before = self.registry().names().join(", ");
+            let after = fresh.names().join(", ");
+            if before != after {
+                notes.push(format!("the tools changed: now {after}"));
+            }
         }
         for text in notes {
             self.gate.monitor.warning(&self.agent, &text);
@@ -452,7 +451,9 @@ impl Executor for Toolbox<'_> {
                 text,
             });
         }
-        self.refreshed = Some(fresh);
+        if let Some(fresh) = fresh {
+            self.refreshed = Some(fresh);
+        }
     }
 
     fn attachment(&self) -> Option<String> {

@@ -383,18 +383,9 @@ fn child_starts_fresh(
             breach(format!("offered {}, which is not whitelisted", tool.name));
         }
     }
-    let task = run.started_by(agent).and_then(|id| {
-        run.messages("parent").iter().find_map(|message| {
-            message.content.iter().find_map(|block| match block {
-                Block::ToolUse {
-                    id: call, input, ..
-                } if call.as_str() == id => {
-                    input.get("task").and_then(Value::as_str).map(str::to_owned)
-                }
-                _ => None,
-            })
-        })
-    });
+    let task = run
+        .delegation(agent)
+        .and_then(|(_, input)| input.get("task").and_then(Value::as_str).map(str::to_owned));
     let fresh = match first.messages {
         [only] => {
             only.role == Role::User

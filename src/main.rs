@@ -110,12 +110,19 @@ fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode
 /// stderr; exit 0 at `/exit` or the end of input, 2 when a line cannot run.
 fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> ExitCode {
     let command = Command::Chat;
+    // A temporary session trace: a fresh file (never an existing one or a
+    // link), readable by its owner only.
     let (trace, temporary) = match &settings.trace {
         Some(path) => (path.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("subloop-chat-{}.jsonl", std::process::id())),
-            true,
-        ),
+        None => match subloop::trace_target::create_private("subloop-chat") {
+            Ok(path) => (path, true),
+            Err(err) => {
+                return usage_error(CliError::new(
+                    Some(command),
+                    format!("cannot create a temporary session trace: {err}"),
+                ));
+            }
+        },
     };
     if let (Some(line), true) = (live_line, settings.progress) {
         let _ = writeln!(std::io::stderr(), "{line}");
@@ -173,7 +180,7 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
         )
         .map_err(|err| err.to_string())
         .and_then(|mut file| {
-            file.write_all(page.as_bytes())
+            subloop::view_html::write_page(&mut file, &page)
                 .map_err(|err| format!("cannot write {}: {err}", output.display()))
         });
         if let Err(err) = written {

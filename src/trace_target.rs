@@ -162,14 +162,49 @@ pub fn open(
 /// [`open`] for another file a run writes (the `--view` page), with the same
 /// checks (the workspace one only when there is a workspace); errors name
 /// it as `what`. The file is locked like a trace, so two runs cannot write
-/// one page at once.
+/// one page at once, and its content is kept: the writer replaces it only
+/// when it has the new content (a run that fails or is killed leaves the
+/// old page).
 pub fn open_output(
     path: &Path,
     workspace: Option<&Path>,
     protected: &[(&Path, &'static str)],
     what: FileRole,
 ) -> Result<File, TraceTargetError> {
-    open_at(path, workspace, protected, 0, what)
+    open_at(path, workspace, protected, KEEP_ALL, what)
+}
+
+/// `keep` for a file whose content stays as it is.
+const KEEP_ALL: u64 = u64::MAX;
+
+/// Creates a fresh file for a temporary trace in the temporary directory:
+/// a new name (never an existing file or link), readable by its owner only.
+pub fn create_private(prefix: &str) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut last = None;
+    for _ in 0..16 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{nanos}-{}.jsonl",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(_) => return Ok(path),
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => last = Some(err),
+            Err(err) => return Err(err),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no fresh name")))
 }
 
 /// [`open`] for a trace that goes on: the same checks, then the file is cut
@@ -306,7 +341,9 @@ fn open_at(
             });
         }
         let mut file = &file;
-        file.set_len(keep).map_err(io)?;
+        if keep != KEEP_ALL {
+            file.set_len(keep).map_err(io)?;
+        }
         file.seek(std::io::SeekFrom::End(0)).map_err(io)?;
     }
     // Writes block as usual from here on.
@@ -319,4 +356,20 @@ fn open_at(
         }
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod private_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_private_temporary_file_is_fresh_and_only_its_owners() {
+        let a = super::create_private("subloop-unit").expect("create");
+        let b = super::create_private("subloop-unit").expect("create");
+        assert_ne!(a, b);
+        let mode = std::fs::metadata(&a).expect("meta").permissions().mode() & 0o777;
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
+        assert_eq!(mode, 0o600);
+    }
 }

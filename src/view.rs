@@ -167,10 +167,13 @@ fn agent_lines(
         for line in own {
             tool_line(line, &pad, paint, out);
             let id = line.get("id").and_then(Value::as_str).unwrap_or_default();
-            if line.get("name").and_then(Value::as_str) == Some("task") {
+            if line.get("name").and_then(Value::as_str) == Some("task") && agent == "parent" {
                 let children: Vec<String> = run
                     .agents()
-                    .filter(|(child, _)| run.started_by(child) == Some(id))
+                    .filter(|(child, _)| {
+                        run.started_by(child) == Some(id)
+                            && run.delegation(child).map(|(at, _)| at) == Some(call)
+                    })
                     .map(|(child, _)| child.to_owned())
                     .collect();
                 for child in children {

@@ -78,6 +78,15 @@ fn run(ws: &TempDir, dir: &TempDir, script: Value, flags: &[&str]) -> Output {
         .expect("run subloop")
 }
 
+/// The lines of a trace, as JSON.
+fn trace_lines(trace: &Path) -> Vec<Value> {
+    std::fs::read_to_string(trace)
+        .expect("trace")
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("json"))
+        .collect()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -135,12 +144,14 @@ fn tools_are_listed_across_pages_and_every_result_kind_reaches_the_model() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     // Nine tools on three pages; the one whose name breaks the API's rule is skipped, with a warning.
-    assert!(err.contains("[mcp] server t: 8 tool(s): mcp__t__look, mcp__t__touch, mcp__t__slow, mcp__t__crash, mcp__t__picture, mcp__t__structured, mcp__t__fail, mcp__t__change"), "{err}");
+    assert!(err.contains("[mcp] server t: 10 tool(s): mcp__t__look, mcp__t__touch, mcp__t__slow, mcp__t__crash, mcp__t__picture, mcp__t__structured, mcp__t__fail, mcp__t__change, mcp__t__noise, mcp__t__hangchange"), "{err}");
     assert!(err.contains("tool \"has space\" skipped"), "{err}");
-    let first: Value = std::fs::read_to_string(&trace)
-        .expect("trace")
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("json"))
+    assert!(
+        err.contains("tool stringy skipped: its inputSchema is not of type object"),
+        "{err}"
+    );
+    let first: Value = trace_lines(&trace)
+        .into_iter()
         .find(|line| line["kind"] == "request")
         .expect("a request");
     let offered: Vec<&str> = first["tools"]
@@ -169,12 +180,10 @@ fn tools_are_listed_across_pages_and_every_result_kind_reaches_the_model() {
     assert_eq!(report["mcp_servers"][0]["name"], "t", "{report}");
     assert_eq!(
         report["mcp_servers"][0]["tools"].as_array().map(Vec::len),
-        Some(8)
+        Some(10)
     );
-    let started = std::fs::read_to_string(&trace)
-        .expect("trace")
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("json"))
+    let started = trace_lines(&trace)
+        .into_iter()
         .find(|line| line["kind"] == "mcp_server")
         .expect("an mcp_server line");
     assert_eq!(
@@ -429,10 +438,8 @@ fn a_server_that_exits_mid_run_answers_not_executed_and_the_run_goes_on() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The exit is on record, with the server's last stderr lines.
-    let exit = std::fs::read_to_string(&trace)
-        .expect("trace")
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("json"))
+    let exit = trace_lines(&trace)
+        .into_iter()
         .find(|line| line["kind"] == "mcp_server" && line["event"] == "exited")
         .expect("an exited line");
     assert_eq!(
@@ -615,11 +622,7 @@ fn a_changed_tool_list_is_offered_and_dispatched_from_the_next_turn_on() {
         "{report}"
     );
     // The trace carries the new definitions, and the run checks clean.
-    let lines: Vec<Value> = std::fs::read_to_string(&trace)
-        .expect("trace")
-        .lines()
-        .map(|line| serde_json::from_str(line).expect("json"))
-        .collect();
+    let lines: Vec<Value> = trace_lines(&trace);
     let requests: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "request").collect();
     assert!(!requests[1]["tools"].to_string().contains("mcp__t__extra"));
     assert!(requests[2]["tools"].to_string().contains("mcp__t__extra"));
@@ -638,6 +641,112 @@ fn a_changed_tool_list_is_offered_and_dispatched_from_the_next_turn_on() {
         .output()
         .expect("view");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    // The page's full request of call 3 offers that call's own tools.
+    let page = dir.path().join("page.html");
+    let out = Command::new(common::bin())
+        .arg("view")
+        .arg(&trace)
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .expect("view -o");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&page).expect("page");
+    let start = html.find("id=\"subloop-run\">").expect("data") + 17;
+    let end = start + html[start..].find("</script>").expect("end");
+    let data: Value = serde_json::from_str(&html[start..end]).expect("json");
+    let calls = &data["lanes"][0]["calls"];
+    assert!(calls[1]["own_tools"].is_null());
+    assert!(
+        calls[2]["own_tools"].to_string().contains("mcp__t__extra"),
+        "{}",
+        calls[2]
+    );
+}
+
+#[test]
+fn a_relisting_that_never_answers_keeps_the_tools_and_stderr_noise_is_harmless() {
+    if !have_python() {
+        return;
+    }
+    let (ws, dir) = (workspace(), TempDir::new("mcp-hanglist"));
+    let script = json!({"parent": [
+        use_block("a", "mcp__t__noise", json!({})),
+        use_block("b", "mcp__t__hangchange", json!({})),
+        use_block("c", "mcp__t__look", json!({"text": "still"})),
+        answer("done"),
+    ]});
+    let started = Instant::now();
+    let out = run(
+        &ws,
+        &dir,
+        script,
+        &["--decision", "allow", "--mcp-timeout", "2"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the re-listing was not bounded"
+    );
+    let report = parsed(&out);
+    let got = tools(&report);
+    // Bytes that are not UTF-8 and a 200 kB stderr line did not end the server.
+    assert_eq!(got[0].3, "noisy", "{got:?}");
+    assert_eq!(got[2].3, "looked: still", "{got:?}");
+    assert!(
+        report["warnings"].to_string().contains("the tool list could not be read again (tools/list did not answer within 2 s); its tools are kept"),
+        "{report}"
+    );
+}
+
+/// A changed tool list outlives the run that saw the change: a second
+/// agent on the same servers (a host that runs again) offers the new list.
+#[test]
+fn a_changed_tool_list_holds_for_the_next_agent_on_the_same_servers() {
+    use std::sync::Arc;
+    use subloop::tools::mcp::{McpSettings, McpTools, config};
+    if !have_python() {
+        return;
+    }
+    let ws = workspace();
+    let servers = vec![config::parse_server_flag(&server(&ws)).expect("spec")];
+    let tools = McpTools::start(
+        &servers,
+        &McpSettings {
+            cap: 65536,
+            timeout: Duration::from_secs(20),
+            cancel: subloop::limits::CancelHandle::new(),
+            exit_notice: Default::default(),
+        },
+    )
+    .expect("started");
+    let agent = |replies: Vec<Value>| {
+        let mut builder = subloop::AgentBuilder::new(Arc::new(subloop::permission::AllowAll));
+        for source in &tools.sources {
+            let source: Arc<dyn subloop::tools::ToolSource> = source.clone();
+            builder = builder.tool_source(source).expect("source");
+        }
+        let mut model = subloop::ScriptedModel::new(
+            replies
+                .into_iter()
+                .map(|reply| Ok(subloop::ModelResponse::from_value(reply).expect("reply")))
+                .collect(),
+        );
+        builder
+            .build()
+            .run("q", subloop::Budget::new(4).expect("budget"), &mut model)
+            .expect("run")
+    };
+    let first = agent(vec![
+        use_block("a", "mcp__t__change", json!({})),
+        answer("one"),
+    ]);
+    assert_eq!(first.tools[0].content, "changed");
+    let second = agent(vec![
+        use_block("b", "mcp__t__extra", json!({})),
+        answer("two"),
+    ]);
+    assert_eq!(second.tools[0].content, "extra ran", "{:?}", second.tools);
 }
 
 /// Orphans of our descendants are reparented to this process.

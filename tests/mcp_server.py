@@ -14,6 +14,9 @@ Tools (listed three per page, so a client must follow nextCursor):
   fail {}            isError: true
   change {}          adds the tool "extra" and sends tools/list_changed
   has space {}       a name that does not fit the API's tool-name rule
+  noise {}           writes bytes that are not UTF-8 and a 200 kB line to stderr
+  hangchange {}      sends tools/list_changed, then never answers tools/list
+  stringy            a schema that is not of type object
 Given a DIR, on start it writes its pid to "mcp-server.pid" and its
 environment's names to "mcp-env.txt" there.
 """
@@ -27,6 +30,7 @@ import time
 lock = threading.Lock()
 cancelled = set()
 extra = False
+hang_lists = False
 
 
 def send(message):
@@ -50,6 +54,9 @@ def tools():
         {"name": "fail", "description": "A failing tool.", "inputSchema": {"type": "object"}},
         {"name": "change", "description": "Change the tool list.", "inputSchema": {"type": "object"}},
         {"name": "has space", "description": "A bad name.", "inputSchema": {"type": "object"}},
+        {"name": "noise", "description": "Stderr noise.", "inputSchema": {"type": "object"}},
+        {"name": "hangchange", "description": "Change, then never list.", "inputSchema": {"type": "object"}},
+        {"name": "stringy", "description": "A schema of the wrong type.", "inputSchema": {"type": "string"}},
     ]
     if extra:
         listed.append({"name": "extra", "description": "Added later.", "inputSchema": {"type": "object"}})
@@ -98,6 +105,18 @@ def call(request_id, name, args):
         return text_result("changed")
     if name == "extra" and extra:
         return text_result("extra ran")
+    if name == "noise":
+        # Bytes that are not UTF-8, and a long line without a newline.
+        sys.stderr.buffer.write(b"\xff\xfe not utf-8\n" + b"y" * 200000)
+        sys.stderr.buffer.write(b"\nnoise done\n")
+        sys.stderr.flush()
+        return text_result("noisy")
+    if name == "hangchange":
+        global hang_lists
+        hang_lists = True
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        time.sleep(0.1)
+        return text_result("changed, and will not list again")
     raise KeyError(name)
 
 
@@ -140,6 +159,8 @@ def main():
                 "protocolVersion": version,
                 "capabilities": {"tools": {"listChanged": True}},
                 "serverInfo": {"name": "subloop-test-server", "version": "1.0"}}})
+        elif method == "tools/list" and hang_lists:
+            continue
         elif method == "tools/list":
             page = int(str(params.get("cursor") or "page-0").split("-")[1])
             listed = tools()

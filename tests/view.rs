@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use common::TempDir;
@@ -266,4 +267,165 @@ fn the_view_page_is_checked_before_the_run_and_leaves_nothing_behind() {
         before,
         "the trace was touched"
     );
+}
+
+/// Found by attacking `--view`: a refused page touches no file, a run that
+/// is killed keeps the old page, a trace that cannot be read back is
+/// refused up front, and the temporary trace is a private, fresh file.
+#[test]
+fn the_view_page_never_costs_a_file_it_should_not() {
+    let dir = TempDir::new("view-safety");
+    let ws = common::marker_workspace();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--quiet",
+            "--decision",
+            "deny",
+            "--workspace",
+            ws.path().to_str().expect("utf-8"),
+            "--script",
+            SCRIPT,
+        ];
+        args.extend_from_slice(extra);
+        Command::new(common::bin())
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run subloop")
+    };
+    // A refused page leaves the trace as it was (it was truncated before).
+    let trace = dir.write("kept.jsonl", "keep\n");
+    let trace_arg = trace.to_str().expect("utf-8");
+    for page in [SCRIPT, trace_arg] {
+        let out = run(&["--trace", trace_arg, "--view", page]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert_eq!(
+            std::fs::read_to_string(&trace).expect("trace"),
+            "keep\n",
+            "--view {page}"
+        );
+    }
+    // The trace and the page named alike, the trace not there yet.
+    let fresh = dir.path().join("fresh.jsonl");
+    let fresh_arg = fresh.to_str().expect("utf-8");
+    let out = run(&["--trace", fresh_arg, "--view", fresh_arg]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("is the trace file"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A trace that is not a regular file cannot be read back for the page.
+    let page = dir.path().join("page.html");
+    let page_arg = page.to_str().expect("utf-8");
+    let out = run(&["--trace", "/dev/null", "--view", page_arg]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not a regular file"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!ws.path().join(common::MARKER).exists());
+    // An old page stays until the new one is written: a run killed
+    // mid-way leaves it as it was.
+    std::fs::write(&page, "OLD PAGE").expect("old page");
+    let slow = common::marker_workspace();
+    slow.write("main.py", "import time\ntime.sleep(30)\n");
+    let mut child = Command::new(common::bin())
+        .args(["demo", "--quiet", "--decision", "allow", "--workspace"])
+        .arg(slow.path())
+        .args(["--view", page_arg])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("demo");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: signals the child we spawned.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = child.wait().expect("wait");
+    assert_ne!(status.code(), Some(0), "the run was killed: {status:?}");
+    assert_eq!(std::fs::read_to_string(&page).expect("page"), "OLD PAGE");
+    // The page is written when the run ends.
+    let out = run(&["--view", page_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        std::fs::read_to_string(&page)
+            .expect("page")
+            .starts_with("<!DOCTYPE html>")
+    );
+}
+
+/// A `task` id used again in a follow-up question (some providers number
+/// calls per reply) still finds its own child: the check holds, and each
+/// child's report is its own.
+#[test]
+fn a_task_id_reused_across_questions_finds_its_own_child() {
+    let dir = TempDir::new("view-reused");
+    let ws = common::marker_workspace();
+    let trace = dir.path().join("run.jsonl");
+    let trace_arg = trace.to_str().expect("utf-8");
+    let second = dir.write(
+        "second.json",
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scripts/delegate.json"),
+        )
+        .expect("script")
+        .replace(
+            "main.py prints 6 * 7 = 42; not run.",
+            "the second child's answer",
+        ),
+    );
+    let first = Command::new(common::bin())
+        .args(["run", "--quiet", "--decision", "deny", "--workspace"])
+        .arg(ws.path())
+        .args([
+            "--script",
+            "examples/scripts/delegate.json",
+            "--trace",
+            trace_arg,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run");
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    let page = dir.path().join("page.html");
+    let again = Command::new(common::bin())
+        .args(["run", "--quiet", "--decision", "deny", "--workspace"])
+        .arg(ws.path())
+        .arg("--script")
+        .arg(&second)
+        .args(["--resume", trace_arg, "--question", "And again?", "--view"])
+        .arg(&page)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("follow-up");
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again.stderr));
+    let out = subloop(&["view", trace_arg, "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let shown = text(&out.stdout);
+    let second_child = shown.find("child-2 call 1").expect("child-2 shown");
+    let third_call = shown.find("parent call 3").expect("parent call 3");
+    assert!(
+        second_child > third_call,
+        "child-2 is under the follow-up's task call:\n{shown}"
+    );
+    let html = std::fs::read_to_string(&page).expect("page");
+    let start = html.find("id=\"subloop-run\">").expect("data") + 17;
+    let end = start + html[start..].find("</script>").expect("end");
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).expect("json");
+    let lanes = data["lanes"].as_array().expect("lanes");
+    let child2 = lanes
+        .iter()
+        .find(|lane| lane["agent"] == "child-2")
+        .expect("child-2");
+    assert_eq!(child2["report"]["summary"], "the second child's answer");
+    assert_eq!(child2["started_in"], 3);
+    let parent = &lanes[0];
+    assert_eq!(parent["calls"][2]["uses"][0]["child"], "child-2");
+    assert_eq!(parent["questions"], 2);
 }

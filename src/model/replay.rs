@@ -22,7 +22,7 @@ use thiserror::Error;
 
 use super::{Model, ScriptedReply};
 use crate::error::ModelFailure;
-use crate::protocol::{Message, ModelResponse, Request, ToolDefinition};
+use crate::protocol::{Block, Message, ModelResponse, ReplyBlock, Request, ToolDefinition};
 use crate::replay::{Difference, Divergence, differences};
 use crate::subagent::ChildModels;
 use crate::trace::check_version;
@@ -387,6 +387,52 @@ impl RecordedRun {
     /// The id of the parent's `task` call that started the child `agent`.
     pub fn started_by(&self, agent: &str) -> Option<&str> {
         self.agents.get(agent)?.parent_tool_use_id.as_deref()
+    }
+
+    /// The parent's `task` call that started the child `agent`: the
+    /// parent's model call whose reply holds it, and its input. Children are
+    /// paired with `task` calls in order, so a `tool_use` id used again in
+    /// a later question (as some providers do) still finds its own child.
+    pub fn delegation(&self, agent: &str) -> Option<(u32, &Value)> {
+        self.started_by(agent)?;
+        let mut uses: Vec<(u32, &str, &Value)> = Vec::new();
+        for call in 1..=self.calls("parent") {
+            if let Some(Ok(reply)) = self.reply("parent", call) {
+                for block in &reply.content {
+                    if let ReplyBlock::Known(Block::ToolUse { id, name, input }) = block
+                        && name == "task"
+                    {
+                        uses.push((call, id.as_str(), input));
+                    }
+                }
+            }
+        }
+        let mut children: Vec<(u64, &str)> = self
+            .agents
+            .keys()
+            .filter_map(|name| Some((name.strip_prefix("child-")?.parse().ok()?, name.as_str())))
+            .collect();
+        children.sort_unstable();
+        let mut taken = vec![false; uses.len()];
+        let mut from = 0;
+        for (_, child) in children {
+            let Some(wanted) = self.started_by(child) else {
+                continue;
+            };
+            let found = (from..uses.len())
+                .chain(0..from)
+                .find(|&at| !taken[at] && uses[at].1 == wanted);
+            if let Some(at) = found {
+                taken[at] = true;
+                from = at + 1;
+                if child == agent {
+                    return Some((uses[at].0, uses[at].2));
+                }
+            } else if child == agent {
+                return None;
+            }
+        }
+        None
     }
 
     /// The model calls of the child started by the `task` call `id`.

@@ -19,16 +19,17 @@ pub enum ToolEntry {
 
 /// Tools whose set can change during a run (an MCP server's, which says so
 /// with `notifications/tools/list_changed`). A registry holding a source
-/// offers and dispatches its current tools; an agent's executor asks
-/// [`Registry::refreshed`] at each turn boundary, before a request is
-/// built, so the definitions sent and the dispatch table stay one list.
+/// offers and dispatches its tools as they were at the last turn boundary:
+/// an agent's executor asks [`Registry::refreshed`] there, before a request
+/// is built, so the definitions sent and the dispatch table stay one list.
 pub trait ToolSource: Send + Sync {
     /// What the source is (`MCP server fs`), for messages.
     fn label(&self) -> String;
-    /// Whether the tools changed since the last [`ToolSource::tools`].
-    fn changed(&self) -> bool;
-    /// The tools now.
-    fn tools(&self) -> Result<Vec<ToolEntry>, String>;
+    /// The tools now, with their generation (a number that changes when
+    /// they do), and a warning when they could not be read again (the last
+    /// ones are given then). A source whose tools may have changed lists
+    /// them again here.
+    fn current(&self) -> (u64, Vec<ToolEntry>, Option<String>);
 }
 
 /// A source, with where its tools go among the others.
@@ -37,6 +38,14 @@ struct Source {
     source: Arc<dyn ToolSource>,
     /// Registered after this many fixed tools.
     after: usize,
+    /// The generation of the tools registered from it.
+    generation: u64,
+}
+
+impl std::fmt::Debug for ToolEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.tool().name())
+    }
 }
 
 impl ToolEntry {
@@ -95,49 +104,46 @@ impl Registry {
     /// Adds a source's tools as they are now; later, [`Registry::refreshed`]
     /// gives a registry with its tools as they are then, in the same place.
     pub fn register_source(&mut self, source: Arc<dyn ToolSource>) -> Result<(), SetupError> {
-        let tools = source.tools().map_err(SetupError::ToolSource)?;
+        let (generation, tools, warning) = source.current();
+        if let Some(warning) = warning {
+            return Err(SetupError::ToolSource(warning));
+        }
         let index = self.sources.len();
         let after = self
             .origins
             .iter()
             .filter(|origin| origin.is_none())
             .count();
-        self.sources.push(Source { source, after });
+        self.sources.push(Source {
+            source,
+            after,
+            generation,
+        });
         for entry in tools {
             self.push_from(entry, Some(index))?;
         }
         Ok(())
     }
 
-    /// When a source's tools changed: this registry with every source's
-    /// tools as they are now (the fixed tools and the order kept). `None`
-    /// when nothing changed. A tool a source lists under a name already
-    /// taken is left out, with a warning in the returned list.
-    pub fn refreshed(&self) -> Option<(Registry, Vec<String>)> {
-        if !self.sources.iter().any(|source| source.source.changed()) {
-            return None;
+    /// At a turn boundary: when a source's tools changed since this
+    /// registry was built, this registry with every source's current tools
+    /// (the fixed tools and the order kept), else `None`; and the warnings
+    /// (a list that could not be read again, a name already taken).
+    pub fn refreshed(&self) -> (Option<Registry>, Vec<String>) {
+        if self.sources.is_empty() {
+            return (None, Vec::new());
         }
         let mut warnings = Vec::new();
-        let mut current: Vec<Vec<ToolEntry>> = Vec::with_capacity(self.sources.len());
-        for (index, source) in self.sources.iter().enumerate() {
-            match source.source.tools() {
-                Ok(tools) => current.push(tools),
-                Err(err) => {
-                    // Keep what it had.
-                    warnings.push(format!(
-                        "{}: the tool list could not be read again ({err}); its tools are kept",
-                        source.source.label()
-                    ));
-                    current.push(
-                        self.entries
-                            .iter()
-                            .zip(&self.origins)
-                            .filter(|(_, origin)| **origin == Some(index))
-                            .map(|(entry, _)| entry.clone())
-                            .collect(),
-                    );
-                }
-            }
+        let mut current = Vec::with_capacity(self.sources.len());
+        let mut changed = false;
+        for source in &self.sources {
+            let (generation, tools, warning) = source.source.current();
+            warnings.extend(warning);
+            changed |= generation != source.generation;
+            current.push((generation, tools));
+        }
+        if !changed {
+            return (None, warnings);
         }
         let fixed: Vec<&ToolEntry> = self
             .entries
@@ -147,15 +153,23 @@ impl Registry {
             .map(|(entry, _)| entry)
             .collect();
         let mut fresh = Registry {
-            sources: self.sources.clone(),
+            sources: self
+                .sources
+                .iter()
+                .zip(&current)
+                .map(|(source, (generation, _))| Source {
+                    generation: *generation,
+                    ..source.clone()
+                })
+                .collect(),
             ..Registry::default()
         };
         for position in 0..=fixed.len() {
-            for (index, source) in self.sources.iter().enumerate() {
+            for (index, (source, (_, tools))) in self.sources.iter().zip(&current).enumerate() {
                 if source.after != position {
                     continue;
                 }
-                for entry in current.get(index).cloned().unwrap_or_default() {
+                for entry in tools.iter().cloned() {
                     let name = entry.tool().name().to_owned();
                     if fresh.push_from(entry, Some(index)).is_err() {
                         warnings.push(format!(
@@ -166,11 +180,11 @@ impl Registry {
                 }
             }
             if let Some(entry) = fixed.get(position) {
-                // Fixed tools were unique when registered, and come first.
+                // Fixed tools were unique when registered.
                 let _ = fresh.push_from((*entry).clone(), None);
             }
         }
-        Some((fresh, warnings))
+        (Some(fresh), warnings)
     }
 
     /// Adds a tool. A read-only tool added here cannot be whitelisted for a

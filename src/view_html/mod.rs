@@ -25,6 +25,13 @@ mod output;
 
 pub use output::{PageOutput, PageTrace};
 
+/// Writes `page` into `file` (one opened by
+/// [`crate::trace_target::open_output`], whose old content stays until
+/// now), replacing what it held.
+pub fn write_page(file: &mut std::fs::File, page: &str) -> std::io::Result<()> {
+    output::replace_content(file, page.as_bytes())
+}
+
 const STYLE: &str = include_str!("page.css");
 const SCRIPT: &str = include_str!("page.js");
 
@@ -152,6 +159,15 @@ fn lane(run: &RecordedRun, agent: &str, policy: &Policy) -> (Value, usize) {
                 entry.insert("own_messages".into(), json!(request.messages));
             }
             entry.insert("plan".into(), json!(request.attachment));
+            // The tools offered changed (an MCP server's list did): this
+            // request's own definitions, for its full request.
+            if call > 1
+                && run
+                    .request(agent, 1)
+                    .is_some_and(|first| first.tools != request.tools)
+            {
+                entry.insert("own_tools".into(), json!(request.tools));
+            }
             entry.insert(
                 "offered".into(),
                 json!(
@@ -215,10 +231,13 @@ fn lane(run: &RecordedRun, agent: &str, policy: &Policy) -> (Value, usize) {
                 }
                 links += 1;
             }
-            let child = if name == "task" {
+            let child = if name == "task" && agent == "parent" {
                 run.agents()
                     .map(|(child, _)| child)
-                    .find(|child| run.started_by(child) == Some(id.as_str()))
+                    .find(|child| {
+                        run.started_by(child) == Some(id.as_str())
+                            && run.delegation(child).map(|(at, _)| at) == Some(call)
+                    })
                     .map(str::to_owned)
             } else {
                 None
@@ -241,9 +260,11 @@ fn lane(run: &RecordedRun, agent: &str, policy: &Policy) -> (Value, usize) {
         policy.child_calls
     };
     let started_by = run.started_by(agent);
-    // The report the parent received for this child's task call.
-    let report = started_by.and_then(|id| {
-        run.tools("parent")
+    // The report the parent received for this child's task call: the
+    // result of that call, in the parent's round of that reply.
+    let delegated = run.delegation(agent).map(|(call, _)| call);
+    let report = started_by.zip(delegated).and_then(|(id, call)| {
+        run.tools_of_reply("parent", call)
             .iter()
             .find(|line| line.get("id").and_then(Value::as_str) == Some(id))
             .and_then(|line| line.get("content").and_then(Value::as_str))
@@ -251,9 +272,29 @@ fn lane(run: &RecordedRun, agent: &str, policy: &Policy) -> (Value, usize) {
                 serde_json::from_str::<Value>(content).unwrap_or_else(|_| json!(content))
             })
     });
+    // The parent's budget is per question (follow-ups start a new one):
+    // the meter shows the most calls one question used.
+    let mut questions = 1;
+    let mut most = 0;
+    let mut used = 0;
+    for call in 1..=total {
+        used += 1;
+        most = most.max(used);
+        let answered = matches!(
+            run.reply(agent, call),
+            Some(Ok(reply)) if reply.stop_reason == Some(crate::protocol::StopReason::EndTurn)
+        );
+        if answered && call < total && agent == "parent" {
+            questions += 1;
+            used = 0;
+        }
+    }
     let lane = json!({
         "agent": agent,
+        "questions": questions,
+        "most_in_a_question": most,
         "started_by": started_by,
+        "started_in": delegated,
         "budget": budget,
         "system": system,
         "tools": tools,

@@ -42,24 +42,37 @@ pub struct PageTrace {
 }
 
 impl PageTrace {
-    /// `trace` when the run writes one, else a fresh temporary path.
-    pub fn for_run(trace: Option<&Path>) -> Self {
+    /// `trace` when the run writes one (it must be a regular file: the page
+    /// is read back from it), else a fresh temporary file, readable by its
+    /// owner only.
+    pub fn for_run(trace: Option<&Path>) -> Result<Self, String> {
         match trace {
-            Some(trace) => Self {
-                path: trace.to_owned(),
-                _temporary: None,
-            },
+            Some(trace) => {
+                if let Ok(meta) = std::fs::metadata(trace)
+                    && !meta.is_file()
+                {
+                    return Err(format!(
+                        "--view draws the page from the trace, but the trace file {} is not a regular file; give a regular file, or no --trace",
+                        trace.display()
+                    ));
+                }
+                Ok(Self {
+                    path: trace.to_owned(),
+                    _temporary: None,
+                })
+            }
             None => {
-                let path =
-                    std::env::temp_dir().join(format!("subloop-view-{}.jsonl", std::process::id()));
+                let path = trace_target::create_private("subloop-view").map_err(|err| {
+                    format!("cannot create a temporary trace for the view page: {err}")
+                })?;
                 let on_exit = path.clone();
                 let registration = signals::on_termination(move |_| {
                     let _ = std::fs::remove_file(&on_exit);
                 });
-                Self {
+                Ok(Self {
                     _temporary: Some(TemporaryTrace(path.clone(), registration)),
                     path,
-                }
+                })
             }
         }
     }
@@ -76,9 +89,11 @@ impl PageTrace {
 }
 
 impl PageOutput {
-    /// Checks and creates the page file at `path` (the checks of a trace
-    /// file: not one of `protected` nor the trace, not inside `workspace`,
-    /// not a FIFO, …); the page is drawn from `trace` at the end.
+    /// Checks the page file at `path` before the run starts (the checks of
+    /// a trace file: not one of `protected` nor the trace, even one not
+    /// created yet, not inside `workspace`, not a FIFO, …) and locks it; an
+    /// existing page keeps its content until the new one is written. The
+    /// page is drawn from `trace` at the end.
     pub fn open(
         path: &Path,
         workspace: &Path,
@@ -88,6 +103,17 @@ impl PageOutput {
     ) -> Result<Self, TraceTargetError> {
         let mut guarded: Vec<(&Path, &'static str)> = protected.to_vec();
         guarded.push((trace.path(), "trace file"));
+        // A trace not created yet has no inode to compare: compare names.
+        for (other, kind) in &guarded {
+            if !other.exists() && same_name(path, other) {
+                return Err(TraceTargetError::Protected {
+                    path: path.to_owned(),
+                    what: FileRole::Page,
+                    protected: other.to_path_buf(),
+                    kind,
+                });
+            }
+        }
         let file = trace_target::open_output(path, Some(workspace), &guarded, FileRole::Page)?;
         Ok(Self {
             file,
@@ -95,6 +121,11 @@ impl PageOutput {
             trace,
             policy,
         })
+    }
+
+    /// The trace the page is drawn from.
+    pub fn trace_path(&self) -> &Path {
+        self.trace.path()
     }
 
     /// The page's path.
@@ -112,9 +143,34 @@ impl PageOutput {
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_else(|| "run".to_owned());
         let page = super::page(&run, &verdicts, &self.policy, &title);
-        self.file
-            .write_all(page.as_bytes())
-            .and_then(|()| self.file.flush())
+        replace_content(&mut self.file, page.as_bytes())
             .map_err(|err| format!("cannot write {}: {err}", self.path.display()))
     }
+}
+
+/// Replaces what `file` holds with `content`.
+pub(super) fn replace_content(file: &mut File, content: &[u8]) -> std::io::Result<()> {
+    use std::io::Seek;
+    if file.metadata()?.is_file() {
+        file.set_len(0)?;
+        file.seek(std::io::SeekFrom::Start(0))?;
+    }
+    file.write_all(content)?;
+    file.flush()
+}
+
+/// Whether two paths name the same file, by their directory (resolved) and
+/// file name, for a file that does not exist yet.
+fn same_name(a: &Path, b: &Path) -> bool {
+    let resolve = |path: &Path| {
+        let dir = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        Some((
+            std::fs::canonicalize(dir).ok()?,
+            path.file_name()?.to_owned(),
+        ))
+    };
+    matches!((resolve(a), resolve(b)), (Some(x), Some(y)) if x == y)
 }

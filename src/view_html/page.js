@@ -63,8 +63,9 @@
     const laneIndex = new Map(); // agent name -> lane index
     run.lanes.forEach(function (lane, i) { laneIndex.set(String(lane.agent), i); });
     const useById = new Map(); // "lane|call|id" -> element, for breach links
-    const useOfTask = new Map(); // task id -> the parent's use element
-    const resultOfTask = new Map(); // task id -> the parent's result element
+    const useOfTask = new Map(); // "call|task id" -> the parent's use element
+    const resultOfTask = new Map(); // "call|task id" -> the parent's result element
+    const taskKey = function (call, id) { return call + "|" + id; };
 
     // Header.
     const header = el("header", "top");
@@ -174,20 +175,24 @@
       if (lane.started_by) {
         const from = el("a", "back", "started by task " + lane.started_by);
         from.href = "#";
-        linkTo(from, function () { return useOfTask.get(lane.started_by); });
+        linkTo(from, function () { return useOfTask.get(taskKey(lane.started_in, lane.started_by)); });
         head.appendChild(from);
         head.appendChild(note("child"));
       }
       const calls = Array.isArray(lane.calls) ? lane.calls : [];
       const meter = el("div", "budget");
       if (typeof lane.budget === "number") {
+        // The parent's budget is per question: the most one question used.
+        const used = lane.questions > 1 ? lane.most_in_a_question : calls.length;
         const m = el("meter");
         m.min = 0;
         m.max = lane.budget;
-        m.value = Math.min(calls.length, lane.budget);
+        m.value = Math.min(used, lane.budget);
         meter.appendChild(m);
-        meter.appendChild(document.createTextNode(" " + calls.length + " of " + lane.budget + " calls"));
-        if (calls.length > lane.budget) meter.classList.add("over");
+        meter.appendChild(document.createTextNode(lane.questions > 1
+          ? " " + calls.length + " calls over " + lane.questions + " questions; at most " + used + " of " + lane.budget + " in one"
+          : " " + used + " of " + lane.budget + " calls"));
+        if (used > lane.budget) meter.classList.add("over");
       } else {
         meter.appendChild(document.createTextNode(calls.length + " call(s); budget not given (view --max-calls / --child-calls)"));
       }
@@ -244,7 +249,7 @@
         }
         const back = el("a", "back", "\u21a9 the parent's result");
         back.href = "#";
-        linkTo(back, function () { return resultOfTask.get(lane.started_by); });
+        linkTo(back, function () { return resultOfTask.get(taskKey(lane.started_in, lane.started_by)); });
         end.appendChild(back);
         end.dataset.report = "1";
       } else if (lane.report !== null && lane.report !== undefined) {
@@ -276,7 +281,8 @@
         const messages = Array.isArray(call.own_messages)
           ? call.own_messages
           : (Array.isArray(lane.history) ? lane.history.slice(0, call.messages || 0) : []);
-        const request = { system: lane.system, tools: lane.tools, messages: messages };
+        const tools = Array.isArray(call.own_tools) ? call.own_tools : lane.tools;
+        const request = { system: lane.system, tools: tools, messages: messages };
         if (call.plan) request.attachment = call.plan;
         inspect(lane.agent + " request " + call.call + " (" + messages.length + " messages)", request);
       });
@@ -314,7 +320,8 @@
         node.title = "click for the tool line";
         node.addEventListener("click", function () { inspect(lane.agent + " result " + line.id, line); });
         if (line.decision !== "allowed" && line.decision !== "not_required") node.appendChild(note("denied"));
-        if (lane.agent === "parent" && line.name === "task" && !resultOfTask.has(line.id)) resultOfTask.set(line.id, node);
+        const rkey = taskKey(call.call, line.id);
+        if (lane.agent === "parent" && line.name === "task" && !resultOfTask.has(rkey)) resultOfTask.set(rkey, node);
         return node;
       });
       if (Array.isArray(call.uses) && call.uses.length) {
@@ -324,7 +331,8 @@
           node.id = "u-" + li + "-" + call.call + "-" + k;
           const key = li + "|" + call.call + "|" + use.id;
           if (!useById.has(key)) useById.set(key, node);
-          if (lane.agent === "parent" && use.name === "task" && !useOfTask.has(use.id)) useOfTask.set(use.id, node);
+          const ukey = taskKey(call.call, use.id);
+          if (lane.agent === "parent" && use.name === "task" && !useOfTask.has(ukey)) useOfTask.set(ukey, node);
           node.appendChild(el("span", "name", use.name));
           node.appendChild(el("span", "id", " " + use.id + " "));
           const target = use.result === null || use.result === undefined ? null : resultNodes[use.result];
@@ -410,7 +418,7 @@
       run.lanes.forEach(function (lane, li) {
         if (!lane.started_by) return;
         const section = document.getElementById("lane-" + li);
-        const use = useOfTask.get(lane.started_by);
+        const use = useOfTask.get(taskKey(lane.started_in, lane.started_by));
         if (!section || !use) return;
         section.style.marginTop = "0px";
         const offset = use.getBoundingClientRect().top - base;

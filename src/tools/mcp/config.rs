@@ -41,7 +41,7 @@ pub enum McpConfigError {
     },
     /// A server name that cannot be part of a tool name.
     #[error(
-        "MCP server name {0:?} is not usable: use 1 to 40 letters, digits, `_` or `-`, without `__`"
+        "MCP server name {0:?} is not usable: use 1 to 40 letters, digits, `_` or `-`, without `__` and not ending in `_`"
     )]
     BadName(String),
     /// Two servers with one name.
@@ -50,13 +50,21 @@ pub enum McpConfigError {
     /// A `--mcp` value without `NAME=COMMAND`.
     #[error("--mcp {0:?}: expected NAME=COMMAND ARGS…")]
     BadServerFlag(String),
+    /// A `--mcp` command line that cannot be split (a quote left open).
+    #[error("--mcp {value:?}: {reason}")]
+    BadServerCommand {
+        /// The value given.
+        value: String,
+        /// Why it cannot be split.
+        reason: String,
+    },
     /// A `--mcp-read-only` value without `NAME:TOOL`.
     #[error("--mcp-read-only {0:?}: expected NAME:TOOL,… (a configured server, tool names)")]
     BadReadOnlyFlag(String),
 }
 
+/// Other keys of the file (other tools' settings) are left alone.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct File {
     #[serde(rename = "mcpServers")]
     mcp_servers: BTreeMap<String, Entry>,
@@ -74,14 +82,22 @@ struct Entry {
     read_only: Vec<String>,
     #[serde(default)]
     trust_annotations: bool,
+    /// Other agents' way to keep a server configured but off.
+    #[serde(default)]
+    disabled: bool,
+    /// The transport: only `stdio` (the default) is supported.
+    #[serde(default, rename = "type")]
+    transport: Option<String>,
 }
 
 fn check_name(name: &str) -> Result<(), McpConfigError> {
+    // No `__`, and no `_` at the end: `mcp__a___x` must name one tool.
     let fits = (1..=40).contains(&name.len())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !name.contains("__");
+        && !name.contains("__")
+        && !name.ends_with('_');
     if fits {
         Ok(())
     } else {
@@ -97,8 +113,17 @@ pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, Mc
     })?;
     file.mcp_servers
         .into_iter()
+        .filter(|(_, entry)| !entry.disabled)
         .map(|(name, entry)| {
             check_name(&name)?;
+            if let Some(transport) = entry.transport.as_deref().filter(|t| *t != "stdio") {
+                return Err(McpConfigError::Invalid {
+                    source_name: source_name.to_owned(),
+                    message: format!(
+                        "server {name}: transport {transport:?} is not supported (only stdio)"
+                    ),
+                });
+            }
             if entry.command.trim().is_empty() {
                 return Err(McpConfigError::Invalid {
                     source_name: source_name.to_owned(),
@@ -122,7 +147,10 @@ pub fn parse_server_flag(value: &str) -> Result<ServerConfig, McpConfigError> {
     let bad = || McpConfigError::BadServerFlag(value.to_owned());
     let (name, line) = value.split_once('=').ok_or_else(bad)?;
     check_name(name)?;
-    let words = split_command(line).map_err(|_| bad())?;
+    let words = split_command(line).map_err(|err| McpConfigError::BadServerCommand {
+        value: value.to_owned(),
+        reason: err.to_string(),
+    })?;
     let (command, args) = words.split_first().ok_or_else(bad)?;
     Ok(ServerConfig {
         name: name.to_owned(),
@@ -224,6 +252,29 @@ mod tests {
         assert!(matches!(
             parse_file("{}", "x.json"),
             Err(McpConfigError::Invalid { .. })
+        ));
+        // Other tools' keys are left alone; a disabled server is left out;
+        // a transport other than stdio and an ambiguous name are refused.
+        let servers = parse_file(
+            r#"{"globalShortcut": "x", "mcpServers": {"a": {"command": "x", "disabled": true}, "b": {"command": "y", "type": "stdio"}}}"#,
+            "x.json",
+        )
+        .unwrap();
+        assert_eq!(servers.len(), 1);
+        assert!(
+            parse_file(
+                r#"{"mcpServers": {"a": {"command": "x", "type": "sse"}}}"#,
+                "x.json"
+            )
+            .is_err()
+        );
+        assert!(matches!(
+            parse_file(r#"{"mcpServers": {"a_": {"command": "x"}}}"#, "x.json"),
+            Err(McpConfigError::BadName(_))
+        ));
+        assert!(matches!(
+            parse_server_flag("t=python3 \"open"),
+            Err(McpConfigError::BadServerCommand { .. })
         ));
         assert!(matches!(
             parse_file(r#"{"mcpServers": {"a__b": {"command": "x"}}}"#, "x.json"),

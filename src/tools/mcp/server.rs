@@ -21,7 +21,6 @@ use rmcp::service::{NotificationContext, RoleClient};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::Value;
 use thiserror::Error;
-use tokio::io::AsyncBufReadExt;
 
 use super::config::{ServerConfig, server_env};
 use crate::limits::CancelHandle;
@@ -31,6 +30,11 @@ use crate::tools::run_main::Watchdog;
 const STDERR_LINES: usize = 8;
 /// The longest stderr line kept, in bytes.
 const STDERR_LINE_BYTES: usize = 300;
+/// The most `tools/list` pages a listing follows.
+const MAX_PAGES: usize = 100;
+/// The most tools a server may list.
+pub const MAX_TOOLS: usize = 1000;
+
 /// How long a server may take to exit after its stdin is closed.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
@@ -196,6 +200,7 @@ enum Job {
     },
     List {
         reply: std::sync::mpsc::Sender<Result<Vec<RemoteTool>, String>>,
+        timeout: Duration,
     },
     Shutdown,
 }
@@ -304,8 +309,9 @@ impl McpServer {
         self.state.list_changed.load(Ordering::SeqCst)
     }
 
-    /// Lists the server's tools again (`tools/list`, every page).
-    pub fn list(&self) -> Result<Vec<RemoteTool>, String> {
+    /// Lists the server's tools again (`tools/list`, every page), within
+    /// `timeout`.
+    pub fn list(&self, timeout: Duration) -> Result<Vec<RemoteTool>, String> {
         self.state.list_changed.store(false, Ordering::SeqCst);
         let (reply, answer) = std::sync::mpsc::channel();
         let gone = |server: &Self| match server.gone() {
@@ -314,10 +320,13 @@ impl McpServer {
             }
             _ => "the server is gone".to_owned(),
         };
-        if self.jobs.send(Job::List { reply }).is_err() {
+        if self.jobs.send(Job::List { reply, timeout }).is_err() {
             return Err(gone(self));
         }
-        answer.recv().unwrap_or_else(|_| Err(gone(self)))
+        // The runtime's own timeout answers first; this one is a backstop.
+        answer
+            .recv_timeout(timeout + Duration::from_secs(1))
+            .unwrap_or_else(|_| Err(gone(self)))
     }
 
     /// The server is gone: how it ended, with its last stderr lines.
@@ -341,17 +350,33 @@ impl McpServer {
 }
 
 impl Starting {
-    /// Waits for the handshake and the tool listing (every page).
-    pub fn wait(self) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
+    /// Waits for the handshake and the tool listing (every page); a
+    /// cancelled run (Ctrl-C) stops the wait.
+    pub fn wait(self, cancel: &CancelHandle) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
         let server = McpServer {
             name: self.name.clone(),
             jobs: self.jobs,
             state: Arc::clone(&self.state),
             thread: Some(self.thread),
         };
-        match self.ready.recv_timeout(self.timeout) {
+        let deadline = Instant::now() + self.timeout;
+        let ready = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.ready.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(ready) => break Ok(ready),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    if !left.is_zero() && !cancel.is_cancelled() => {}
+                Err(err) => break Err(err),
+            }
+        };
+        match ready {
             Ok(Ok(tools)) => Ok((server, tools)),
             Ok(Err(err)) => Err(err),
+            Err(_) if cancel.is_cancelled() => Err(StartError::Failed {
+                name: server.name.clone(),
+                message: "the run was cancelled while it started".to_owned(),
+                stderr: String::new(),
+            }),
             Err(_) => {
                 let stderr = server.state.stderr_tail();
                 Err(StartError::Timeout {
@@ -387,14 +412,15 @@ async fn serve(
         message,
         stderr: state.stderr_tail(),
     };
+    let cannot_spawn = |source| StartError::Spawn {
+        name: name.clone(),
+        command: config.command.clone(),
+        source,
+    };
     let watchdog = match Watchdog::spawn() {
         Ok(watchdog) => watchdog,
         Err(source) => {
-            let _ = ready.send(Err(StartError::Spawn {
-                name: name.clone(),
-                command: config.command.clone(),
-                source,
-            }));
+            let _ = ready.send(Err(cannot_spawn(source)));
             return;
         }
     };
@@ -410,35 +436,12 @@ async fn serve(
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(source) => {
-            let _ = ready.send(Err(StartError::Spawn {
-                name: name.clone(),
-                command: config.command.clone(),
-                source,
-            }));
+            let _ = ready.send(Err(cannot_spawn(source)));
             return;
         }
     };
     if let Some(stderr) = child.stderr.take() {
-        let state = Arc::clone(&state);
-        tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut line = crate::progress::printable(&line);
-                if line.len() > STDERR_LINE_BYTES {
-                    let mut cut = STDERR_LINE_BYTES;
-                    while !line.is_char_boundary(cut) {
-                        cut -= 1;
-                    }
-                    line.truncate(cut);
-                    line.push('…');
-                }
-                let mut kept = state.stderr.lock().unwrap_or_else(|p| p.into_inner());
-                if kept.len() == STDERR_LINES {
-                    kept.pop_front();
-                }
-                kept.push_back(line);
-            }
-        });
+        tokio::spawn(keep_stderr(stderr, Arc::clone(&state)));
     }
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
         let _ = ready.send(Err(failed("its stdio could not be opened".into(), &state)));
@@ -451,11 +454,11 @@ async fn serve(
             .serve((stdout, stdin))
             .await
             .map_err(|err| (true, format!("the handshake failed: {err}")))?;
-        match client.peer().list_all_tools().await {
+        match list_tools(client.peer()).await {
             Ok(tools) => Ok((client, tools)),
             Err(err) => {
                 let _ = client.cancel().await;
-                Err((false, format!("tools/list failed: {}", describe(&err))))
+                Err((false, err))
             }
         }
     };
@@ -469,7 +472,7 @@ async fn serve(
     };
     let client = match started {
         Ok((client, tools)) => {
-            let _ = ready.send(Ok(tools.iter().map(remote_tool).collect()));
+            let _ = ready.send(Ok(tools));
             client
         }
         Err((in_handshake, message)) => {
@@ -479,7 +482,7 @@ async fn serve(
                 None
             };
             let message = match status {
-                Some(status) => format!("it exited ({status}) during the handshake"),
+                Some(status) => format!("{message} (it exited: {status})"),
                 None => message,
             };
             // Let the stderr reader take the last lines first.
@@ -526,14 +529,16 @@ async fn serve(
                     let _ = reply.send(outcome);
                 });
             }
-            Some(Job::List { reply }) => {
+            Some(Job::List { reply, timeout }) => {
                 let peer = peer.clone();
                 tokio::spawn(async move {
-                    let listed = peer
-                        .list_all_tools()
-                        .await
-                        .map(|tools| tools.iter().map(remote_tool).collect())
-                        .map_err(|err| describe(&err));
+                    let listed = match tokio::time::timeout(timeout, list_tools(&peer)).await {
+                        Ok(listed) => listed,
+                        Err(_) => Err(format!(
+                            "tools/list did not answer within {} s",
+                            timeout.as_secs_f64()
+                        )),
+                    };
                     let _ = reply.send(listed);
                 });
             }
@@ -547,6 +552,47 @@ async fn serve(
     let _ = tokio::time::timeout(EXIT_GRACE, waiter).await;
     // The group goes, then its leader is reaped.
     drop(watchdog);
+}
+
+/// Reads the server's stderr to its end, keeping the last
+/// [`STDERR_LINES`] lines, each cut to [`STDERR_LINE_BYTES`] (read as
+/// bytes: any bytes, any length, never more than a line's cap held).
+async fn keep_stderr(mut stderr: tokio::process::ChildStderr, state: Arc<State>) {
+    use tokio::io::AsyncReadExt;
+    let mut chunk = [0u8; 4096];
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = false;
+    let push = |line: &mut Vec<u8>, cut: &mut bool| {
+        let mut text = crate::progress::printable(&String::from_utf8_lossy(line));
+        if *cut {
+            text.push('…');
+        }
+        let mut kept = state.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() == STDERR_LINES {
+            kept.pop_front();
+        }
+        kept.push_back(text);
+        line.clear();
+        *cut = false;
+    };
+    loop {
+        let n = match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &byte in chunk.get(..n).unwrap_or_default() {
+            if byte == b'\n' {
+                push(&mut line, &mut cut);
+            } else if line.len() < STDERR_LINE_BYTES {
+                line.push(byte);
+            } else {
+                cut = true;
+            }
+        }
+    }
+    if !line.is_empty() {
+        push(&mut line, &mut cut);
+    }
 }
 
 /// The exit status, if the child exited within a moment.
@@ -595,6 +641,28 @@ async fn call(
         },
         () = cancelled => CallOutcome::Cancelled,
     }
+}
+
+/// Every page of `tools/list`, up to [`MAX_PAGES`] pages and [`MAX_TOOLS`] tools.
+async fn list_tools(peer: &rmcp::Peer<RoleClient>) -> Result<Vec<RemoteTool>, String> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    for _ in 0..MAX_PAGES {
+        let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+        let page = peer
+            .list_tools(Some(params))
+            .await
+            .map_err(|err| format!("tools/list failed: {}", describe(&err)))?;
+        tools.extend(page.tools.iter().map(remote_tool));
+        if tools.len() > MAX_TOOLS {
+            return Err(format!("it lists more than {MAX_TOOLS} tools"));
+        }
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(tools),
+        }
+    }
+    Err(format!("its tool list goes on past {MAX_PAGES} pages"))
 }
 
 fn describe(err: &ServiceError) -> String {

@@ -15,6 +15,9 @@ use crate::conversation::ToolOutput;
 use crate::limits::CancelHandle;
 use crate::tools::{Capability, ReadOnlyTool, Tool, ToolContext, ToolEntry, ToolSource, refusal};
 
+/// The most bytes of a call's arguments an approval prompt shows.
+const MAX_ACTION_ARGUMENTS: usize = 400;
+
 /// One MCP tool that executes: it runs only after the gate allows it.
 #[derive(Debug, Clone)]
 pub struct McpTool {
@@ -94,8 +97,19 @@ impl Tool for McpTool {
     }
 
     fn action(&self, input: &Value) -> String {
+        // A prompt line, not a dump: long arguments are cut.
+        let mut arguments = input.to_string();
+        if arguments.len() > MAX_ACTION_ARGUMENTS {
+            let mut cut = MAX_ACTION_ARGUMENTS;
+            while !arguments.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let total = arguments.len();
+            arguments.truncate(cut);
+            arguments.push_str(&format!("… ({total} bytes)"));
+        }
         format!(
-            "MCP server {} tool {} with arguments {input}",
+            "MCP server {} tool {} with arguments {arguments}",
             self.server.name(),
             self.remote
         )
@@ -141,13 +155,13 @@ pub struct McpSource {
     config: ServerConfig,
     server: Arc<McpServer>,
     settings: McpSettings,
-    /// The listing made at start, used for the first [`ToolSource::tools`].
-    first: std::sync::Mutex<Option<Vec<RemoteTool>>>,
+    /// The generation, the listing and its tools, as last read.
+    cache: std::sync::Mutex<(u64, Vec<RemoteTool>, Vec<ToolEntry>)>,
 }
 
 impl McpSource {
     /// The registered tools of `listed`, and a warning for each one skipped.
-    fn entries(&self, listed: Vec<RemoteTool>) -> (Vec<ToolEntry>, Vec<String>) {
+    fn entries(&self, listed: &[RemoteTool]) -> (Vec<ToolEntry>, Vec<String>) {
         let mut entries = Vec::new();
         let mut warnings = Vec::new();
         let mut seen: Vec<String> = Vec::new();
@@ -166,14 +180,21 @@ impl McpSource {
                 ));
                 continue;
             }
+            // The API takes object schemas only.
+            if remote.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+                warnings.push(format!(
+                    "MCP server {server}: tool {shown} skipped: its inputSchema is not of type object"
+                ));
+                continue;
+            }
             seen.push(name.clone());
-            let read_only = is_read_only(&self.config, &remote);
+            let read_only = is_read_only(&self.config, remote);
             let tool = McpTool {
                 server: Arc::clone(&self.server),
-                remote: remote.name,
+                remote: remote.name.clone(),
                 name,
-                description: remote.description,
-                schema: remote.input_schema,
+                description: remote.description.clone(),
+                schema: remote.input_schema.clone(),
                 cap: self.settings.cap,
                 timeout: self.settings.timeout,
                 cancel: self.settings.cancel.clone(),
@@ -193,21 +214,30 @@ impl ToolSource for McpSource {
         format!("MCP server {}", self.config.name)
     }
 
-    fn changed(&self) -> bool {
-        self.server.list_changed()
-    }
-
-    fn tools(&self) -> Result<Vec<ToolEntry>, String> {
-        let first = self
-            .first
+    fn current(&self) -> (u64, Vec<ToolEntry>, Option<String>) {
+        let mut cache = self
+            .cache
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .take();
-        let listed = match first {
-            Some(listed) => listed,
-            None => self.server.list()?,
-        };
-        Ok(self.entries(listed).0)
+            .unwrap_or_else(|poison| poison.into_inner());
+        let mut warning = None;
+        if self.server.list_changed() {
+            match self.server.list(self.settings.timeout) {
+                Ok(listed) if listed != cache.1 => {
+                    let (entries, _) = self.entries(&listed);
+                    cache.0 += 1;
+                    cache.1 = listed;
+                    cache.2 = entries;
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    warning = Some(format!(
+                        "MCP server {}: the tool list could not be read again ({err}); its tools are kept",
+                        self.config.name
+                    ));
+                }
+            }
+        }
+        (cache.0, cache.2.clone(), warning)
     }
 }
 
@@ -249,14 +279,14 @@ impl McpTools {
         // The first failure ends the start: the servers started are shut
         // down as they drop, those still starting when their channel closes.
         for (config, pending) in configs.iter().zip(starting) {
-            let (server, listed) = pending.wait()?;
-            let source = McpSource {
+            let (server, listed) = pending.wait(&settings.cancel)?;
+            let mut source = McpSource {
                 config: config.clone(),
                 server: Arc::new(server),
                 settings: settings.clone(),
-                first: std::sync::Mutex::new(None),
+                cache: std::sync::Mutex::new((0, Vec::new(), Vec::new())),
             };
-            let (entries, warnings) = source.entries(listed.clone());
+            let (entries, warnings) = source.entries(&listed);
             all.warnings.extend(warnings);
             all.servers.push((
                 config.name.clone(),
@@ -265,10 +295,7 @@ impl McpTools {
                     .map(|entry| entry_name(entry).to_owned())
                     .collect(),
             ));
-            *source
-                .first
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner()) = Some(listed);
+            source.cache = std::sync::Mutex::new((0, listed, entries));
             all.sources.push(Arc::new(source));
         }
         Ok(all)
