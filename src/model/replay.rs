@@ -419,17 +419,21 @@ impl RecordedRun {
             let Some(wanted) = self.started_by(child) else {
                 continue;
             };
-            let found = (from..uses.len())
-                .chain(0..from)
-                .find(|&at| !taken[at] && uses[at].1 == wanted);
-            if let Some(at) = found {
-                taken[at] = true;
-                from = at + 1;
-                if child == agent {
-                    return Some((uses[at].0, uses[at].2));
+            let found = (from..uses.len()).chain(0..from).find(|&at| {
+                taken.get(at) == Some(&false) && uses.get(at).is_some_and(|u| u.1 == wanted)
+            });
+            match found.and_then(|at| Some((at, uses.get(at)?))) {
+                Some((at, &(call, _, input))) => {
+                    if let Some(slot) = taken.get_mut(at) {
+                        *slot = true;
+                    }
+                    from = at + 1;
+                    if child == agent {
+                        return Some((call, input));
+                    }
                 }
-            } else if child == agent {
-                return None;
+                None if child == agent => return None,
+                None => {}
             }
         }
         None
