@@ -250,11 +250,7 @@ fn assemble(
     // Lets the first Ctrl-C say which tool the run waits for.
     builder = builder.monitor(signals::ToolWatch);
     let mut status = None;
-    let protected: Vec<(&Path, &'static str)> = settings
-        .script
-        .iter()
-        .map(|script| (script.as_path(), "script"))
-        .collect();
+    let protected = script_of(settings);
     if let Some((resuming, point)) = resume {
         let file = trace_target::open_to_append(
             &resuming.path,
@@ -274,6 +270,15 @@ fn assemble(
         builder = builder.monitor(writer);
     }
     Ok((builder.build(), status, mcp))
+}
+
+/// The file a run reads that nothing it writes may be: the script, if any.
+fn script_of(settings: &Settings) -> Vec<(&Path, &'static str)> {
+    settings
+        .script
+        .iter()
+        .map(|script| (script.as_path(), "script"))
+        .collect()
 }
 
 /// Starts the settings' MCP servers (all at once) and registers their tools.
@@ -497,11 +502,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             let page_trace =
                 PageTrace::for_run(settings.trace.as_deref().or(settings.resume.as_deref()))
                     .map_err(AppError::View)?;
-            let mut protected: Vec<(&Path, &'static str)> = settings
-                .script
-                .iter()
-                .map(|script| (script.as_path(), "script"))
-                .collect();
+            let mut protected = script_of(settings);
             if let Some(resumed) = &settings.resume {
                 protected.push((resumed.as_path(), "trace file"));
             }

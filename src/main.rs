@@ -167,22 +167,8 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
     let verdicts = subloop::invariants::check(&run, &cli.view_policy);
     let broken = verdicts.iter().any(|verdict| !verdict.held());
     if let Some(output) = &cli.view_output {
-        let title = trace.file_name().map_or_else(
-            || "trace".to_owned(),
-            |name| name.to_string_lossy().into_owned(),
-        );
-        let page = subloop::view_html::page(&run, &verdicts, &cli.view_policy, &title);
-        let written = subloop::trace_target::open_output(
-            output,
-            None,
-            &[(trace, "trace file")],
-            subloop::trace_target::FileRole::Page,
-        )
-        .map_err(|err| err.to_string())
-        .and_then(|mut file| {
-            subloop::view_html::write_page(&mut file, &page)
-                .map_err(|err| format!("cannot write {}: {err}", output.display()))
-        });
+        let written =
+            subloop::view_html::write_for_trace(trace, output, &run, &verdicts, &cli.view_policy);
         if let Err(err) = written {
             return usage_error(CliError::new(Some(Command::View), err));
         }

@@ -49,6 +49,11 @@ impl std::fmt::Debug for ToolEntry {
 }
 
 impl ToolEntry {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        self.tool().name()
+    }
+
     fn tool(&self) -> &dyn Tool {
         match self {
             Self::ReadOnly(tool) => tool.as_ref(),

@@ -23,14 +23,7 @@ use crate::protocol::{Block, ReplyBlock};
 
 mod output;
 
-pub use output::{PageOutput, PageTrace};
-
-/// Writes `page` into `file` (one opened by
-/// [`crate::trace_target::open_output`], whose old content stays until
-/// now), replacing what it held.
-pub fn write_page(file: &mut std::fs::File, page: &str) -> std::io::Result<()> {
-    output::replace_content(file, page.as_bytes())
-}
+pub use output::{PageOutput, PageTrace, write_for_trace};
 
 const STYLE: &str = include_str!("page.css");
 const SCRIPT: &str = include_str!("page.js");

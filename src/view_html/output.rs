@@ -81,11 +81,6 @@ impl PageTrace {
     pub fn path(&self) -> &Path {
         &self.path
     }
-
-    /// Whether it was made for the page (the run was given no trace).
-    pub fn is_temporary(&self) -> bool {
-        self._temporary.is_some()
-    }
 }
 
 impl PageOutput {
@@ -137,19 +132,40 @@ impl PageOutput {
     pub fn write(mut self) -> Result<(), String> {
         let run = RecordedRun::load(self.trace.path()).map_err(|err| err.to_string())?;
         let verdicts = invariants::check(&run, &self.policy);
-        let title = self
-            .path
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "run".to_owned());
-        let page = super::page(&run, &verdicts, &self.policy, &title);
+        let page = super::page(&run, &verdicts, &self.policy, &title_of(&self.path));
         replace_content(&mut self.file, page.as_bytes())
             .map_err(|err| format!("cannot write {}: {err}", self.path.display()))
     }
 }
 
+/// `subloop view TRACE -o FILE`: the page of `run` (read from `trace`)
+/// and its `verdicts` written to `output` (checked like a trace file, never
+/// the trace itself; an old page is replaced only by the new one).
+pub fn write_for_trace(
+    trace: &Path,
+    output: &Path,
+    run: &RecordedRun,
+    verdicts: &[invariants::Verdict],
+    policy: &Policy,
+) -> Result<(), String> {
+    let page = super::page(run, verdicts, policy, &title_of(trace));
+    let mut file =
+        trace_target::open_output(output, None, &[(trace, "trace file")], FileRole::Page)
+            .map_err(|err| err.to_string())?;
+    replace_content(&mut file, page.as_bytes())
+        .map_err(|err| format!("cannot write {}: {err}", output.display()))
+}
+
+/// A page's title: the file name of `path`.
+fn title_of(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || "run".to_owned(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}
+
 /// Replaces what `file` holds with `content`.
-pub(super) fn replace_content(file: &mut File, content: &[u8]) -> std::io::Result<()> {
+fn replace_content(file: &mut File, content: &[u8]) -> std::io::Result<()> {
     use std::io::Seek;
     if file.metadata()?.is_file() {
         file.set_len(0)?;

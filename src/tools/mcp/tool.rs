@@ -292,20 +292,13 @@ impl McpTools {
                 config.name.clone(),
                 entries
                     .iter()
-                    .map(|entry| entry_name(entry).to_owned())
+                    .map(|entry| entry.name().to_owned())
                     .collect(),
             ));
             source.cache = std::sync::Mutex::new((0, listed, entries));
             all.sources.push(Arc::new(source));
         }
         Ok(all)
-    }
-}
-
-fn entry_name(entry: &ToolEntry) -> &str {
-    match entry {
-        ToolEntry::ReadOnly(tool) => tool.name(),
-        ToolEntry::General(tool) => tool.name(),
     }
 }
 
