@@ -61,6 +61,7 @@ use crate::protocol::{
     Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition,
     ToolResultContent, ToolUseId, Usage, join_text,
 };
+use crate::shared_text::SharedText;
 
 /// How many model requests a conversation may make: at least one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -122,15 +123,16 @@ impl ToolCall {
 /// What a tool produced for one call; the machine attaches the call's id.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolOutput {
-    /// The text sent back to the model.
-    pub content: String,
+    /// The text sent back to the model, shared with the history and the
+    /// call's record rather than copied into them.
+    pub content: SharedText,
     /// Whether the call failed or was refused.
     pub is_error: bool,
 }
 
 impl ToolOutput {
     /// A successful result.
-    pub fn ok(content: impl Into<String>) -> Self {
+    pub fn ok(content: impl Into<SharedText>) -> Self {
         Self {
             content: content.into(),
             is_error: false,
@@ -138,7 +140,7 @@ impl ToolOutput {
     }
 
     /// A failed or refused call.
-    pub fn error(content: impl Into<String>) -> Self {
+    pub fn error(content: impl Into<SharedText>) -> Self {
         Self {
             content: content.into(),
             is_error: true,
@@ -938,10 +940,10 @@ impl Conversation<AwaitingTools> {
     }
 }
 
-fn result_block(tool_use_id: ToolUseId, content: String, is_error: bool) -> Block {
+fn result_block(tool_use_id: ToolUseId, content: impl Into<SharedText>, is_error: bool) -> Block {
     Block::ToolResult {
         tool_use_id,
-        content: ToolResultContent::Text(content),
+        content: ToolResultContent::Text(content.into()),
         is_error,
     }
 }

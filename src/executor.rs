@@ -18,6 +18,7 @@ use crate::monitor::SharedMonitor;
 use crate::permission::{ApprovalRequest, Approver, Decision};
 use crate::plan::SharedPlan;
 use crate::protocol::{ToolDefinition, ToolUseId};
+use crate::shared_text::SharedText;
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal, schema};
 
 /// How a call was decided.
@@ -75,7 +76,7 @@ pub struct ToolRecord {
     /// The result's text exactly as sent to the model (after the tool's own
     /// caps and the after hooks), so the record holds every result, also of
     /// a last round no request carried.
-    pub content: String,
+    pub content: SharedText,
 }
 
 /// A warning raised by a hook.
@@ -314,9 +315,12 @@ impl<'a> Toolbox<'a> {
                 };
                 if let Some(failure) = failure {
                     output.is_error = true;
-                    output
-                        .content
-                        .push_str(&format!("\n[after hook {} failed: {failure}]", hook.name()));
+                    output.content = format!(
+                        "{}\n[after hook {} failed: {failure}]",
+                        output.content,
+                        hook.name()
+                    )
+                    .into();
                     warnings.push(format!("after hook {} failed: {failure}", hook.name()));
                 }
             }

@@ -308,7 +308,7 @@ mod tests {
             id: ToolUseId::new(id),
             decision,
             is_error,
-            content: format!("result of {id}"),
+            content: format!("result of {id}").into(),
         }
     }
 

@@ -105,6 +105,7 @@ pub mod progress;
 pub mod protocol;
 pub mod replay;
 pub mod resume;
+pub mod shared_text;
 pub mod signals;
 pub mod subagent;
 #[cfg(feature = "testing")]
@@ -131,3 +132,4 @@ pub use protocol::{
     Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition,
     ToolResultContent, ToolUseId, Usage,
 };
+pub use shared_text::SharedText;

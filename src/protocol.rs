@@ -22,6 +22,8 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use crate::shared_text::SharedText;
+
 /// The id the model gives a `tool_use` block; its result must carry the same id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -66,8 +68,9 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ToolResultContent {
-    /// Plain text (what this crate's tools produce).
-    Text(String),
+    /// Plain text (what this crate's tools produce), shared with the
+    /// call's record.
+    Text(SharedText),
     /// Structured content, as the API also allows.
     Blocks(Vec<Block>),
 }
@@ -76,7 +79,7 @@ impl ToolResultContent {
     /// The text of the result: the string, or the text blocks joined by newlines.
     pub fn text(&self) -> String {
         match self {
-            Self::Text(text) => text.clone(),
+            Self::Text(text) => text.to_string(),
             Self::Blocks(blocks) => join_text(blocks.iter()),
         }
     }

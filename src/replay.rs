@@ -449,7 +449,7 @@ pub fn compare_tools_run(recorded: &[Value], now: &[ToolRecord]) -> Option<Diffe
 /// A tool result's content as text: the string, or the blocks as JSON.
 fn content_text(content: &ToolResultContent) -> String {
     match content {
-        ToolResultContent::Text(text) => text.clone(),
+        ToolResultContent::Text(text) => text.to_string(),
         ToolResultContent::Blocks(blocks) => json!(blocks).to_string(),
     }
 }

@@ -225,7 +225,7 @@ impl TaskReport {
                 .to_string()
         });
         ToolOutput {
-            content,
+            content: content.into(),
             is_error: self.is_error,
         }
     }

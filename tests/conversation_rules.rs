@@ -50,7 +50,7 @@ fn assistant(content: Vec<Block>) -> Message {
 fn result_block(id: &str, content: &str, is_error: bool) -> Block {
     Block::ToolResult {
         tool_use_id: ToolUseId::new(id),
-        content: ToolResultContent::Text(content.to_owned()),
+        content: ToolResultContent::Text(content.into()),
         is_error,
     }
 }
@@ -826,7 +826,7 @@ impl Observer for Log {
             },
             Event::ToolRequested { call } => Seen::ToolRequested(call.id().to_string()),
             Event::ToolFinished { call, output } => {
-                Seen::ToolFinished(call.id().to_string(), output.content.clone())
+                Seen::ToolFinished(call.id().to_string(), output.content.to_string())
             }
             Event::Finished { outcome } => Seen::Finished(outcome.status),
             _ => return,

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{TempDir, tool_results};
 use serde_json::{Value, json};
+use subloop::executor::ToolRecord;
 use subloop::limits::{CancelHandle, Limits};
 use subloop::permission::AllowAll;
 use subloop::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
@@ -20,8 +21,8 @@ use subloop::tools::{
 };
 use subloop::trace::{TraceWriter, rebuild_requests};
 use subloop::{
-    AgentBuilder, Block, Budget, Hooks, ModelResponse, Role, RunReport, ScriptedModel,
-    ScriptedReply, StatusKind, ToolOutput, Usage,
+    AgentBuilder, Block, Budget, Hooks, Message, ModelResponse, Role, RunReport, ScriptedModel,
+    ScriptedReply, StatusKind, ToolOutput, ToolResultContent, Usage,
 };
 
 /// What main.py prints.
@@ -163,6 +164,13 @@ fn last_round_on_record(
             json["children"][number - 1]["tools"].clone(),
         )
     };
+    let records = if agent == "parent" {
+        &report.tools
+    } else {
+        let number: usize = agent.trim_start_matches("child-").parse().unwrap();
+        &report.children[number - 1].tools
+    };
+    shared_with_the_history(records, messages);
     let last = messages.last().expect("a history");
     assert_eq!(last.role, Role::User, "the history ends with the results");
     let asked: Vec<String> = messages[messages.len() - 2]
@@ -200,6 +208,32 @@ fn last_round_on_record(
         );
     }
     round
+}
+
+/// Each record's content is the history's text itself (one allocation),
+/// not a copy: a long run holds what its tools said once.
+fn shared_with_the_history(records: &[ToolRecord], messages: &[Message]) {
+    assert!(!records.is_empty());
+    for record in records {
+        let in_history = messages
+            .iter()
+            .flat_map(|message| &message.content)
+            .find_map(|block| match block {
+                Block::ToolResult {
+                    tool_use_id,
+                    content: ToolResultContent::Text(text),
+                    ..
+                } if *tool_use_id == record.id => Some(text),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no result for {} in the history", record.id));
+        assert_eq!(*in_history, record.content);
+        assert!(
+            in_history.ptr_eq(&record.content),
+            "the record of {} holds a copy of the history's text",
+            record.id
+        );
+    }
 }
 
 fn find<'a>(round: &'a [(String, String, bool)], id: &str) -> &'a (String, String, bool) {

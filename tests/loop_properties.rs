@@ -207,7 +207,10 @@ impl Executor for AnswerAll {
     fn execute(&mut self, call: &ToolCall) -> ToolOutput {
         self.executed.push(call.clone());
         let (content, is_error) = output_for(call.id(), call.name());
-        ToolOutput { content, is_error }
+        ToolOutput {
+            content: content.into(),
+            is_error,
+        }
     }
 }
 
@@ -378,7 +381,7 @@ fn expected(script: &[ScriptedReply], max_calls: u32) -> Expected {
                         let (content, is_error) = output_for(&id, &name);
                         Block::ToolResult {
                             tool_use_id: id,
-                            content: ToolResultContent::Text(content),
+                            content: ToolResultContent::Text(content.into()),
                             is_error,
                         }
                     })
@@ -672,7 +675,7 @@ proptest! {
                         let result = results.iter().find(|r| r.tool_use_id == id(i)).unwrap();
                         Block::ToolResult {
                             tool_use_id: id(i),
-                            content: ToolResultContent::Text(result.content.clone()),
+                            content: ToolResultContent::Text(result.content.clone().into()),
                             is_error: result.is_error,
                         }
                     })

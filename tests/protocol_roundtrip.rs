@@ -408,7 +408,7 @@ fn tool_result_with_string_content() {
         parsed.content,
         vec![Block::ToolResult {
             tool_use_id: ToolUseId::new("toolu_01A09q90qw90lq917835lq9"),
-            content: ToolResultContent::Text("15 degrees".to_owned()),
+            content: ToolResultContent::Text("15 degrees".into()),
             is_error: false,
         }]
     );

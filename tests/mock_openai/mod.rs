@@ -58,7 +58,7 @@ pub fn parse_request(body: &Value) -> Parsed {
             "tool" => {
                 let block = Block::ToolResult {
                     tool_use_id: ToolUseId::new(message["tool_call_id"].as_str().expect("id")),
-                    content: ToolResultContent::Text(text),
+                    content: ToolResultContent::Text(text.into()),
                     is_error: false,
                 };
                 match messages.last_mut() {

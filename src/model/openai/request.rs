@@ -148,7 +148,7 @@ fn push_user_message(message: &Message, out: &mut Vec<Value>) {
         } = block
         {
             let text = match content {
-                ToolResultContent::Text(text) => text.clone(),
+                ToolResultContent::Text(text) => text.to_string(),
                 blocks => blocks.text(),
             };
             out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": text}));

@@ -56,7 +56,7 @@ impl McpTool {
             CallOutcome::Result(result) => {
                 let (text, is_error) = result_text(&self.name, &result, self.cap);
                 ToolOutput {
-                    content: text,
+                    content: text.into(),
                     is_error,
                 }
             }
