@@ -26,12 +26,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// assert_eq!(serde_json::to_string(&text).unwrap(), "\"result\"");
 /// ```
 #[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SharedText(Arc<str>);
+pub struct SharedText(Arc<String>);
 
 impl SharedText {
     /// The text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 
     /// Whether `self` and `other` share one allocation (a clone of the
@@ -45,97 +45,99 @@ impl Deref for SharedText {
     type Target = str;
 
     fn deref(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl AsRef<str> for SharedText {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl Borrow<str> for SharedText {
     fn borrow(&self) -> &str {
-        &self.0
+        self.0.as_str()
     }
 }
 
 impl From<String> for SharedText {
+    /// Takes the string's buffer as it is: no copy of the text.
     fn from(text: String) -> Self {
-        Self(Arc::from(text))
+        Self(Arc::new(text))
     }
 }
 
 impl From<&str> for SharedText {
     fn from(text: &str) -> Self {
-        Self(Arc::from(text))
+        Self(Arc::new(text.to_owned()))
     }
 }
 
 impl From<&String> for SharedText {
     fn from(text: &String) -> Self {
-        Self(Arc::from(text.as_str()))
+        Self(Arc::new(text.clone()))
     }
 }
 
 impl From<SharedText> for String {
+    /// The buffer itself when nothing else shares it, else a copy.
     fn from(text: SharedText) -> Self {
-        text.0.as_ref().to_owned()
+        Arc::try_unwrap(text.0).unwrap_or_else(|shared| shared.as_str().to_owned())
     }
 }
 
 impl fmt::Debug for SharedText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.0, f)
+        fmt::Debug::fmt(self.0.as_str(), f)
     }
 }
 
 impl fmt::Display for SharedText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&*self.0, f)
+        fmt::Display::fmt(self.0.as_str(), f)
     }
 }
 
 impl PartialEq<str> for SharedText {
     fn eq(&self, other: &str) -> bool {
-        *self.0 == *other
+        self.0.as_str() == other
     }
 }
 
 impl PartialEq<&str> for SharedText {
     fn eq(&self, other: &&str) -> bool {
-        *self.0 == **other
+        self.0.as_str() == *other
     }
 }
 
 impl PartialEq<String> for SharedText {
     fn eq(&self, other: &String) -> bool {
-        *self.0 == **other
+        *self.0 == *other
     }
 }
 
 impl PartialEq<SharedText> for str {
     fn eq(&self, other: &SharedText) -> bool {
-        *self == *other.0
+        self == other.0.as_str()
     }
 }
 
 impl PartialEq<SharedText> for &str {
     fn eq(&self, other: &SharedText) -> bool {
-        **self == *other.0
+        *self == other.0.as_str()
     }
 }
 
 impl PartialEq<SharedText> for String {
     fn eq(&self, other: &SharedText) -> bool {
-        **self == *other.0
+        *self == other.0.as_str()
     }
 }
 
 impl Serialize for SharedText {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
+        serializer.serialize_str(self.0.as_str())
     }
 }
 
@@ -158,6 +160,20 @@ mod tests {
         assert_eq!(text, copy);
         assert!(!text.ptr_eq(&copy));
         assert_eq!(format!("{text:?} {text}"), "\"abc\" abc");
+    }
+
+    #[test]
+    fn a_string_is_taken_not_copied() {
+        let text = String::from("what a tool said");
+        let at = text.as_ptr();
+        let shared = SharedText::from(text);
+        assert_eq!(
+            shared.as_ptr(),
+            at,
+            "the text was copied into the shared text"
+        );
+        let back = String::from(shared);
+        assert_eq!(back.as_ptr(), at, "an unshared text was copied back");
     }
 
     #[test]

@@ -203,34 +203,20 @@ fn read_capped(source: impl Read, limit: usize, size: u64) -> Result<String, Rea
 
 /// Reads at most `cap` bytes into a buffer sized from `size`: a file that is
 /// still `size` bytes long takes one read when it holds `cap` bytes or more,
-/// and two otherwise (the second one sees the end).
-fn read_up_to(mut source: impl Read, cap: usize, size: u64) -> std::io::Result<Vec<u8>> {
+/// and two otherwise (the second one sees the end). The buffer is read into
+/// as it is allocated (not zero-filled first), and it is the one the result
+/// keeps: the text is never copied.
+fn read_up_to(source: impl Read, cap: usize, size: u64) -> std::io::Result<Vec<u8>> {
     let first = usize::try_from(size)
         .unwrap_or(usize::MAX)
         .saturating_add(1)
         .min(cap);
-    let mut buf = vec![0u8; first];
-    let mut filled = 0;
-    loop {
-        if filled == buf.len() {
-            if filled >= cap {
-                break;
-            }
-            // The file grew since it was measured: grow in steps, up to `cap`.
-            let more = filled.max(4096).min(cap - filled);
-            buf.resize(filled + more, 0);
-        }
-        let Some(spare) = buf.get_mut(filled..) else {
-            break;
-        };
-        match source.read(spare) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(err) => return Err(err),
-        }
-    }
-    buf.truncate(filled);
+    let mut buf = Vec::with_capacity(first);
+    // `take` bounds every read by what is left of `cap`; a file that grew
+    // since it was measured makes the buffer grow, up to `cap`.
+    source
+        .take(u64::try_from(cap).unwrap_or(u64::MAX))
+        .read_to_end(&mut buf)?;
     Ok(buf)
 }
 
