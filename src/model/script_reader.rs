@@ -1,8 +1,9 @@
 //! Reads a replay script in one pass, straight into typed replies.
 //!
 //! There is no `serde_json::Value` of the whole script in between: the
-//! document is walked once by serde visitors, each reply becomes a
-//! [`ScriptedReply`] as soon as its closing brace is read, and only the
+//! document is walked once by serde visitors, each reply is checked as a
+//! [`ScriptedReply`] as soon as its closing brace is read (its content
+//! blocks only as JSON: a block cannot make a reply invalid), and only the
 //! small fields whose shape decides validity (`error`, `stop_reason`,
 //! `usage`) are held as values for a moment. The rules and messages are
 //! those of the script format (see [`super::Script`]):
@@ -15,12 +16,12 @@
 //!   the first bad entry of `children`;
 //! * a repeated key counts once, the last occurrence wins.
 //!
-//! Each typed reply is dropped once it is checked: what is kept is each
-//! reply's text as written. Once the script is known to be valid, a light
-//! second scan borrows each reply's text ([`RawValue`], no tree built) and
-//! keeps it as a range of the one shared copy of the script; a reply is
-//! read again from its text ([`reply_text`]) when it is replayed, and that
-//! text is also the reply as received for the trace's `response` line.
+//! Each checked reply is dropped: what is kept is each reply's text as
+//! written. Once the script is known to be valid, a light second scan
+//! borrows each reply's text ([`RawValue`], no tree built) and keeps it as
+//! a range of the one shared copy of the script; a reply is typed from its
+//! text ([`reply_text`]) when it is replayed, and that text is also the
+//! reply as received for the trace's `response` line.
 
 use std::fmt;
 use std::sync::Arc;
@@ -28,7 +29,6 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -46,10 +46,12 @@ pub(super) fn parse(text: &str) -> Result<Script, String> {
 /// One reply's text, as checked in a script: the reply, or why it is none.
 pub(super) fn reply_text(text: &str) -> Result<ScriptedReply, String> {
     let mut de = serde_json::Deserializer::from_str(text);
-    ReplySeed
-        .deserialize(&mut de)
-        .and_then(|reply| de.end().map(|()| reply))
-        .map_err(|err| format!("not JSON: {err}"))?
+    ReplySeed {
+        blocks: Blocks::Typed,
+    }
+    .deserialize(&mut de)
+    .and_then(|reply| de.end().map(|()| reply))
+    .map_err(|err| format!("not JSON: {err}"))?
 }
 
 /// Parses a script; the reply texts are kept as ranges of `text`.
@@ -87,7 +89,8 @@ pub(super) fn parse_shared(text: Arc<String>) -> Result<Script, String> {
 }
 
 /// Each reply's text as written, in the shape of the script (a repeated key
-/// counts once, the last wins, as in [`parse_shared`]), as ranges of `text`.
+/// counts once, the last wins, as in [`parse_shared`]), as ranges of `text`,
+/// found in one scan of the text.
 fn reply_texts(text: &Arc<String>) -> Option<Script> {
     // Each borrowed text is a slice of `text`: its offset is where it starts.
     let texts = |list: &[&RawValue]| -> Option<RawReplies> {
@@ -104,21 +107,136 @@ fn reply_texts(text: &Arc<String>) -> Option<Script> {
             .eq(list.iter().map(|raw| raw.get()))
             .then_some(replies)
     };
-    let top: BTreeMap<String, &RawValue> = serde_json::from_str(text).ok()?;
-    let parent: Vec<&RawValue> = serde_json::from_str(top.get("parent")?.get()).ok()?;
-    let children: Vec<Vec<&RawValue>> = match top.get("children") {
-        None => Vec::new(),
-        Some(raw) => serde_json::from_str::<Option<_>>(raw.get())
-            .ok()?
-            .unwrap_or_default(),
-    };
+    let top: RawTop<'_> = serde_json::from_str(text).ok()?;
     Some(Script {
-        parent: texts(&parent)?,
-        children: children
-            .iter()
-            .map(|list| texts(list))
-            .collect::<Option<_>>()?,
+        parent: texts(&top.parent?.0?)?,
+        children: match top.children {
+            None => Vec::new(),
+            Some(lists) => lists
+                .0?
+                .iter()
+                .map(|list| texts(list.0.as_deref()?))
+                .collect::<Option<_>>()?,
+        },
     })
+}
+
+/// A valid script's reply texts, borrowed: `parent`'s and each child's.
+struct RawTop<'a> {
+    parent: Option<RawList<'a>>,
+    children: Option<RawLists<'a>>,
+}
+
+/// An array's items, borrowed as written; `None` for any other value.
+struct RawList<'a>(Option<Vec<&'a RawValue>>);
+
+/// An array of [`RawList`]s (`null` is an empty one); `None` for any other value.
+struct RawLists<'a>(Option<Vec<RawList<'a>>>);
+
+impl<'de> Deserialize<'de> for RawTop<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TopVisitor;
+        impl<'de> Visitor<'de> for TopVisitor {
+            type Value = RawTop<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a script object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawTop<'de>, A::Error> {
+                let mut top = RawTop {
+                    parent: None,
+                    children: None,
+                };
+                // A key with escapes is unescaped into a `String`; the last
+                // occurrence of a key wins, as in the checking walk.
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "parent" => top.parent = Some(map.next_value()?),
+                        "children" => top.children = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(top)
+            }
+        }
+        deserializer.deserialize_map(TopVisitor)
+    }
+}
+
+/// Implements `visit_*` for `null` as `$null`, and for every other scalar
+/// and a map as `$none`.
+macro_rules! others_are {
+    ($null:expr, $none:expr) => {
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($null)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($none)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok($none)
+        }
+    };
+}
+
+impl<'de> Deserialize<'de> for RawList<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ListVisitor;
+        impl<'de> Visitor<'de> for ListVisitor {
+            type Value = RawList<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            others_are!(RawList(None), RawList(None));
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawList<'de>, A::Error> {
+                let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(item) = seq.next_element::<&'de RawValue>()? {
+                    items.push(item);
+                }
+                Ok(RawList(Some(items)))
+            }
+        }
+        deserializer.deserialize_any(ListVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawLists<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ListsVisitor;
+        impl<'de> Visitor<'de> for ListsVisitor {
+            type Value = RawLists<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of arrays")
+            }
+            // `null`: no children.
+            others_are!(RawLists(Some(Vec::new())), RawLists(None));
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawLists<'de>, A::Error> {
+                let mut lists = Vec::new();
+                while let Some(list) = seq.next_element::<RawList<'de>>()? {
+                    lists.push(list);
+                }
+                Ok(RawLists(Some(lists)))
+            }
+        }
+        deserializer.deserialize_any(ListsVisitor)
+    }
 }
 
 /// Implements a visitor's scalar `visit_*` methods: each hands the scalar,
@@ -159,12 +277,6 @@ impl<'de> Deserialize<'de> for Skip {
 
 struct SkipVisitor;
 
-impl SkipVisitor {
-    fn other(self, _value: Value) -> Skip {
-        Skip
-    }
-}
-
 impl<'de> Visitor<'de> for SkipVisitor {
     type Value = Skip;
 
@@ -172,7 +284,26 @@ impl<'de> Visitor<'de> for SkipVisitor {
         f.write_str("any JSON value")
     }
 
-    scalars_to_other!();
+    // Each scalar has been read (a string's escapes decoded, a number
+    // parsed) by the time it is visited; nothing of it is kept.
+    fn visit_unit<E: de::Error>(self) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Skip, E> {
+        Ok(Skip)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Skip, E> {
+        Ok(Skip)
+    }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
         while seq.next_element::<Skip>()?.is_some() {}
@@ -310,7 +441,10 @@ impl<'de> Visitor<'de> for RepliesSeed {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut index = 0usize;
-        while let Some(reply) = seq.next_element_seed(ReplySeed)? {
+        let seed = ReplySeed {
+            blocks: Blocks::Checked,
+        };
+        while let Some(reply) = seq.next_element_seed(seed)? {
             match reply {
                 // Checked; kept as its text, not as this typed copy.
                 Ok(_) => {}
@@ -376,8 +510,23 @@ impl<'de> Visitor<'de> for ChildrenSeed {
     }
 }
 
+/// What reading a reply does with its content blocks.
+#[derive(Clone, Copy)]
+enum Blocks {
+    /// Each block is typed and kept: the reply is replayed.
+    Typed,
+    /// Each block is only checked to be JSON (as a `Value` would be) and
+    /// dropped: a block never fails to type (what cannot be used is
+    /// `ReplyBlock::Unsupported`), so a script being checked at load needs
+    /// no more, and typing it then would be thrown away.
+    Checked,
+}
+
 /// One reply: a response or a failure, or why it is neither.
-struct ReplySeed;
+#[derive(Clone, Copy)]
+struct ReplySeed {
+    blocks: Blocks,
+}
 
 impl<'de> DeserializeSeed<'de> for ReplySeed {
     type Value = Result<ScriptedReply, String>;
@@ -429,7 +578,7 @@ enum Content {
     NotArray(Value),
 }
 
-struct ContentSeed;
+struct ContentSeed(Blocks);
 
 impl<'de> DeserializeSeed<'de> for ContentSeed {
     type Value = Content;
@@ -454,6 +603,10 @@ impl<'de> Visitor<'de> for ContentSeed {
     scalars_to_other!();
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Content, A::Error> {
+        if let Blocks::Checked = self.0 {
+            skip_seq(seq)?;
+            return Ok(Content::Blocks(Vec::new()));
+        }
         // A block never fails to read: what cannot be used is `Unsupported`.
         let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         while let Some(block) = seq.next_element::<ReplyBlock>()? {
@@ -490,7 +643,7 @@ impl<'de> Visitor<'de> for ReplySeed {
         while let Some(key) = map.next_key::<ReplyKey>()? {
             match key {
                 ReplyKey::Error => error = Some(map.next_value::<Value>()?),
-                ReplyKey::Content => content = Some(map.next_value_seed(ContentSeed)?),
+                ReplyKey::Content => content = Some(map.next_value_seed(ContentSeed(self.blocks))?),
                 ReplyKey::StopReason => stop_reason = Some(map.next_value::<Value>()?),
                 ReplyKey::Usage => usage = Some(map.next_value::<Value>()?),
                 ReplyKey::Other => {
