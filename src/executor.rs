@@ -19,7 +19,7 @@ use crate::permission::{ApprovalRequest, Approver, Decision};
 use crate::plan::SharedPlan;
 use crate::protocol::{ToolDefinition, ToolUseId};
 use crate::shared_text::SharedText;
-use crate::tools::{Capability, Registry, Tool, ToolContext, refusal, schema};
+use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
 
 /// How a call was decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -217,7 +217,7 @@ impl<'a> Toolbox<'a> {
                 CallDecision::Invalid,
             );
         }
-        if let Err(err) = schema::validate(input_schema, call.input()) {
+        if let Err(err) = input_schema.validate(call.input()) {
             return Admission::Refused(
                 refusal(format_args!("invalid input for {}: {err}", call.name())),
                 CallDecision::Invalid,

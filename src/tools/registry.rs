@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::schema::Schema;
 use super::{Capability, ReadOnlyTool, Tool};
 use crate::error::SetupError;
 use crate::protocol::ToolDefinition;
@@ -67,6 +68,8 @@ impl ToolEntry {
 pub struct Registry {
     entries: Vec<ToolEntry>,
     definitions: Vec<ToolDefinition>,
+    /// For each entry, its definition's input schema, compiled for dispatch.
+    schemas: Vec<Schema>,
     /// For each entry, the source it came from (an index into `sources`).
     origins: Vec<Option<usize>>,
     sources: Vec<Source>,
@@ -96,10 +99,12 @@ impl Registry {
         if self.get(&name).is_some() {
             return Err(SetupError::DuplicateTool(name));
         }
+        let input_schema = tool.input_schema();
+        self.schemas.push(Schema::new(&input_schema));
         self.definitions.push(ToolDefinition {
             name,
             description: tool.description().to_owned(),
-            input_schema: tool.input_schema(),
+            input_schema,
         });
         self.entries.push(entry);
         self.origins.push(origin);
@@ -238,18 +243,19 @@ impl Registry {
     }
 
     /// [`Registry::lookup`], with the tool as a shared handle (an executor
-    /// holds it while its registry may be refreshed).
-    pub fn lookup_shared(&self, name: &str) -> Option<(Arc<dyn Tool>, &Value)> {
+    /// holds it while its registry may be refreshed) and the input schema
+    /// compiled (once, at registration) for checking calls.
+    pub fn lookup_shared(&self, name: &str) -> Option<(Arc<dyn Tool>, &Schema)> {
         self.entries
             .iter()
-            .zip(&self.definitions)
+            .zip(&self.schemas)
             .find(|(entry, _)| entry.tool().name() == name)
-            .map(|(entry, definition)| {
+            .map(|(entry, schema)| {
                 let tool: Arc<dyn Tool> = match entry {
                     ToolEntry::ReadOnly(tool) => Arc::clone(tool) as Arc<dyn Tool>,
                     ToolEntry::General(tool) => Arc::clone(tool),
                 };
-                (tool, &definition.input_schema)
+                (tool, schema)
             })
     }
 
