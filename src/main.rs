@@ -160,8 +160,16 @@ fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> E
 /// `subloop view`: the timeline on stdout; exit 0, or 1 under `--check`
 /// when an invariant is broken, 2 for an unreadable trace.
 fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
-    let run = match subloop::model::replay::RecordedRun::load(trace) {
-        Ok(run) => run,
+    let run = match subloop::model::replay::RecordedRun::load_up_to_a_cut(trace) {
+        Ok((run, cut)) => {
+            if let Some(line) = cut {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "[view] the last line (line {line}) is cut short, as by a run killed while writing it: the run is shown up to the line before"
+                );
+            }
+            run
+        }
         Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
     };
     let verdicts = subloop::invariants::check(&run, &cli.view_policy);

@@ -429,3 +429,64 @@ fn a_task_id_reused_across_questions_finds_its_own_child() {
     assert_eq!(parent["calls"][2]["uses"][0]["child"], "child-2");
     assert_eq!(parent["questions"], 2);
 }
+
+#[test]
+fn a_last_line_cut_short_by_a_kill_is_left_out_with_a_note() {
+    // A run killed while writing a long line leaves it unfinished: the view
+    // shows the run up to there, says what it left out, and still refuses
+    // a trace broken anywhere else.
+    let dir = TempDir::new("view-cut");
+    let trace = dir.path().join("run.jsonl");
+    let trace_arg = trace.to_str().expect("utf-8");
+    let out = subloop(&[
+        "demo",
+        "--decision",
+        "deny",
+        "--quiet",
+        "--trace",
+        trace_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let whole = std::fs::read_to_string(&trace).expect("trace");
+    let last_start = whole.trim_end().rfind('\n').expect("several lines") + 1;
+    // Cut as bytes: a kill can stop a write inside a character.
+    let cut = &whole.as_bytes()[..last_start + (whole.len() - last_start) / 2];
+    std::fs::write(&trace, cut).expect("cut trace");
+    let lines_kept = whole[..last_start].lines().count();
+    for flags in [&[][..], &["--check"][..]] {
+        let mut args = vec!["view", trace_arg];
+        args.extend_from_slice(flags);
+        let out = subloop(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "the last line (line {}) is cut short",
+                lines_kept + 1
+            )),
+            "{err}"
+        );
+        assert!(text(&out.stdout).contains("parent call 1"), "{flags:?}");
+    }
+    let page = dir.path().join("run.html");
+    let out = subloop(&["view", trace_arg, "-o", page.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("is cut short"));
+    assert!(page.exists());
+    // A broken line that is not the last one is still an error.
+    let mut lines: Vec<&str> = whole.lines().collect();
+    lines[1] = "{\"kind\": ";
+    let broken = lines.join("\n") + "\n";
+    std::fs::write(&trace, broken).expect("broken trace");
+    let out = subloop(&["view", trace_arg]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // A complete last line without its newline is kept, not cut.
+    std::fs::write(&trace, whole.trim_end()).expect("trace without newline");
+    let out = subloop(&["view", trace_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        !text(&out.stderr).contains("cut short"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -93,6 +93,24 @@ pub struct RecordedRun {
     outcome: Option<RecordedOutcome>,
 }
 
+/// `bytes` without an unfinished last line (no newline after it, and not a
+/// JSON value), and that line's number when it was left out.
+fn without_a_cut_last_line(bytes: &[u8]) -> (&[u8], Option<usize>) {
+    if bytes.is_empty() || bytes.ends_with(b"\n") {
+        return (bytes, None);
+    }
+    let start = bytes
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |newline| newline + 1);
+    let (whole, last) = bytes.split_at(start);
+    if serde_json::from_slice::<serde::de::IgnoredAny>(last).is_ok() {
+        return (bytes, None);
+    }
+    let number = whole.iter().filter(|&&byte| byte == b'\n').count() + 1;
+    (whole, Some(number))
+}
+
 impl RecordedRun {
     /// Reads a trace file.
     pub fn load(path: &std::path::Path) -> Result<Self, ReplayError> {
@@ -104,6 +122,34 @@ impl RecordedRun {
             path: path.to_owned(),
             message,
         })
+    }
+
+    /// Reads a trace file as [`RecordedRun::load`] does, except that a last
+    /// line left unfinished — no newline after it and not a JSON value, as
+    /// when the run was killed while writing it — is left out rather than
+    /// refused. With the run comes the number of the line left out, if one
+    /// was. For looking at a run (`subloop view`); replaying and resuming
+    /// read with their own rules.
+    pub fn load_up_to_a_cut(path: &std::path::Path) -> Result<(Self, Option<usize>), ReplayError> {
+        let read_error = |source| ReplayError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let bytes = std::fs::read(path).map_err(read_error)?;
+        let (whole, cut) = without_a_cut_last_line(&bytes);
+        // A kill can stop a write inside a character: only the kept lines
+        // must be UTF-8.
+        let text = std::str::from_utf8(whole).map_err(|_| {
+            read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
+        })?;
+        let run = Self::parse(text).map_err(|message| ReplayError::Invalid {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok((run, cut))
     }
 
     /// Parses a trace; the error says what is wrong and on which line. A
