@@ -13,6 +13,7 @@
 //!   is one line on stderr and exit code 1.
 
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 
 use crate::progress::{is_hidden_format, printable_lines};
 
@@ -52,15 +53,29 @@ pub fn print_json_stdout(value: &impl serde::Serialize) -> std::io::Result<()> {
         let text = serde_json::to_string(value).map_err(as_io)?;
         return print_stdout(&text, true);
     }
-    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
-    let written = serde_json::to_writer(&mut out, value)
-        .map_err(as_io)
-        .and_then(|()| out.write_all(b"\n"))
-        .and_then(|()| out.flush());
+    let mut lock = stdout.lock();
+    // Written past stdout's line buffer, which would search every 64 KiB
+    // chunk for its last line break: through a handle of its own on the
+    // same file, once what the line buffer holds has gone out first.
+    let written = lock
+        .flush()
+        .and_then(|()| match lock.as_fd().try_clone_to_owned() {
+            Ok(fd) => json_line(std::fs::File::from(fd), value),
+            Err(_) => json_line(&mut lock, value),
+        });
     match written {
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
     }
+}
+
+/// `value` as one line of JSON on `out`, in 64 KiB writes.
+fn json_line(out: impl Write, value: &impl serde::Serialize) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, out);
+    serde_json::to_writer(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
 }
 
 /// `text` as shown on a terminal (see the module docs).
