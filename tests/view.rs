@@ -23,9 +23,8 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-#[test]
-fn the_timeline_shows_every_call_with_children_under_their_task() {
-    let dir = TempDir::new("view");
+/// The trace of `demo --decision deny`, written to `deny.jsonl` in `dir`.
+fn deny_demo_trace(dir: &TempDir) -> std::path::PathBuf {
     let trace = dir.path().join("deny.jsonl");
     let trace_arg = trace.to_str().expect("utf-8");
     let out = subloop(&[
@@ -37,6 +36,14 @@ fn the_timeline_shows_every_call_with_children_under_their_task() {
         trace_arg,
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    trace
+}
+
+#[test]
+fn the_timeline_shows_every_call_with_children_under_their_task() {
+    let dir = TempDir::new("view");
+    let trace = deny_demo_trace(&dir);
+    let trace_arg = trace.to_str().expect("utf-8");
     let out = subloop(&[
         "view",
         trace_arg,
@@ -162,7 +169,7 @@ fn the_view_page_is_checked_before_the_run_and_leaves_nothing_behind() {
             .output()
             .expect("run subloop")
     };
-    let page = dir.path().join("run.html");
+    let page = dir.path().join("deny.html");
     let page_arg = page.to_str().expect("utf-8");
 
     // Refused, exit 2, one line, nothing ran: inside the workspace, the
@@ -436,17 +443,8 @@ fn a_last_line_cut_short_by_a_kill_is_left_out_with_a_note() {
     // shows the run up to there, says what it left out, and still refuses
     // a trace broken anywhere else.
     let dir = TempDir::new("view-cut");
-    let trace = dir.path().join("run.jsonl");
+    let trace = deny_demo_trace(&dir);
     let trace_arg = trace.to_str().expect("utf-8");
-    let out = subloop(&[
-        "demo",
-        "--decision",
-        "deny",
-        "--quiet",
-        "--trace",
-        trace_arg,
-    ]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let whole = std::fs::read_to_string(&trace).expect("trace");
     let last_start = whole.trim_end().rfind('\n').expect("several lines") + 1;
     // Cut as bytes: a kill can stop a write inside a character.
@@ -468,7 +466,7 @@ fn a_last_line_cut_short_by_a_kill_is_left_out_with_a_note() {
         );
         assert!(text(&out.stdout).contains("parent call 1"), "{flags:?}");
     }
-    let page = dir.path().join("run.html");
+    let page = dir.path().join("deny.html");
     let out = subloop(&["view", trace_arg, "-o", page.to_str().expect("utf-8")]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("is cut short"));
