@@ -37,6 +37,33 @@ use super::scripted::{RawReplies, Script, ScriptedReply};
 use crate::error::ModelFailure;
 use crate::protocol::{ModelResponse, ReplyBlock, StopReason, Usage};
 
+/// Implements a visitor's scalar `visit_*` methods without keeping the
+/// scalar: `null` is `$null`, every other scalar `$other`. Each scalar has
+/// been read (a string's escapes decoded, a number parsed) by the time it
+/// is visited.
+macro_rules! scalars_are {
+    ($null:expr, $other:expr) => {
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok($null)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok($other)
+        }
+    };
+}
+
 /// Parses a script; the error is the message `Script::parse` returns.
 #[cfg(test)]
 pub(super) fn parse(text: &str) -> Result<Script, String> {
@@ -164,36 +191,13 @@ impl<'de> Deserialize<'de> for RawTop<'de> {
     }
 }
 
-/// Implements `visit_*` for `null` as `$null`, and for every other scalar
-/// and a map as `$none`.
-macro_rules! others_are {
-    ($null:expr, $none:expr) => {
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok($null)
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($none)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            while map
-                .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
-                .is_some()
-            {}
-            Ok($none)
-        }
-    };
+/// Reads a map without checking or keeping it (the text is known valid).
+fn ignore_map<'de, A: MapAccess<'de>>(mut map: A) -> Result<(), A::Error> {
+    while map
+        .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+        .is_some()
+    {}
+    Ok(())
 }
 
 impl<'de> Deserialize<'de> for RawList<'de> {
@@ -204,7 +208,11 @@ impl<'de> Deserialize<'de> for RawList<'de> {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("an array")
             }
-            others_are!(RawList(None), RawList(None));
+            scalars_are!(RawList(None), RawList(None));
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawList<'de>, A::Error> {
+                ignore_map(map)?;
+                Ok(RawList(None))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawList<'de>, A::Error> {
                 let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
                 while let Some(item) = seq.next_element::<&'de RawValue>()? {
@@ -226,7 +234,11 @@ impl<'de> Deserialize<'de> for RawLists<'de> {
                 f.write_str("an array of arrays")
             }
             // `null`: no children.
-            others_are!(RawLists(Some(Vec::new())), RawLists(None));
+            scalars_are!(RawLists(Some(Vec::new())), RawLists(None));
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawLists<'de>, A::Error> {
+                ignore_map(map)?;
+                Ok(RawLists(None))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawLists<'de>, A::Error> {
                 let mut lists = Vec::new();
                 while let Some(list) = seq.next_element::<RawList<'de>>()? {
@@ -284,26 +296,7 @@ impl<'de> Visitor<'de> for SkipVisitor {
         f.write_str("any JSON value")
     }
 
-    // Each scalar has been read (a string's escapes decoded, a number
-    // parsed) by the time it is visited; nothing of it is kept.
-    fn visit_unit<E: de::Error>(self) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Skip, E> {
-        Ok(Skip)
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Skip, E> {
-        Ok(Skip)
-    }
+    scalars_are!(Skip, Skip);
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
         while seq.next_element::<Skip>()?.is_some() {}
