@@ -213,7 +213,8 @@ fn read_up_to(source: impl Read, cap: usize, size: u64) -> std::io::Result<Vec<u
         .min(cap);
     let mut buf = Vec::with_capacity(first);
     // `take` bounds every read by what is left of `cap`; a file that grew
-    // since it was measured makes the buffer grow, up to `cap`.
+    // since it was measured makes the buffer grow by doubling, so it holds
+    // at most `cap` bytes in a capacity under twice that.
     source
         .take(u64::try_from(cap).unwrap_or(u64::MAX))
         .read_to_end(&mut buf)?;
