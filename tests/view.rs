@@ -488,3 +488,29 @@ fn a_last_line_cut_short_by_a_kill_is_left_out_with_a_note() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_page_is_titled_after_its_trace_unless_the_trace_is_temporary() {
+    let dir = TempDir::new("view-title");
+    let title = |page: &Path| {
+        let html = std::fs::read_to_string(page).expect("page");
+        let start = html.find("<title>").expect("a title") + "<title>".len();
+        let end = html.find("</title>").expect("a title's end");
+        html[start..end].to_owned()
+    };
+    let page = dir.path().join("page.html");
+    let page_arg = page.to_str().expect("utf-8");
+    let trace = dir.path().join("kept.jsonl");
+    let trace_arg = trace.to_str().expect("utf-8");
+    // Under --view with --trace, and under view -o: the trace's name.
+    let out = subloop(&["demo", "--quiet", "--trace", trace_arg, "--view", page_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(title(&page), "subloop run: kept.jsonl");
+    let out = subloop(&["view", trace_arg, "-o", page_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(title(&page), "subloop run: kept.jsonl");
+    // A temporary trace's name would mean nothing: the page's own name.
+    let out = subloop(&["demo", "--quiet", "--view", page_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(title(&page), "subloop run: page.html");
+}

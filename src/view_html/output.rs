@@ -38,7 +38,7 @@ impl Drop for TemporaryTrace {
 #[derive(Debug)]
 pub struct PageTrace {
     path: PathBuf,
-    _temporary: Option<TemporaryTrace>,
+    temporary: Option<TemporaryTrace>,
 }
 
 impl PageTrace {
@@ -58,7 +58,7 @@ impl PageTrace {
                 }
                 Ok(Self {
                     path: trace.to_owned(),
-                    _temporary: None,
+                    temporary: None,
                 })
             }
             None => {
@@ -70,7 +70,7 @@ impl PageTrace {
                     let _ = std::fs::remove_file(&on_exit);
                 });
                 Ok(Self {
-                    _temporary: Some(TemporaryTrace(path.clone(), registration)),
+                    temporary: Some(TemporaryTrace(path.clone(), registration)),
                     path,
                 })
             }
@@ -132,7 +132,13 @@ impl PageOutput {
     pub fn write(mut self) -> Result<(), String> {
         let run = RecordedRun::load(self.trace.path()).map_err(|err| err.to_string())?;
         let verdicts = invariants::check(&run, &self.policy);
-        let page = super::page(&run, &verdicts, &self.policy, &title_of(&self.path));
+        // Named after the trace, as `view TRACE -o` names it, unless the
+        // trace is a temporary file whose name would mean nothing.
+        let named_after = match self.trace.temporary {
+            Some(_) => &self.path,
+            None => self.trace.path(),
+        };
+        let page = super::page(&run, &verdicts, &self.policy, &title_of(named_after));
         replace_content(&mut self.file, page.as_bytes())
             .map_err(|err| format!("cannot write {}: {err}", self.path.display()))
     }
