@@ -188,7 +188,7 @@ impl<'a> Toolbox<'a> {
             call_id: call.id().clone(),
             tool: call.name().to_owned(),
             phase,
-            decision: after.map(|(decision, _)| decision.as_str().to_owned()),
+            decision: after.map(|(decision, _)| decision),
             is_error: after.map(|(_, is_error)| is_error),
         });
     }

@@ -16,6 +16,7 @@ use thiserror::Error;
 
 use crate::agent_id::AgentId;
 use crate::conversation::{ToolCall, ToolOutput};
+use crate::executor::CallDecision;
 use crate::protocol::ToolUseId;
 
 /// A hook failed; the call is treated as blocked (or its result as an error).
@@ -144,7 +145,7 @@ pub struct AuditEntry {
     pub phase: Phase,
     /// After only: how the call was decided (`allowed`, `denied`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub decision: Option<String>,
+    pub decision: Option<CallDecision>,
     /// After only: whether the result is an error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,

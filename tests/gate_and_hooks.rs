@@ -391,25 +391,46 @@ fn the_audit_log_has_a_before_and_an_after_entry_per_call() {
         ],
     );
 
-    let entry = |id: &str, tool: &str, phase: Phase, after: Option<(&str, bool)>| AuditEntry {
-        agent: AgentId::Parent,
-        call_id: ToolUseId::new(id),
-        tool: tool.to_owned(),
-        phase,
-        decision: after.map(|(d, _)| d.to_owned()),
-        is_error: after.map(|(_, e)| e),
-    };
+    let entry =
+        |id: &str, tool: &str, phase: Phase, after: Option<(CallDecision, bool)>| AuditEntry {
+            agent: AgentId::Parent,
+            call_id: ToolUseId::new(id),
+            tool: tool.to_owned(),
+            phase,
+            decision: after.map(|(d, _)| d),
+            is_error: after.map(|(_, e)| e),
+        };
     assert_eq!(
         report.audit,
         vec![
             entry("c1", "count", Phase::Before, None),
-            entry("c1", "count", Phase::After, Some(("not_required", false))),
+            entry(
+                "c1",
+                "count",
+                Phase::After,
+                Some((CallDecision::NotRequired, false))
+            ),
             entry("c2", "run_main", Phase::Before, None),
-            entry("c2", "run_main", Phase::After, Some(("denied", true))),
+            entry(
+                "c2",
+                "run_main",
+                Phase::After,
+                Some((CallDecision::Denied, true))
+            ),
             entry("c3", "nope", Phase::Before, None),
-            entry("c3", "nope", Phase::After, Some(("unregistered", true))),
+            entry(
+                "c3",
+                "nope",
+                Phase::After,
+                Some((CallDecision::Unregistered, true))
+            ),
             entry("c4", "count", Phase::Before, None),
-            entry("c4", "count", Phase::After, Some(("invalid", true))),
+            entry(
+                "c4",
+                "count",
+                Phase::After,
+                Some((CallDecision::Invalid, true))
+            ),
         ]
     );
     let decisions: Vec<CallDecision> = report.tools.iter().map(|t| t.decision).collect();
