@@ -601,7 +601,8 @@ impl<'de> Visitor<'de> for ContentSeed {
             return Ok(Content::Blocks(Vec::new()));
         }
         // A block never fails to read: what cannot be used is `Unsupported`.
-        let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        // Most replies hold one block: room for one, so it needs no regrowth.
+        let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(1));
         while let Some(block) = seq.next_element::<ReplyBlock>()? {
             blocks.push(block);
         }
