@@ -26,6 +26,7 @@ use crate::replay::{Difference, Divergence, ReplayReport, compare_tools_run};
 use crate::resume::{ResumeError, ResumePoint};
 use crate::signals;
 use crate::subagent::{ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig};
+use crate::terminal::TerminalInput;
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 use crate::trace::{TraceStatus, TraceWriter};
 use crate::trace_target::{self, TraceTargetError};
@@ -65,11 +66,11 @@ impl DecisionMode {
         }
     }
 
-    fn approver(self) -> Arc<dyn Approver> {
+    fn approver(self, input: &Arc<TerminalInput>, cancel: &CancelHandle) -> Arc<dyn Approver> {
         match self {
             Self::Allow => Arc::new(AllowAll),
             Self::Deny => Arc::new(DenyAll),
-            Self::Ask => Arc::new(AskTerminal::new()),
+            Self::Ask => Arc::new(AskTerminal::with_input(Arc::clone(input), cancel.clone())),
         }
     }
 }
@@ -121,6 +122,9 @@ pub struct Settings {
     pub mcp_timeout: Duration,
     /// The tools a child may hold (`--child-tools`): read-only ones only.
     pub child_tools: Vec<String>,
+    /// Where the approval prompt reads its answers: standard input, shared
+    /// with whatever else of the host reads it (`subloop chat`'s lines).
+    pub input: Arc<TerminalInput>,
 }
 
 impl Settings {
@@ -147,6 +151,7 @@ impl Settings {
             mcp: Vec::new(),
             mcp_timeout: DEFAULT_MCP_TIMEOUT,
             child_tools: vec!["read_file".to_owned()],
+            input: TerminalInput::stdin(),
         }
     }
 
@@ -232,11 +237,15 @@ fn assemble(
     trace: Option<&Path>,
 ) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
-    let builder = AgentBuilder::new(settings.decision.approver())
-        .limits(settings.limits, settings.cancel.clone())
-        .on_empty_reply(settings.on_empty_reply)
-        .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
-        .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?;
+    let builder = AgentBuilder::new(
+        settings
+            .decision
+            .approver(&settings.input, &settings.cancel),
+    )
+    .limits(settings.limits, settings.cancel.clone())
+    .on_empty_reply(settings.on_empty_reply)
+    .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
+    .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?;
     let (builder, mcp) = mcp_tools(settings, builder)?;
     let whitelist: Vec<&str> = settings.child_tools.iter().map(String::as_str).collect();
     let mut builder = builder.plan()?.subagents(

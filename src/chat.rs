@@ -144,18 +144,37 @@ impl Chat {
         say: Say<'_>,
         mut prompt: Option<&mut dyn Write>,
     ) -> Result<(), AppError> {
-        let mut line = String::new();
+        let mut line = Vec::new();
         loop {
             if let Some(prompt) = prompt.as_mut() {
                 let _ = write!(prompt, "> ");
                 let _ = prompt.flush();
             }
             line.clear();
-            match input.read_line(&mut line) {
+            let read = {
+                // A Ctrl-C while the session waits for a line has no question to cancel.
+                let _idle = crate::signals::at_chat_prompt();
+                input.read_until(b'\n', &mut line)
+            };
+            match read {
                 Ok(0) | Err(_) => return Ok(()),
                 Ok(_) => {}
             }
-            if !self.line(&line, say)? {
+            let Ok(text) = std::str::from_utf8(&line) else {
+                // Said and refused like any line that cannot run; the session goes on.
+                let text = format!(
+                    "this line is not UTF-8 text ({}): nothing was asked; type it again in UTF-8",
+                    crate::progress::printable(&String::from_utf8_lossy(&line))
+                );
+                say(&text);
+                self.turns.push(Turn {
+                    line: String::from_utf8_lossy(&line).trim().to_owned(),
+                    status: None,
+                    text,
+                });
+                continue;
+            };
+            if !self.line(text, say)? {
                 return Ok(());
             }
         }

@@ -108,6 +108,7 @@ pub mod resume;
 pub mod shared_text;
 pub mod signals;
 pub mod subagent;
+pub mod terminal;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;

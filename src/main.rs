@@ -134,19 +134,18 @@ fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> E
             let _ = std::fs::remove_file(&path);
         })
     });
+    // One reader of stdin: the session's lines and the approval prompt's
+    // answers come through the same buffer, and neither holds it between reads.
+    let terminal = std::sync::Arc::clone(&settings.input);
+    let at_terminal = terminal.is_terminal();
+    let mut input = subloop::terminal::TerminalLines::new(terminal);
     let mut session = subloop::chat::Chat::new(settings, models, trace.clone());
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
     let mut say = |text: &str| {
         let _ = subloop::output::print_stdout(text, false);
     };
     // The prompt only for a person at a terminal.
     let mut stderr = std::io::stderr();
-    let prompt: Option<&mut dyn Write> = if std::io::IsTerminal::is_terminal(&stdin) {
-        Some(&mut stderr)
-    } else {
-        None
-    };
+    let prompt: Option<&mut dyn Write> = if at_terminal { Some(&mut stderr) } else { None };
     let result = session.run(&mut input, &mut say, prompt);
     if temporary {
         let _ = std::fs::remove_file(&trace);

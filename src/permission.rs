@@ -2,13 +2,15 @@
 //! after an [`Approver`] allows that call. A denial is answered
 //! `not executed: permission denied` and the tool does not start.
 
-use std::io::{BufRead, IsTerminal, Write};
-use std::sync::Mutex;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
 use crate::agent_id::AgentId;
 use crate::conversation::ToolCall;
+use crate::limits::CancelHandle;
+use crate::terminal::{LineRead, TerminalInput};
 
 /// The approver's answer for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -60,16 +62,38 @@ impl Approver for DenyAll {
 /// Asks on the terminal: a `y/N` prompt on stderr, the answer from stdin.
 ///
 /// A stdin that is not a terminal, closed, or unreadable counts as "no",
-/// and so does a stderr the prompt cannot be written to.
-#[derive(Debug, Default)]
+/// and so does a stderr the prompt cannot be written to. The answer is
+/// read through a shared [`TerminalInput`], so a host that reads its own
+/// lines from stdin (`subloop chat`) and this prompt take turns on one
+/// buffer; a cancelled run (a Ctrl-C at the prompt) gives up the question
+/// and counts as "no".
+#[derive(Debug)]
 pub struct AskTerminal {
     lock: Mutex<()>,
+    input: Arc<TerminalInput>,
+    cancel: CancelHandle,
+}
+
+impl Default for AskTerminal {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl AskTerminal {
-    /// A terminal approver.
+    /// A terminal approver reading stdin, never cancelled.
     pub fn new() -> Self {
-        Self::default()
+        Self::with_input(TerminalInput::stdin(), CancelHandle::new())
+    }
+
+    /// A terminal approver that reads its answers from `input` and gives
+    /// up a question (denying the call) once `cancel` is cancelled.
+    pub fn with_input(input: Arc<TerminalInput>, cancel: CancelHandle) -> Self {
+        Self {
+            lock: Mutex::new(()),
+            input,
+            cancel,
+        }
     }
 }
 
@@ -79,9 +103,8 @@ impl Approver for AskTerminal {
             .lock
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        let stdin = std::io::stdin();
         let mut stderr = std::io::stderr().lock();
-        if !stdin.is_terminal() {
+        if !self.input.is_terminal() {
             // Denied either way; a broken stderr only loses the explanation.
             let _ = writeln!(
                 stderr,
@@ -89,6 +112,9 @@ impl Approver for AskTerminal {
                 request.agent,
                 crate::progress::printable(request.action)
             );
+            return Decision::Deny;
+        }
+        if self.cancel.is_cancelled() {
             return Decision::Deny;
         }
         // Nobody can see a prompt that cannot be written: deny without asking.
@@ -104,12 +130,23 @@ impl Approver for AskTerminal {
             return Decision::Deny;
         }
         drop(stderr);
-        let mut line = String::new();
-        match stdin.lock().read_line(&mut line) {
-            Ok(n) if n > 0 && matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => {
-                Decision::Allow
+        // What a Ctrl-C at this prompt says is about this call, not a running one.
+        let _asking = crate::signals::asking_about(request.call.name());
+        let cancel = &self.cancel;
+        match self.input.read_line(&|| cancel.is_cancelled()) {
+            LineRead::Line(line) if is_yes(&line) => Decision::Allow,
+            LineRead::Line(_) | LineRead::Failed(_) => Decision::Deny,
+            LineRead::End | LineRead::Stopped => {
+                // The prompt's line stays open: end it so the next output
+                // starts on a line of its own.
+                let _ = writeln!(std::io::stderr());
+                Decision::Deny
             }
-            _ => Decision::Deny,
         }
     }
+}
+
+/// `y` or `yes` (any case the usual way), around blanks.
+fn is_yes(line: &[u8]) -> bool {
+    matches!(line.trim_ascii(), b"y" | b"Y" | b"yes" | b"YES" | b"Yes")
 }

@@ -118,8 +118,64 @@ impl Monitor for ToolWatch {
     }
 }
 
+/// What a person is being asked at the terminal right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Prompt {
+    /// Nothing: a run may be going on.
+    Nothing,
+    /// `subloop chat` waits for the next line; no question is running.
+    Chat,
+    /// The approval prompt for this tool: it has not started.
+    Approval(String),
+}
+
+static PROMPT: Mutex<Prompt> = Mutex::new(Prompt::Nothing);
+
+/// Puts the previous prompt back when dropped.
+#[derive(Debug)]
+#[must_use = "the prompt is over when this is dropped"]
+pub struct PromptGuard(Prompt);
+
+impl Drop for PromptGuard {
+    fn drop(&mut self) {
+        let previous = std::mem::replace(&mut self.0, Prompt::Nothing);
+        *PROMPT.lock().unwrap_or_else(|poison| poison.into_inner()) = previous;
+    }
+}
+
+fn set_prompt(prompt: Prompt) -> PromptGuard {
+    let mut current = PROMPT.lock().unwrap_or_else(|poison| poison.into_inner());
+    PromptGuard(std::mem::replace(&mut current, prompt))
+}
+
+/// Marks an approval prompt for `tool` as open until the guard is dropped:
+/// a first Ctrl-C meanwhile says the tool will not run (it has not started).
+pub fn asking_about(tool: &str) -> PromptGuard {
+    set_prompt(Prompt::Approval(tool.to_owned()))
+}
+
+/// Marks `subloop chat`'s own prompt as open until the guard is dropped: a
+/// first Ctrl-C meanwhile has nothing to cancel, says how to leave, and
+/// does not count toward a second one.
+pub fn at_chat_prompt() -> PromptGuard {
+    set_prompt(Prompt::Chat)
+}
+
 /// The line the first Ctrl-C prints.
 pub fn cancelling_line() -> String {
+    match PROMPT.try_lock().map(|prompt| prompt.clone()) {
+        Ok(Prompt::Chat) => {
+            return "nothing is running: /exit or the end of input (Ctrl-D) leaves the session"
+                .to_owned();
+        }
+        Ok(Prompt::Approval(tool)) => {
+            return format!(
+                "cancelling: {} will not run; the run stops at its next step (Ctrl-C again to stop it now)",
+                crate::progress::printable(&tool)
+            );
+        }
+        Ok(Prompt::Nothing) | Err(_) => {}
+    }
     let names: Vec<String> = match RUNNING_TOOLS.try_lock() {
         Ok(running) => {
             let mut names: Vec<String> = Vec::new();
@@ -237,6 +293,13 @@ fn start_watcher() {
                 match reader.read(&mut byte) {
                     Ok(1) if byte[0] == FIRST_CTRL_C => {
                         let _ = writeln!(std::io::stderr(), "{}", cancelling_line());
+                        // At chat's own prompt there was nothing to cancel.
+                        let idle = PROMPT
+                            .try_lock()
+                            .is_ok_and(|prompt| *prompt == Prompt::Chat);
+                        if idle {
+                            rearm();
+                        }
                     }
                     Ok(1) => terminate(i32::from(byte[0])),
                     Ok(_) => return,

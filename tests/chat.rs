@@ -358,3 +358,193 @@ fn a_line_that_cannot_run_is_refused_and_the_session_goes_on() {
     );
     assert!(said[2].contains("give a --max-calls above 1"), "{said:?}");
 }
+
+/// Runs `driver` (python3 code after a `wait_for(token)` helper and `fd`,
+/// the terminal of `subloop chat ARGS…`) and returns its failure, if any.
+fn drive_chat_pty(dir: &TempDir, args: &[String], steps: &str) -> Result<(), String> {
+    let driver = dir.write(
+        "drive.py",
+        format!(
+            r#"
+import os, pty, select, sys, time, json
+args = json.loads(sys.argv[1])
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(args[0], args)
+seen = b""
+everything = b""
+def wait_for(token):
+    global seen, everything
+    end = time.time() + 60
+    while token not in seen:
+        ready, _, _ = select.select([fd], [], [], max(0, end - time.time()))
+        if not ready:
+            sys.exit("timed out waiting for %r; the terminal showed %r" % (token, everything))
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            sys.exit("the terminal closed before %r; it showed %r" % (token, everything))
+        seen += chunk
+        everything += chunk
+    seen = seen[seen.index(token) + len(token):]
+def exit_status():
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -status
+{steps}
+"#
+        ),
+    );
+    let out = Command::new("python3")
+        .arg(&driver)
+        .arg(serde_json::to_string(args).map_err(|err| err.to_string())?)
+        .output()
+        .map_err(|err| err.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The parent's outcome statuses and its `run_main` decisions, in order.
+fn statuses_and_decisions(trace: &Path) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(trace).expect("trace");
+    let lines: Vec<Value> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let field = |kind: &str, key: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|line| line["kind"] == kind && line["agent"] == "parent")
+            .filter(|line| kind != "tool" || line["name"] == "run_main")
+            .map(|line| line[key].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    (field("outcome", "status"), field("tool", "decision"))
+}
+
+/// With the default `--decision ask`, chat's approval prompt reads the
+/// answer from the same terminal as the session's lines: `y` runs the
+/// program, `n` denies it, Ctrl-C at the prompt denies it and stops the
+/// question (the session goes on), Ctrl-C at chat's own prompt cancels
+/// nothing, and the end of input at the approval prompt denies the call
+/// and ends the session normally.
+#[test]
+fn chat_answers_its_own_approval_prompt() {
+    let python = Command::new("python3").arg("-c").arg("import pty").output();
+    if !python.is_ok_and(|out| out.status.success()) {
+        common::skipped("python3 with the pty module is not installed");
+        return;
+    }
+    let (dir, script) = scene(
+        "chat-ask",
+        0,
+        vec![
+            tool_use("toolu_01", "run_main", json!({})),
+            answer("It printed 42."),
+            tool_use("toolu_02", "run_main", json!({})),
+            answer("You said no."),
+            tool_use("toolu_03", "run_main", json!({})),
+            tool_use("toolu_04", "run_main", json!({})),
+            answer("Nobody answered."),
+        ],
+    );
+    let trace = dir.path().join("session.jsonl");
+    let s = |path: &Path| path.to_str().expect("utf-8").to_owned();
+    let args = [
+        common::bin().to_owned(),
+        "chat".to_owned(),
+        "--workspace".to_owned(),
+        s(&dir.path().join("ws")),
+        "--script".to_owned(),
+        s(&script),
+        "--trace".to_owned(),
+        s(&trace),
+    ];
+    let steps = r#"
+wait_for(b"> ")
+os.write(fd, b"Run it.\r")
+wait_for(b"Allow? [y/N] ")
+os.write(fd, b"y\r")
+wait_for(b"It printed 42.")
+wait_for(b"> ")
+os.write(fd, b"\x03")
+wait_for(b"nothing is running: /exit or the end of input (Ctrl-D) leaves the session")
+os.write(fd, b"\x03")
+wait_for(b"nothing is running")
+os.write(fd, b"Again?\r")
+wait_for(b"Allow? [y/N] ")
+os.write(fd, b"n\r")
+wait_for(b"You said no.")
+wait_for(b"> ")
+os.write(fd, b"Once more?\r")
+wait_for(b"Allow? [y/N] ")
+time.sleep(0.2)
+os.write(fd, b"\x03")
+wait_for(b"cancelling: run_main will not run; the run stops at its next step")
+wait_for(b"the run was cancelled")
+wait_for(b"> ")
+os.write(fd, b"/continue\r")
+wait_for(b"Allow? [y/N] ")
+os.write(fd, b"\x04")
+wait_for(b"Nobody answered.")
+code = exit_status()
+sys.exit(0 if code == 0 else "exit status %r; the terminal showed %r" % (code, everything))
+"#;
+    if let Err(failure) = drive_chat_pty(&dir, &args, steps) {
+        panic!("{failure}");
+    }
+    let (statuses, decisions) = statuses_and_decisions(&trace);
+    assert_eq!(statuses, ["answered", "answered", "cancelled", "answered"]);
+    assert_eq!(decisions, ["allowed", "denied", "denied", "denied"]);
+}
+
+/// A line that is not UTF-8 is answered with why, and the session goes on.
+#[test]
+fn a_line_that_is_not_utf8_is_refused_and_the_session_goes_on() {
+    let (dir, script) = scene(
+        "chat-utf8",
+        0,
+        vec![answer("First answer."), answer("Second answer.")],
+    );
+    let out = Command::new(common::bin())
+        .arg("chat")
+        .arg("--workspace")
+        .arg(dir.path().join("ws"))
+        .arg("--script")
+        .arg(&script)
+        .arg("--quiet")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(b"first\n\xff\xfe x\ncaf\xe9\nsecond\n")?;
+            }
+            child.wait_with_output()
+        })
+        .expect("chat");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(lines[0], "First answer.");
+    assert!(
+        lines[1].starts_with("this line is not UTF-8 text"),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("this line is not UTF-8 text"),
+        "{stdout}"
+    );
+    assert_eq!(lines[3], "Second answer.");
+}
