@@ -261,12 +261,13 @@ fn assemble(
     let mut status = None;
     let protected = script_of(settings);
     if let Some((resuming, point)) = resume {
-        let file = trace_target::open_to_append(
-            &resuming.path,
-            &settings.workspace,
-            &protected,
-            resuming.keep,
-        )?;
+        let file = resuming.append().map_err(|source| {
+            AppError::from(TraceTargetError::Io {
+                path: settings.resume.clone().unwrap_or_default(),
+                what: trace_target::FileRole::Trace,
+                source,
+            })
+        })?;
         let writer = TraceWriter::resume(file, point.trace_fields());
         mcp.record(&writer.notes());
         status = Some(writer.status());
@@ -489,7 +490,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     // A resumed run is rebuilt (and checked) before anything else happens.
     let resuming = match &settings.resume {
         Some(path) => {
-            let resuming = Resuming::load(path)?;
+            let resuming = Resuming::load(path, settings)?;
             let point = match &settings.follow_up {
                 Some(question) => {
                     ResumePoint::follow_up(&resuming.run, question, budget, settings.on_empty_reply)
@@ -621,34 +622,59 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     })
 }
 
-/// A trace read for `--resume`: the run it records, and how many of its
-/// bytes are whole lines (a last line a crash cut short is dropped).
+/// A trace read for `--resume`: the run it records, how many of its bytes
+/// are whole lines (a last line a crash cut short is dropped), and the file
+/// it was read from, locked before it was read.
 struct Resuming {
-    path: PathBuf,
+    file: std::fs::File,
     run: RecordedRun,
     keep: u64,
 }
 
 impl Resuming {
-    fn load(path: &Path) -> Result<Self, AppError> {
-        let invalid = |message: String| ReplayError::Invalid {
-            path: path.to_owned(),
-            message,
-        };
-        let text = std::fs::read_to_string(path).map_err(|source| ReplayError::Read {
+    /// Takes the trace's lock, then reads it: what is read is what this
+    /// run (and no other) goes on from.
+    fn load(path: &Path, settings: &Settings) -> Result<Self, AppError> {
+        use std::io::Read as _;
+        let read_error = |source| ReplayError::Read {
             path: path.to_owned(),
             source,
+        };
+        // A trace that cannot be read says so, as before any other check.
+        std::fs::metadata(path).map_err(read_error)?;
+        let mut file =
+            trace_target::open_to_resume(path, &settings.workspace, &script_of(settings))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read_error)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
         })?;
         let whole = match text.rfind('\n') {
             Some(end) => text.get(..=end).unwrap_or_default(),
             None => "",
         };
-        let run = RecordedRun::parse(whole).map_err(invalid)?;
-        Ok(Self {
+        let run = RecordedRun::parse(whole).map_err(|message| ReplayError::Invalid {
             path: path.to_owned(),
+            message,
+        })?;
+        Ok(Self {
+            file,
             run,
             keep: u64::try_from(whole.len()).unwrap_or(u64::MAX),
         })
+    }
+
+    /// The trace file cut to its whole lines and positioned at its end,
+    /// for the resumed run's lines (the lock goes with it).
+    fn append(&self) -> std::io::Result<std::fs::File> {
+        use std::io::Seek as _;
+        let file = self.file.try_clone()?;
+        file.set_len(self.keep)?;
+        (&file).seek(std::io::SeekFrom::End(0))?;
+        Ok(file)
     }
 }
 

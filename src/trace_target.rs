@@ -219,12 +219,43 @@ pub fn open_to_append(
     open_at(path, Some(workspace), protected, keep, FileRole::Trace)
 }
 
+/// [`open`] for a trace about to be resumed: the same checks, and the lock
+/// taken, but the file is opened for reading too and left as it is. The
+/// trace is read through this file, after the lock: a second resume of the
+/// same trace is refused before it reads a byte, so two resumes cannot
+/// both go on from the same point.
+pub fn open_to_resume(
+    path: &Path,
+    workspace: &Path,
+    protected: &[(&Path, &'static str)],
+) -> Result<File, TraceTargetError> {
+    open_with(
+        path,
+        Some(workspace),
+        protected,
+        KEEP_ALL,
+        FileRole::Trace,
+        true,
+    )
+}
+
 fn open_at(
     path: &Path,
     workspace: Option<&Path>,
     protected: &[(&Path, &'static str)],
     keep: u64,
     what: FileRole,
+) -> Result<File, TraceTargetError> {
+    open_with(path, workspace, protected, keep, what, false)
+}
+
+fn open_with(
+    path: &Path,
+    workspace: Option<&Path>,
+    protected: &[(&Path, &'static str)],
+    keep: u64,
+    what: FileRole,
+    read: bool,
 ) -> Result<File, TraceTargetError> {
     let io = |source| TraceTargetError::Io {
         path: path.to_owned(),
@@ -295,8 +326,9 @@ fn open_at(
         Err(err) => return Err(io(err)),
     };
     let file = std::fs::OpenOptions::new()
+        .read(read)
         .write(true)
-        .create(true)
+        .create(!read)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(io)?;
@@ -344,7 +376,10 @@ fn open_at(
         if keep != KEEP_ALL {
             file.set_len(keep).map_err(io)?;
         }
-        file.seek(std::io::SeekFrom::End(0)).map_err(io)?;
+        // A file opened to be read first is read from its start.
+        if !read {
+            file.seek(std::io::SeekFrom::End(0)).map_err(io)?;
+        }
     }
     // Writes block as usual from here on.
     // SAFETY: fcntl(2) on a descriptor this function owns.

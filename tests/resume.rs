@@ -805,3 +805,109 @@ fn a_scripted_run_cut_short_goes_on_live_with_its_rebuilt_history() {
         text(&out.stdout)
     );
 }
+
+/// Two resumes of one trace: the trace's lock is taken before it is read,
+/// so while one resume is getting ready (here: an MCP server that takes a
+/// second to start), a second one is refused (exit 2) before it runs
+/// anything or touches the file. A resume that read before it locked would
+/// let the second run to its end meanwhile, then cut the file back to what
+/// it had read and run the same call again.
+#[cfg(feature = "mcp")]
+#[test]
+fn two_resumes_of_one_trace_cannot_both_run() {
+    let scene = Scene::new("resume-race", 0);
+    let first = scene.script(
+        "first.json",
+        vec![
+            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+            tool_use("toolu_02", "read_file", json!({"path": "expected.txt"})),
+        ],
+    );
+    let rest = scene.script(
+        "rest.json",
+        vec![
+            tool_use("toolu_03", "run_main", json!({})),
+            answer("It prints 42."),
+        ],
+    );
+    let ws = scene.ws();
+    let trace = scene.trace();
+    let out = run_script(
+        &ws,
+        &first,
+        &["--max-calls", "2", "--trace", s(&trace), "--quiet"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let recorded = std::fs::read(&trace).expect("trace");
+    let started = scene.dir.path().join("server-started");
+    let config = scene.dir.write(
+        "mcp.json",
+        json!({"mcpServers": {"slow": {
+            "command": "sh",
+            "args": ["-c", format!(
+                "touch '{}'; sleep 1; exec python3 '{}/tests/mcp_server.py'",
+                started.display(),
+                env!("CARGO_MANIFEST_DIR")
+            )]
+        }}})
+        .to_string(),
+    );
+    let resume = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--workspace",
+            s(&ws),
+            "--script",
+            s(&rest),
+            "--decision",
+            "allow",
+            "--max-calls",
+            "4",
+            "--resume",
+            s(&trace),
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(common::bin())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn")
+    };
+    for round in 0..3 {
+        std::fs::write(&trace, &recorded).expect("restore the trace");
+        let _ = std::fs::remove_file(ws.join("runs.txt"));
+        let _ = std::fs::remove_file(&started);
+        let slow = resume(&["--mcp-config", s(&config), "--mcp-timeout", "20"]);
+        let until = Instant::now() + Duration::from_secs(60);
+        while !started.exists() {
+            assert!(Instant::now() < until, "the MCP server never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let quick = resume(&[]).wait_with_output().expect("the second resume");
+        let slow = slow.wait_with_output().expect("the first resume");
+        assert_eq!(
+            (slow.status.code(), quick.status.code()),
+            (Some(0), Some(2)),
+            "round {round}: the first resume runs, the second is refused: {} / {}",
+            text(&slow.stderr),
+            text(&quick.stderr)
+        );
+        assert!(
+            text(&quick.stderr).contains("is being written by another run"),
+            "round {round}: {}",
+            text(&quick.stderr)
+        );
+        assert_eq!(scene.runs(), 1, "round {round}: run_main ran once");
+        let now = std::fs::read(&trace).expect("trace");
+        assert!(
+            now.starts_with(&recorded),
+            "round {round}: the recorded part is kept"
+        );
+        let run = RecordedRun::parse(&text(&now)).expect("the trace reads back");
+        assert_eq!(run.calls("parent"), 4, "round {round}");
+        answered_once(&trace);
+    }
+}
