@@ -146,14 +146,15 @@ impl Chat {
     ) -> Result<(), AppError> {
         let mut line = Vec::new();
         loop {
-            if let Some(prompt) = prompt.as_mut() {
-                let _ = write!(prompt, "> ");
-                let _ = prompt.flush();
-            }
             line.clear();
             let read = {
-                // A Ctrl-C while the session waits for a line has no question to cancel.
+                // A Ctrl-C while the session waits for a line (from the
+                // moment its prompt shows) has no question to cancel.
                 let _idle = crate::signals::at_chat_prompt();
+                if let Some(prompt) = prompt.as_mut() {
+                    let _ = write!(prompt, "> ");
+                    let _ = prompt.flush();
+                }
                 input.read_until(b'\n', &mut line)
             };
             match read {

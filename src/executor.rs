@@ -22,7 +22,7 @@ use crate::shared_text::SharedText;
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
 
 /// How a call was decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallDecision {
     /// The tool needs no approval and ran.

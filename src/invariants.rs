@@ -35,17 +35,24 @@ pub enum Invariant {
     OfferedIsDispatched,
     /// A denied call never ran: its result says it was not executed.
     DeniedNeverRan,
+    /// The trace agrees with itself, by the rules a resume holds it to
+    /// ([`crate::resume::consistency`]): each history is what its replies
+    /// and results make through the conversation's own transitions, each
+    /// `tool` line says what the model was sent, the outcome agrees with
+    /// the last reply, and each child was started by a `task` call.
+    Consistent,
 }
 
 impl Invariant {
     /// Every invariant, in report order.
-    pub const ALL: [Invariant; 6] = [
+    pub const ALL: [Invariant; 7] = [
         Invariant::AnsweredOnce,
         Invariant::WithinBudget,
         Invariant::StopReasons,
         Invariant::ChildStartsFresh,
         Invariant::OfferedIsDispatched,
         Invariant::DeniedNeverRan,
+        Invariant::Consistent,
     ];
 
     /// The rule in words.
@@ -61,6 +68,9 @@ impl Invariant {
             }
             Self::OfferedIsDispatched => "the tools offered are the tools dispatched",
             Self::DeniedNeverRan => "denied calls never ran",
+            Self::Consistent => {
+                "the trace agrees with itself (histories, tool lines, outcome, delegations)"
+            }
         }
     }
 }
@@ -354,6 +364,19 @@ pub fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
                 breach(Invariant::ChildStartsFresh, at(Some(1), None), detail);
             });
         }
+    }
+    for inconsistency in crate::resume::consistency(run) {
+        found.push((
+            Invariant::Consistent,
+            Breach {
+                at: Location {
+                    agent: inconsistency.agent,
+                    call: inconsistency.call,
+                    id: inconsistency.id,
+                },
+                detail: inconsistency.detail,
+            },
+        ));
     }
     Invariant::ALL
         .into_iter()

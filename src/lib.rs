@@ -113,6 +113,7 @@ pub mod terminal;
 pub mod testing;
 pub mod tools;
 pub mod trace;
+mod trace_lines;
 pub mod trace_target;
 pub mod view;
 pub mod view_html;

@@ -117,6 +117,9 @@ impl Approver for AskTerminal {
         if self.cancel.is_cancelled() {
             return Decision::Deny;
         }
+        // What a Ctrl-C says from the moment the prompt shows is about this
+        // call, which has not started, not about a running one.
+        let _asking = crate::signals::asking_about(request.call.name());
         // Nobody can see a prompt that cannot be written: deny without asking.
         let prompt = write!(
             stderr,
@@ -130,8 +133,6 @@ impl Approver for AskTerminal {
             return Decision::Deny;
         }
         drop(stderr);
-        // What a Ctrl-C at this prompt says is about this call, not a running one.
-        let _asking = crate::signals::asking_about(request.call.name());
         let cancel = &self.cancel;
         match self.input.read_line(&|| cancel.is_cancelled()) {
             LineRead::Line(line) if is_yes(&line) => Decision::Allow,

@@ -70,6 +70,9 @@ pub enum ResumeError {
         /// How the recorded run ended.
         ended: String,
     },
+    /// The trace contradicts itself (see [`consistency`]).
+    #[error("the trace contradicts itself at {0}")]
+    Inconsistent(Inconsistency),
     /// The budget given does not cover the calls already made.
     #[error(
         "the recorded run already made {made} parent calls for its current question: give a --max-calls above {made} to continue it"
@@ -123,7 +126,8 @@ impl ResumePoint {
         budget: Budget,
         on_empty: OnEmptyReply,
     ) -> Result<Self, ResumeError> {
-        Self::build(run, budget, on_empty, None)
+        consistent(run)?;
+        Self::build(run, "parent", budget, on_empty, None)
     }
 
     /// Rebuilds the answered run `run` and asks it the follow-up `question`
@@ -135,18 +139,43 @@ impl ResumePoint {
         budget: Budget,
         on_empty: OnEmptyReply,
     ) -> Result<Self, ResumeError> {
-        Self::build(run, budget, on_empty, Some(question))
+        consistent(run)?;
+        Self::build(run, "parent", budget, on_empty, Some(question))
+    }
+
+    /// Checks that the recorded history of `agent` (`parent` or `child-N`)
+    /// is what the conversation's own transitions make of its recorded
+    /// replies and results — the rules [`ResumePoint::rebuild`] holds a
+    /// trace to — whether or not the run could go on. The error is the
+    /// first place it breaks ([`ResumeError::Broken`] or a question that
+    /// could not start). A run that could not go on (answered, ended by a
+    /// protocol error) still passes when its history holds.
+    pub fn check_history(run: &RecordedRun, agent: &str) -> Result<(), ResumeError> {
+        let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
+        let mut first = None;
+        // The trace does not say which empty-reply policy the run had: a
+        // history that holds under either holds.
+        for on_empty in [OnEmptyReply::Stop, OnEmptyReply::Continue] {
+            match Self::build(run, agent, unbounded, on_empty, None) {
+                Err(err @ (ResumeError::Broken { .. } | ResumeError::Input(_))) => {
+                    first.get_or_insert(err);
+                }
+                Ok(_) | Err(_) => return Ok(()),
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     fn build(
         run: &RecordedRun,
+        agent: &str,
         budget: Budget,
         on_empty: OnEmptyReply,
         question: Option<&str>,
     ) -> Result<Self, ResumeError> {
         let mut follow_up = question;
         let asked = question.map(str::to_owned);
-        let messages = run.messages("parent");
+        let messages = run.messages(agent);
         let question = match messages.first() {
             Some(first) if first.role == Role::User => first.text(),
             _ => {
@@ -157,23 +186,28 @@ impl ResumePoint {
         // question's is checked at the end.
         let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
         let mut conversation = Conversation::start(&question, unbounded)?.on_empty_reply(on_empty);
-        let recorded_calls = run.calls("parent");
+        let recorded_calls = run.calls(agent);
         let mut interrupted = Vec::new();
         let mut kept = 0;
+        // Both histories only grow: each request compares what it added.
+        let mut verified = 0;
         for call in 1..=recorded_calls {
             let number = call;
             // The history this request carried must be the rebuilt one.
-            let carried = run
-                .request("parent", number)
-                .map(|request| request.messages);
-            if carried != Some(conversation.history()) {
+            let carried = run.request(agent, number).map(|request| request.messages);
+            let history = conversation.history();
+            let same = carried.is_some_and(|carried| {
+                carried.len() == history.len() && carried.get(verified..) == history.get(verified..)
+            });
+            if !same {
                 return Err(broken(
                     number,
                     "the recorded request does not carry the history its earlier replies and results make",
                 ));
             }
+            verified = history.len();
             kept = number;
-            let reply = match run.reply("parent", number) {
+            let reply = match run.reply(agent, number) {
                 Some(Ok(reply)) => reply.clone(),
                 // Failed or never answered: only the last request may be; it is asked again.
                 Some(Err(_)) | None if call == recorded_calls && follow_up.is_none() => {
@@ -203,7 +237,7 @@ impl ResumePoint {
                             )
                         })?
                     } else {
-                        let lines = run.tools_after_reply("parent", number);
+                        let lines = run.tools_after_reply(agent, number);
                         last_round(run, lines, waiting.calls(), &mut interrupted)
                     };
                     conversation = match waiting.submit(results) {
@@ -278,7 +312,7 @@ impl ResumePoint {
         let sent = if kept == 0 {
             0
         } else {
-            run.request("parent", kept)
+            run.request(agent, kept)
                 .map_or(0, |request| request.messages.len())
         };
         let plan = last_plan(conversation.history());
@@ -314,6 +348,29 @@ impl ResumePoint {
             "interrupted": self.interrupted,
             "follow_up": self.follow_up,
         })
+    }
+}
+
+/// The first way `run` contradicts itself, as an error.
+fn consistent(run: &RecordedRun) -> Result<(), ResumeError> {
+    match consistency(run).into_iter().next() {
+        // The parent's own history breaking is said as before.
+        Some(Inconsistency {
+            agent,
+            call: Some(call),
+            id: None,
+            detail,
+        }) if agent == "parent"
+            && detail.starts_with("the ")
+            && ResumePoint::check_history(run, "parent").is_err() =>
+        {
+            Err(ResumeError::Broken {
+                call,
+                message: detail,
+            })
+        }
+        Some(first) => Err(ResumeError::Inconsistent(first)),
+        None => Ok(()),
     }
 }
 
@@ -422,4 +479,260 @@ fn last_plan(history: &[Message]) -> Option<Plan> {
             _ => None,
         })
     })
+}
+
+/// One place where a trace contradicts itself (see [`consistency`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inconsistency {
+    /// `parent` or `child-N`.
+    pub agent: String,
+    /// The model call (1-based) where it is, when it is in one.
+    pub call: Option<u32>,
+    /// The tool_use id it is about, if one.
+    pub id: Option<String>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Inconsistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.agent)?;
+        if let Some(call) = self.call {
+            write!(f, " call {call}")?;
+        }
+        if let Some(id) = &self.id {
+            write!(f, " ({id})")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// At most this many characters of a text in an [`Inconsistency`].
+const SHOWN: usize = 60;
+
+fn shown(text: &str) -> String {
+    let mut short: String = text.chars().take(SHOWN).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    format!("{short:?}")
+}
+
+/// The rules by which a recorded run must agree with itself, one set for
+/// every reader that trusts a trace ([`ResumePoint::rebuild`] refuses a
+/// trace that breaks one; [`crate::invariants::check`] reports each as a
+/// breach of [`crate::invariants::Invariant::Consistent`]):
+///
+/// - each agent's history is what the conversation's own transitions make
+///   of its recorded replies and results ([`ResumePoint::check_history`]);
+/// - each `tool` line answers a call of the reply before it, once, in call
+///   order, and says what the next request sent the model for that call
+///   (content and `is_error`); a call the next request answered has its
+///   `tool` line unless it was answered [`INTERRUPTED`] on a resume;
+/// - a run that ended after a whole round (its outcome `call_limit`,
+///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
+///   signal forced) has a `tool` line for every call of its last round;
+/// - the parent's outcome agrees with its last reply: `answered` only after
+///   an answer, and an answer is followed by `answered` (or by a signal's
+///   `cancelled`);
+/// - every child was started by a `task` call of the parent.
+pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
+    let mut found = Vec::new();
+    let agents: Vec<(String, u32)> = run
+        .agents()
+        .map(|(agent, calls)| (agent.to_owned(), calls))
+        .collect();
+    for (agent, calls) in &agents {
+        let mut note = |call: Option<u32>, id: Option<&str>, detail: String| {
+            found.push(Inconsistency {
+                agent: agent.clone(),
+                call,
+                id: id.map(str::to_owned),
+                detail,
+            });
+        };
+        match ResumePoint::check_history(run, agent) {
+            Ok(()) => {}
+            Err(ResumeError::Broken { call, message }) => note(Some(call), None, message),
+            Err(other) => note(Some(1), None, other.to_string()),
+        }
+        tool_lines_agree(run, agent, *calls, &mut note);
+        if agent != "parent" {
+            match run.started_by(agent) {
+                None => note(
+                    Some(1),
+                    None,
+                    "a child without the task call that started it (parent_tool_use_id)".to_owned(),
+                ),
+                Some(id) if run.delegation(agent).is_none() => note(
+                    Some(1),
+                    Some(id),
+                    format!("started by {id}, which is no task call of the parent"),
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+    if let Some(outcome) = run.outcome() {
+        let calls = run.calls("parent");
+        let last = run.reply("parent", calls);
+        // An answer by the conversation's own rules (a reply it takes as one).
+        let answer = matches!(last, Some(Ok(reply)) if is_answer(reply));
+        let what = match last {
+            Some(Ok(_)) if answer => "is an answer",
+            Some(Ok(_)) => "is not an answer",
+            Some(Err(_)) => "failed",
+            None => "is missing",
+        };
+        let status = outcome.status.as_str();
+        // After an answer the run may still have been stopped by a limit or
+        // a signal before its outcome was written; nothing else follows one.
+        let after_answer = matches!(
+            status,
+            "answered" | "cancelled" | "deadline" | "token_limit" | "delegation_limit"
+        );
+        if (status == "answered" && !answer) || (answer && !after_answer) {
+            found.push(Inconsistency {
+                agent: "parent".to_owned(),
+                call: Some(calls),
+                id: None,
+                detail: format!("the outcome says {status}, but the last reply {what}"),
+            });
+        }
+    }
+    found
+}
+
+/// Files an inconsistency: at which call, about which id, what.
+type Note<'a> = &'a mut dyn FnMut(Option<u32>, Option<&str>, String);
+
+/// Whether the conversation takes `reply` as an answer (under either
+/// empty-reply policy: an empty reply is never one).
+fn is_answer(reply: &crate::protocol::ModelResponse) -> bool {
+    let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
+    Conversation::start("?", unbounded)
+        .is_ok_and(|conversation| matches!(conversation.receive(reply.clone()), Reply::Answered(_)))
+}
+
+/// The `tool` lines of `agent` against the calls they answer (see [`consistency`]).
+fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) {
+    let early = run
+        .tools(agent)
+        .len()
+        .saturating_sub(run.tools_after_reply(agent, 1).len());
+    if early > 0 {
+        note(
+            Some(1),
+            None,
+            format!("{early} tool line(s) before any reply"),
+        );
+    }
+    let messages = run.messages(agent);
+    let whole_round = agent == "parent"
+        && run.outcome().is_some_and(|outcome| {
+            matches!(
+                outcome.status.as_str(),
+                "call_limit" | "deadline" | "token_limit" | "delegation_limit"
+            ) || (outcome.status == "cancelled" && !outcome.text.starts_with("cancelled by "))
+        });
+    for call in 1..=calls {
+        let lines = run.tools_of_reply(agent, call);
+        let asked: Vec<&str> = match run.reply(agent, call) {
+            Some(Ok(reply)) => reply
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    crate::protocol::ReplyBlock::Known(Block::ToolUse { id, .. }) => {
+                        Some(id.as_str())
+                    }
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let line_ids: Vec<&str> = lines
+            .iter()
+            .map(|line| line.get("id").and_then(Value::as_str).unwrap_or_default())
+            .collect();
+        for id in &line_ids {
+            if !asked.contains(id) {
+                note(
+                    Some(call),
+                    Some(id),
+                    format!("a tool line for {id}, which reply {call} did not ask for"),
+                );
+            }
+        }
+        let mut in_order: Vec<&str> = line_ids.clone();
+        in_order.dedup();
+        let expected: Vec<&str> = asked
+            .iter()
+            .copied()
+            .filter(|id| line_ids.contains(id))
+            .collect();
+        if line_ids.len() != expected.len() || line_ids != expected {
+            if line_ids.len() > expected.len() && in_order.len() == line_ids.len() {
+                // Ids outside the reply: noted above.
+            } else {
+                note(
+                    Some(call),
+                    None,
+                    format!("tool lines {line_ids:?} do not answer {asked:?} once each, in order"),
+                );
+            }
+        }
+        // What the next request sent the model for these calls.
+        let sent = run
+            .request(agent, call)
+            .map(|request| request.messages.len() + 1)
+            .filter(|_| call < calls)
+            .and_then(|index| messages.get(index));
+        for id in &asked {
+            let line = lines
+                .iter()
+                .find(|line| line.get("id").and_then(Value::as_str) == Some(id));
+            let result = sent.and_then(|message| {
+                message.content.iter().find_map(|block| match block {
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } if tool_use_id.as_str() == *id => Some((content.text(), *is_error)),
+                    _ => None,
+                })
+            });
+            match (line, result) {
+                (Some(line), Some((content, is_error))) => {
+                    let recorded = line
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let recorded_error = line.get("is_error").and_then(Value::as_bool);
+                    if recorded != content || recorded_error != Some(is_error) {
+                        note(
+                            Some(call),
+                            Some(id),
+                            format!(
+                                "the tool line says {} (is_error {}), the next request sent {} (is_error {is_error})",
+                                shown(recorded),
+                                recorded_error.unwrap_or_default(),
+                                shown(&content)
+                            ),
+                        );
+                    }
+                }
+                (None, Some((content, _))) if !content.contains(INTERRUPTED) => note(
+                    Some(call),
+                    Some(id),
+                    "the next request answered this call, but it has no tool line".to_owned(),
+                ),
+                (None, None) if call == calls && whole_round => note(
+                    Some(call),
+                    Some(id),
+                    "the run ended after this round, but this call has no tool line".to_owned(),
+                ),
+                _ => {}
+            }
+        }
+    }
 }

@@ -8,6 +8,8 @@
 //! | signal | what happens |
 //! |---|---|
 //! | first Ctrl-C (`SIGINT`) | the run is cancelled at its next turn boundary; one line on stderr names the tool it waits for |
+//! | Ctrl-C at an approval prompt | the call is denied (it never started) and the run is cancelled; the line says so |
+//! | Ctrl-C at `subloop chat`'s own prompt | nothing is running: one line says how to leave; it cancels nothing and does not count toward a second one |
 //! | second Ctrl-C | every running program's group is killed, the termination actions run, exit 130 |
 //! | `SIGTERM`, `SIGHUP` | like a second Ctrl-C; exit 143 and 129 |
 //! | any of them while the actions run | exit at once with that code |
@@ -23,7 +25,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, IntoRawFd};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -118,63 +120,72 @@ impl Monitor for ToolWatch {
     }
 }
 
-/// What a person is being asked at the terminal right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Prompt {
-    /// Nothing: a run may be going on.
-    Nothing,
-    /// `subloop chat` waits for the next line; no question is running.
-    Chat,
-    /// The approval prompt for this tool: it has not started.
-    Approval(String),
-}
+/// What a person is being asked at the terminal right now: nothing (a run
+/// may be going on), `subloop chat`'s own prompt (no question is running),
+/// or an approval prompt (its tool, in [`PROMPT_TOOL`], has not started).
+const NOTHING: u8 = 0;
+const CHAT: u8 = 1;
+const APPROVAL: u8 = 2;
 
-static PROMPT: Mutex<Prompt> = Mutex::new(Prompt::Nothing);
+static PROMPT: AtomicU8 = AtomicU8::new(NOTHING);
+/// The tool of the last approval prompt.
+static PROMPT_TOOL: Mutex<String> = Mutex::new(String::new());
+/// [`PROMPT`] as it was when the first Ctrl-C came, taken by the handler:
+/// the prompt may be over (the approval gave up) by the time the watcher
+/// says what the Ctrl-C did.
+static PROMPT_AT_SIGNAL: AtomicU8 = AtomicU8::new(NOTHING);
 
 /// Puts the previous prompt back when dropped.
 #[derive(Debug)]
 #[must_use = "the prompt is over when this is dropped"]
-pub struct PromptGuard(Prompt);
+pub struct PromptGuard(u8);
 
 impl Drop for PromptGuard {
     fn drop(&mut self) {
-        let previous = std::mem::replace(&mut self.0, Prompt::Nothing);
-        *PROMPT.lock().unwrap_or_else(|poison| poison.into_inner()) = previous;
+        PROMPT.store(self.0, Ordering::SeqCst);
     }
-}
-
-fn set_prompt(prompt: Prompt) -> PromptGuard {
-    let mut current = PROMPT.lock().unwrap_or_else(|poison| poison.into_inner());
-    PromptGuard(std::mem::replace(&mut current, prompt))
 }
 
 /// Marks an approval prompt for `tool` as open until the guard is dropped:
 /// a first Ctrl-C meanwhile says the tool will not run (it has not started).
 pub fn asking_about(tool: &str) -> PromptGuard {
-    set_prompt(Prompt::Approval(tool.to_owned()))
+    tool.clone_into(
+        &mut PROMPT_TOOL
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()),
+    );
+    PromptGuard(PROMPT.swap(APPROVAL, Ordering::SeqCst))
 }
 
 /// Marks `subloop chat`'s own prompt as open until the guard is dropped: a
 /// first Ctrl-C meanwhile has nothing to cancel, says how to leave, and
 /// does not count toward a second one.
 pub fn at_chat_prompt() -> PromptGuard {
-    set_prompt(Prompt::Chat)
+    PromptGuard(PROMPT.swap(CHAT, Ordering::SeqCst))
 }
 
-/// The line the first Ctrl-C prints.
+/// The line the first Ctrl-C prints, for what is going on now.
 pub fn cancelling_line() -> String {
-    match PROMPT.try_lock().map(|prompt| prompt.clone()) {
-        Ok(Prompt::Chat) => {
+    line_for(PROMPT.load(Ordering::SeqCst))
+}
+
+/// The line the first Ctrl-C prints when it came at `prompt`.
+fn line_for(prompt: u8) -> String {
+    match prompt {
+        CHAT => {
             return "nothing is running: /exit or the end of input (Ctrl-D) leaves the session"
                 .to_owned();
         }
-        Ok(Prompt::Approval(tool)) => {
+        APPROVAL => {
+            let tool = PROMPT_TOOL
+                .try_lock()
+                .map(|tool| crate::progress::printable(&tool))
+                .unwrap_or_else(|_| "the call".to_owned());
             return format!(
-                "cancelling: {} will not run; the run stops at its next step (Ctrl-C again to stop it now)",
-                crate::progress::printable(&tool)
+                "cancelling: {tool} will not run; the run stops at its next step (Ctrl-C again to stop it now)"
             );
         }
-        Ok(Prompt::Nothing) | Err(_) => {}
+        _ => {}
     }
     let names: Vec<String> = match RUNNING_TOOLS.try_lock() {
         Ok(running) => {
@@ -218,8 +229,19 @@ const FIRST_CTRL_C: u8 = 0;
 
 extern "C" fn on_signal(signal: libc::c_int) {
     // Only async-signal-safe work here: atomics, kill, write and _exit.
+    if signal == libc::SIGINT
+        && PROMPT.load(Ordering::SeqCst) == CHAT
+        && !TERMINATING.load(Ordering::SeqCst)
+    {
+        // At chat's own prompt nothing runs: this Ctrl-C cancels nothing
+        // and does not count toward a second one.
+        PROMPT_AT_SIGNAL.store(CHAT, Ordering::SeqCst);
+        wake(FIRST_CTRL_C);
+        return;
+    }
     CANCEL.store(true, Ordering::SeqCst);
     if signal == libc::SIGINT && INTERRUPTS.fetch_add(1, Ordering::SeqCst) == 0 {
+        PROMPT_AT_SIGNAL.store(PROMPT.load(Ordering::SeqCst), Ordering::SeqCst);
         wake(FIRST_CTRL_C);
         return;
     }
@@ -292,14 +314,8 @@ fn start_watcher() {
             loop {
                 match reader.read(&mut byte) {
                     Ok(1) if byte[0] == FIRST_CTRL_C => {
-                        let _ = writeln!(std::io::stderr(), "{}", cancelling_line());
-                        // At chat's own prompt there was nothing to cancel.
-                        let idle = PROMPT
-                            .try_lock()
-                            .is_ok_and(|prompt| *prompt == Prompt::Chat);
-                        if idle {
-                            rearm();
-                        }
+                        let prompt = PROMPT_AT_SIGNAL.load(Ordering::SeqCst);
+                        let _ = writeln!(std::io::stderr(), "{}", line_for(prompt));
                     }
                     Ok(1) => terminate(i32::from(byte[0])),
                     Ok(_) => return,

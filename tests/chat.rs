@@ -389,6 +389,23 @@ def wait_for(token):
         seen += chunk
         everything += chunk
     seen = seen[seen.index(token) + len(token):]
+def wait_seen(token):
+    # Like wait_for, for output of another thread that may come before or
+    # after what was waited for last: looks at everything shown.
+    global seen, everything
+    end = time.time() + 60
+    while token not in everything:
+        ready, _, _ = select.select([fd], [], [], max(0, end - time.time()))
+        if not ready:
+            sys.exit("timed out waiting for %r; the terminal showed %r" % (token, everything))
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            sys.exit("the terminal closed before %r; it showed %r" % (token, everything))
+        seen += chunk
+        everything += chunk
 def exit_status():
     _, status = os.waitpid(pid, 0)
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -status
@@ -488,8 +505,8 @@ os.write(fd, b"Once more?\r")
 wait_for(b"Allow? [y/N] ")
 time.sleep(0.2)
 os.write(fd, b"\x03")
-wait_for(b"cancelling: run_main will not run; the run stops at its next step")
 wait_for(b"the run was cancelled")
+wait_seen(b"cancelling: run_main will not run; the run stops at its next step")
 wait_for(b"> ")
 os.write(fd, b"/continue\r")
 wait_for(b"Allow? [y/N] ")

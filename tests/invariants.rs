@@ -104,7 +104,11 @@ fn each_hand_broken_trace_breaks_its_rule() {
         .expect("blocks")
         .push(first);
     let verdicts = verdicts_of(&twice, &policy);
-    assert_eq!(broken(&verdicts), [Invariant::AnsweredOnce]);
+    // The history no longer rebuilds either: the trace contradicts itself.
+    assert_eq!(
+        broken(&verdicts),
+        [Invariant::AnsweredOnce, Invariant::Consistent]
+    );
     let breach = &verdicts[0].breaches[0];
     assert_eq!(breach.at.agent, "parent");
     assert!(breach.detail.contains("answers"), "{}", breach.detail);
@@ -125,7 +129,11 @@ fn each_hand_broken_trace_breaks_its_rule() {
         json!({"role": "assistant", "content": [{"type": "text", "text": "noted"}]}),
     );
     let verdicts = verdicts_of(&crowded, &policy);
-    assert_eq!(broken(&verdicts), [Invariant::ChildStartsFresh]);
+    // Two messages no transition made: the child's history does not rebuild.
+    assert_eq!(
+        broken(&verdicts),
+        [Invariant::ChildStartsFresh, Invariant::Consistent]
+    );
     let breach = &verdicts[3].breaches[0];
     assert_eq!(
         (breach.at.agent.as_str(), breach.at.call),
@@ -161,7 +169,11 @@ fn each_hand_broken_trace_breaks_its_rule() {
     line["content"] = json!("{\"exit_code\":0,\"stdout\":\"42\\n\"}");
     line["is_error"] = json!(false);
     let verdicts = verdicts_of(&ran, &policy);
-    assert_eq!(broken(&verdicts), [Invariant::DeniedNeverRan]);
+    // The next request sent the model the denial: the line contradicts it.
+    assert_eq!(
+        broken(&verdicts),
+        [Invariant::DeniedNeverRan, Invariant::Consistent]
+    );
     assert_eq!(verdicts[5].breaches[0].at.agent, "parent");
     assert!(verdicts[5].breaches[0].at.id.is_some());
 

@@ -465,8 +465,9 @@ fn an_unreadable_or_foreign_trace_is_bad_input() {
     std::fs::write(scene.path("foreign.jsonl"), "{\"hello\": 1}\n").expect("write");
     let output = scene.replay("foreign.jsonl", &[]);
     assert_eq!(output.status.code(), Some(2));
+    // A line that is not a trace line is refused with what it lacks.
     assert!(
-        text(&output.stderr).contains("no request of the parent"),
+        text(&output.stderr).contains("line 1: missing field `agent`"),
         "{}",
         text(&output.stderr)
     );

@@ -77,7 +77,7 @@ fn the_timeline_shows_every_call_with_children_under_their_task() {
     assert!(shown.contains("[denied error]: not executed"), "{shown}");
     assert!(shown.contains("\noutcome: answered — "), "{shown}");
     assert!(shown.contains("\n2 agent(s), "), "{shown}");
-    assert_eq!(shown.matches("\n  held ").count(), 6, "{shown}");
+    assert_eq!(shown.matches("\n  held ").count(), 7, "{shown}");
 
     // A forged result for the denied call: the check fails and says where.
     let forged = std::fs::read_to_string(&trace)
@@ -513,4 +513,255 @@ fn a_page_is_titled_after_its_trace_unless_the_trace_is_temporary() {
     let out = subloop(&["demo", "--quiet", "--view", page_arg]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(title(&page), "subloop run: page.html");
+}
+
+/// A `call_limit` trace: run_main (toolu_01), then read_file (toolu_02),
+/// with a budget of 2; its lines as JSON values.
+fn call_limit_trace(dir: &TempDir) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    dir.write("ws/main.py", "print(6 * 7)\n");
+    dir.write("ws/expected.txt", "42\n");
+    let script = dir.write(
+        "script.json",
+        json!({"parent": [
+            {"content": [{"type": "tool_use", "id": "toolu_01", "name": "run_main", "input": {}}],
+             "stop_reason": "tool_use"},
+            {"content": [{"type": "tool_use", "id": "toolu_02", "name": "read_file",
+                          "input": {"path": "expected.txt"}}],
+             "stop_reason": "tool_use"}
+        ]})
+        .to_string(),
+    );
+    let trace = dir.path().join("limit.jsonl");
+    let ws = dir.path().join("ws");
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        ws.to_str().expect("utf-8"),
+        "--script",
+        script.to_str().expect("utf-8"),
+        "--decision",
+        "allow",
+        "--max-calls",
+        "2",
+        "--trace",
+        trace.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    std::fs::read_to_string(&trace)
+        .expect("trace")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}
+
+fn write_lines(dir: &TempDir, name: &str, lines: &[serde_json::Value]) -> std::path::PathBuf {
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    dir.write(name, text)
+}
+
+/// `view --check` exit code and output, and whether `run --resume` refused
+/// the trace (exit 2) leaving it as it was.
+fn check_and_resume(dir: &TempDir, trace: &Path) -> (Option<i32>, String, bool) {
+    let before = std::fs::read(trace).expect("trace");
+    let path = trace.to_str().expect("utf-8");
+    let out = subloop(&["view", path, "--check"]);
+    let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let rest = dir.write(
+        "rest.json",
+        r#"{"parent": [{"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}]}"#,
+    );
+    let ws = dir.path().join("ws");
+    let resumed = subloop(&[
+        "run",
+        "--workspace",
+        ws.to_str().expect("utf-8"),
+        "--script",
+        rest.to_str().expect("utf-8"),
+        "--resume",
+        path,
+        "--max-calls",
+        "8",
+        "--decision",
+        "deny",
+        "--quiet",
+    ]);
+    let refused = resumed.status.code() == Some(2)
+        && std::fs::read(trace).expect("trace") == before
+        && !text(&resumed.stderr).is_empty();
+    (out.status.code(), shown, refused)
+}
+
+/// What resume refuses, `--check` reports broken, with where: a round's
+/// results removed from the history, a `tool` line that contradicts the
+/// result the model was sent, a last round's `tool` line gone after
+/// `call_limit`, an `outcome` edited to `answered`, a child that points at
+/// no `task` call.
+#[test]
+fn check_reports_what_resume_refuses() {
+    use serde_json::json;
+    let dir = TempDir::new("view-trust");
+    let recorded = call_limit_trace(&dir);
+    let intact = write_lines(&dir, "intact.jsonl", &recorded);
+    let (code, shown, refused) = check_and_resume(&dir, &intact);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(!refused, "the intact trace resumes");
+    std::fs::write(
+        &intact,
+        recorded
+            .iter()
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .expect("restore");
+
+    let is_tool = |line: &serde_json::Value, id: &str| line["kind"] == "tool" && line["id"] == id;
+    // The results of round 1 removed from request 2, and toolu_01's tool line deleted.
+    let mut cut: Vec<serde_json::Value> = recorded
+        .iter()
+        .filter(|line| !is_tool(line, "toolu_01"))
+        .cloned()
+        .collect();
+    for line in &mut cut {
+        if line["kind"] == "request" && line["call"] == 2 {
+            let messages = line["messages"].as_array_mut().expect("messages");
+            messages.retain(|m| m["content"][0]["type"] != "tool_result");
+        }
+    }
+    // toolu_01's tool line says something the model was never sent.
+    let evil: Vec<serde_json::Value> = recorded
+        .iter()
+        .map(|line| {
+            let mut line = line.clone();
+            if is_tool(&line, "toolu_01") {
+                line["content"] = json!("EVIL");
+            }
+            line
+        })
+        .collect();
+    // The last round's tool line gone.
+    let no_last: Vec<serde_json::Value> = recorded
+        .iter()
+        .filter(|line| !is_tool(line, "toolu_02"))
+        .cloned()
+        .collect();
+    // The outcome edited to `answered`.
+    let answered: Vec<serde_json::Value> = recorded
+        .iter()
+        .map(|line| {
+            let mut line = line.clone();
+            if line["kind"] == "outcome" {
+                line["status"] = json!("answered");
+            }
+            line
+        })
+        .collect();
+    for (name, lines, location) in [
+        ("cut.jsonl", cut, "parent call 2"),
+        ("evil.jsonl", evil, "toolu_01"),
+        ("no-last.jsonl", no_last, "toolu_02"),
+        ("answered.jsonl", answered, "parent call 2"),
+    ] {
+        let trace = write_lines(&dir, name, &lines);
+        let (code, shown, refused) = check_and_resume(&dir, &trace);
+        assert_eq!(code, Some(1), "{name}: --check breaks: {shown}");
+        assert!(
+            shown.contains("the trace agrees with itself"),
+            "{name}: {shown}"
+        );
+        assert!(shown.contains(location), "{name}: {location} in {shown}");
+        assert!(refused, "{name}: resume refuses it and leaves it as it was");
+    }
+
+    // A child whose lines point at a tool call that does not exist.
+    let deny = deny_demo_trace(&dir);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&deny)
+        .expect("trace")
+        .lines()
+        .map(|line| {
+            let mut line: serde_json::Value = serde_json::from_str(line).expect("JSON");
+            if line["agent"] == "child-1" {
+                line["parent_tool_use_id"] = json!("toolu_nowhere");
+            }
+            line
+        })
+        .collect();
+    let orphan = write_lines(&dir, "orphan.jsonl", &lines);
+    let out = subloop(&["view", orphan.to_str().expect("utf-8"), "--check"]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("toolu_nowhere, which is no task call"),
+        "{shown}"
+    );
+}
+
+/// Lines that are JSON of the wrong shape are refused with exit 2 by
+/// `view`, `view -o` and `run --resume`, naming the line; nothing is written.
+#[test]
+fn lines_of_the_wrong_shape_are_refused() {
+    use serde_json::json;
+    let dir = TempDir::new("view-shape");
+    let recorded = call_limit_trace(&dir);
+    let tool_at = recorded
+        .iter()
+        .position(|line| line["kind"] == "tool")
+        .expect("a tool line");
+    let request_at = 1 + recorded
+        .iter()
+        .skip(1)
+        .position(|line| line["kind"] == "request")
+        .expect("a second request");
+    let first_at = 0;
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let edits: Vec<(usize, Edit)> = vec![
+        (tool_at, Box::new(|line| *line = json!(null))),
+        (tool_at, Box::new(|line| *line = json!(12))),
+        (tool_at, Box::new(|line| *line = json!([1, 2, 3]))),
+        (first_at, Box::new(|line| *line = json!(null))),
+        (first_at, Box::new(|line| *line = json!([1, 2, 3]))),
+        (tool_at, Box::new(|line| line["kind"] = json!(["tool"]))),
+        (
+            tool_at,
+            Box::new(|line| {
+                line.as_object_mut().map(|o| o.remove("kind"));
+            }),
+        ),
+        (tool_at, Box::new(|line| line["decision"] = json!(7))),
+        (
+            tool_at,
+            Box::new(|line| line["decision"] = json!("totally_fine")),
+        ),
+        (tool_at, Box::new(|line| line["is_error"] = json!("yes"))),
+        (tool_at, Box::new(|line| line["content"] = json!({}))),
+        (first_at, Box::new(|line| line["system"] = json!({}))),
+        (
+            request_at,
+            Box::new(|line| line["tools"] = json!("read_file")),
+        ),
+    ];
+    let page = dir.path().join("page.html");
+    for (number, (at, edit)) in edits.iter().enumerate() {
+        let mut lines = recorded.clone();
+        edit(&mut lines[*at]);
+        let trace = write_lines(&dir, &format!("shape-{number}.jsonl"), &lines);
+        let path = trace.to_str().expect("utf-8");
+        let line = format!("line {}", at + 1);
+        for args in [
+            vec!["view", path],
+            vec!["view", path, "-o", page.to_str().expect("utf-8")],
+        ] {
+            let out = subloop(&args);
+            assert_eq!(out.status.code(), Some(2), "{number}: {args:?}");
+            assert!(
+                text(&out.stderr).contains(&line),
+                "{number}: {}",
+                text(&out.stderr)
+            );
+            assert!(!page.exists(), "{number}: no page written");
+        }
+        let (_, _, refused) = check_and_resume(&dir, &trace);
+        assert!(refused, "{number}: resume refuses it");
+    }
 }

@@ -167,6 +167,7 @@ impl RecordedRun {
                 check_version(&value).map_err(|err| format!("line 1: {err}"))?;
             }
             let at = |err: String| format!("line {number}: {err}");
+            crate::trace_lines::check(&value).map_err(at)?;
             let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
             let agent = value.get("agent").and_then(Value::as_str);
             if agent.is_none() && !kind.is_empty() {
@@ -396,9 +397,30 @@ impl RecordedRun {
         let mut prefix = self.clone();
         if let Some(parent) = prefix.agents.get_mut("parent") {
             let kept = usize::try_from(calls).unwrap_or(usize::MAX);
+            // The tool lines of later rounds go with their calls.
+            if let Some(RecordedCall {
+                reply: Some(_),
+                tools_before,
+                ..
+            }) = parent.calls.get(kept)
+            {
+                parent.tool_lines.truncate(*tools_before);
+            }
             parent.calls.truncate(kept);
             let held = parent.calls.last().map_or(0, |call| call.messages);
             parent.messages.truncate(held);
+        }
+        // And so do the children that later task calls started.
+        let later: Vec<String> = prefix
+            .agents
+            .keys()
+            .filter(|agent| {
+                prefix.started_by(agent).is_some() && prefix.delegation(agent).is_none()
+            })
+            .cloned()
+            .collect();
+        for agent in later {
+            prefix.agents.remove(&agent);
         }
         prefix.outcome = None;
         prefix
