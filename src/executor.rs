@@ -136,17 +136,25 @@ enum Admission {
 /// string: a provider whose wire carries the arguments as text (Chat
 /// Completions' `function.arguments`) keeps text that is not a JSON object
 /// as that string, so it is sent back exactly as received; such a call is
-/// refused, never run.
+/// refused, never run. Text that is not JSON says why it does not parse;
+/// text that is JSON of another kind (`[1,2]`, `5`) says which kind it is.
 fn unparsed_arguments(input: &serde_json::Value) -> Option<String> {
-    let serde_json::Value::String(text) = input else {
+    use serde_json::Value;
+    let Value::String(text) = input else {
         return None;
     };
-    Some(match serde_json::from_str::<serde_json::Value>(text) {
-        Err(err) => err.to_string(),
-        Ok(serde_json::Value::Object(_)) => "an object inside a string, not an object".to_owned(),
-        Ok(serde_json::Value::Array(_)) => "an array, not an object".to_owned(),
-        Ok(_) => "not an object".to_owned(),
-    })
+    let kind = match serde_json::from_str::<Value>(text) {
+        Err(err) => return Some(format!("arguments are not valid JSON ({err})")),
+        Ok(Value::Object(_)) => {
+            return Some("arguments are a string holding a JSON object, not an object".to_owned());
+        }
+        Ok(Value::Array(_)) => "an array",
+        Ok(Value::String(_)) => "a string",
+        Ok(Value::Number(_)) => "a number",
+        Ok(Value::Bool(_)) => "a boolean",
+        Ok(Value::Null) => "null",
+    };
+    Some(format!("arguments are JSON but not an object: {kind}"))
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -212,10 +220,7 @@ impl<'a> Toolbox<'a> {
             );
         };
         if let Some(reason) = unparsed_arguments(call.input()) {
-            return Admission::Refused(
-                refusal(format_args!("arguments are not valid JSON ({reason})")),
-                CallDecision::Invalid,
-            );
+            return Admission::Refused(refusal(reason), CallDecision::Invalid);
         }
         if let Err(err) = input_schema.validate(call.input()) {
             return Admission::Refused(

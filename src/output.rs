@@ -4,7 +4,8 @@
 //! * Piped or redirected, stdout gets the text byte for byte.
 //! * On a terminal, control characters (escape sequences, carriage
 //!   returns; not line breaks) are shown escaped, as on stderr, and so are
-//!   bidi controls (U+202A–U+202E, U+2066–U+2069) and zero-width characters
+//!   the Unicode line and paragraph separators (U+2028, U+2029), bidi
+//!   controls (U+202A–U+202E, U+2066–U+2069) and zero-width characters
 //!   (U+200B–U+200F, U+2060, U+FEFF), which could make the text read
 //!   differently from what it is. JSON output stays valid JSON: those
 //!   characters become `\uXXXX` escapes of the same value.
@@ -15,7 +16,7 @@
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 
-use crate::progress::{is_hidden_format, printable_lines};
+use crate::progress::{is_hidden_format, is_unicode_line_break, printable_lines};
 
 /// Writes `text` and a line break to stdout; `json` says the text is JSON.
 ///
@@ -81,11 +82,14 @@ fn json_line(out: impl Write, value: &impl serde::Serialize) -> std::io::Result<
 /// `text` as shown on a terminal (see the module docs).
 pub fn terminal_safe(text: &str, json: bool) -> std::borrow::Cow<'_, str> {
     if json {
-        // serde_json escapes C0 controls but not DEL, C1 controls or the
-        // hidden-format characters; none of those is JSON whitespace, so they
-        // only stand inside strings, where `\uXXXX` means the same.
+        // serde_json escapes C0 controls but not DEL, C1 controls, the
+        // hidden-format characters or the Unicode line separators; none of
+        // those is JSON whitespace, so they only stand inside strings, where
+        // `\uXXXX` means the same.
         let unsafe_in_json = |c: char| {
-            (c.is_control() && !matches!(c, '\n' | '\r' | '\t' | ' ')) || is_hidden_format(c)
+            (c.is_control() && !matches!(c, '\n' | '\r' | '\t' | ' '))
+                || is_hidden_format(c)
+                || is_unicode_line_break(c)
         };
         if !text.chars().any(unsafe_in_json) {
             return std::borrow::Cow::Borrowed(text);
@@ -119,11 +123,13 @@ mod tests {
 
     #[test]
     fn json_for_the_terminal_is_the_same_value() {
-        let value = serde_json::json!({"text": "a\u{202e}b\u{feff}c\u{1b}d\u{9b}e\n"});
+        let value = serde_json::json!({"text": "a\u{202e}b\u{feff}c\u{1b}d\u{9b}e\n\u{2028}f\u{2029}g\u{85}"});
         let text = value.to_string();
         let shown = terminal_safe(&text, true);
         assert!(
-            !shown.chars().any(|c| c.is_control() || is_hidden_format(c)),
+            !shown
+                .chars()
+                .any(|c| c.is_control() || is_hidden_format(c) || is_unicode_line_break(c)),
             "{shown}"
         );
         let parsed: serde_json::Value = serde_json::from_str(&shown).unwrap();

@@ -90,6 +90,59 @@ fn each_subcommand_prints_its_own_help() {
     }
 }
 
+/// The help text of the option `name` (e.g. `--script FILE`) in `help`, its
+/// wrapped lines joined by single spaces.
+fn option_help(help: &str, name: &str) -> String {
+    let mut lines = help
+        .lines()
+        .skip_while(|line| !line.trim_start().starts_with(name));
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("no {name} in {help}"));
+    let rest = lines.take_while(|line| line.starts_with("                 "));
+    std::iter::once(first.trim_start().trim_start_matches(name))
+        .chain(rest)
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn the_script_flag_says_when_it_is_required_for_run_and_chat() {
+    let run = stdout(&subloop(&["run", "--help"]));
+    let script = option_help(&run, "--script FILE");
+    assert!(
+        script.ends_with("(required unless --live or --resume)"),
+        "{script}"
+    );
+    let chat = stdout(&subloop(&["chat", "--help"]));
+    let script = option_help(&chat, "--script FILE");
+    assert!(!script.contains("required"), "{script}");
+    assert!(script.contains("the demo's"), "{script}");
+    // And it is true: chat without --script or --live answers on the demo model.
+    let mut child = Command::new(common::bin())
+        .args(["chat", "--decision", "deny", "--quiet"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("ANTHROPIC_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run subloop chat");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(b"Check main.py against expected.txt.\n")
+            .expect("a question");
+    }
+    let output = child
+        .wait_with_output()
+        .expect("chat ends at the end of input");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(!stdout(&output).trim().is_empty(), "{}", stderr(&output));
+}
+
 #[test]
 fn the_version_is_printed_by_both_spellings() {
     let version = format!("subloop {}\n", env!("CARGO_PKG_VERSION"));

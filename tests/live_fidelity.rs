@@ -1,6 +1,7 @@
 //! What the Messages API really sends, through the live client and a loopback
 //! mock: nullable usage in streams, the reply as received in the trace, the
-//! plan's place in the request, key hygiene, the stream's printed text.
+//! same message streamed or not (server tool blocks, citations), the plan's
+//! place in the request, key hygiene, the stream's printed text.
 #![cfg(feature = "live")]
 
 mod common;
@@ -168,6 +169,135 @@ fn a_streamed_reply_is_traced_as_the_message_assembled_from_its_events() {
         assert_eq!(response["usage"]["output_tokens"], 10);
         assert!(!response["content"].as_array().unwrap().is_empty());
     }
+}
+
+/// A reply with server-side and MCP tool blocks whose input streams as
+/// `input_json_delta` pieces, and a text block whose citation streams as a
+/// `citations_delta` (the shapes of a recorded web-search stream).
+fn server_tool_message() -> Value {
+    json!({"id": "msg_ws", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+             "input": {"query": "tokyo population"}, "caller": {"type": "direct"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+             "content": [{"type": "web_search_result", "title": "Tokyo", "url": "https://example.com/tokyo",
+                          "encrypted_content": "EnC0", "page_age": null}]},
+            {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "echo", "server_name": "tools",
+             "input": {"text": "hi", "times": [1, 2]}},
+            {"type": "text", "text": "About 14 million.",
+             "citations": [{"type": "web_search_result_location", "cited_text": "14 million",
+                            "url": "https://example.com/tokyo", "title": "Tokyo", "encrypted_index": "EnC1"}]},
+        ],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 30, "output_tokens": 12, "server_tool_use": {"web_search_requests": 1}}})
+}
+
+/// [`server_tool_message`] as the API streams it.
+fn server_tool_events() -> Vec<(&'static str, Value)> {
+    let delta = |index: u64, delta: Value| {
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index, "delta": delta}),
+        )
+    };
+    let json_piece = |index: u64, piece: &str| {
+        delta(
+            index,
+            json!({"type": "input_json_delta", "partial_json": piece}),
+        )
+    };
+    let message = server_tool_message();
+    let start = |index: u64, block: Value| {
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": block}),
+        )
+    };
+    let stop = |index: u64| {
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": index}),
+        )
+    };
+    vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_ws", "type": "message",
+                "role": "assistant", "model": "claude-test", "content": [], "stop_reason": null,
+                "stop_sequence": null, "usage": {"input_tokens": 30, "output_tokens": 1}}}),
+        ),
+        start(
+            0,
+            json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                "input": {}, "caller": {"type": "direct"}}),
+        ),
+        json_piece(0, ""),
+        json_piece(0, "{\"que"),
+        json_piece(0, "ry\": \"tokyo po"),
+        json_piece(0, "pulation\"}"),
+        stop(0),
+        start(1, message["content"][1].clone()),
+        stop(1),
+        start(
+            2,
+            json!({"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "echo",
+                "server_name": "tools", "input": {}}),
+        ),
+        json_piece(2, "{\"text\": \"hi\", "),
+        json_piece(2, "\"times\": [1, 2]}"),
+        stop(2),
+        start(3, json!({"type": "text", "text": "", "citations": []})),
+        delta(
+            3,
+            json!({"type": "citations_delta", "citation": message["content"][3]["citations"][0]}),
+        ),
+        delta(3, json!({"type": "text_delta", "text": "About 14"})),
+        delta(3, json!({"type": "text_delta", "text": " million."})),
+        stop(3),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"output_tokens": 12, "server_tool_use": {"web_search_requests": 1}}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ]
+}
+
+#[test]
+fn a_reply_with_server_tool_blocks_is_the_same_streamed_or_not() {
+    let received = |stream: bool| {
+        let server = MockServer::start(move |_| {
+            if stream {
+                Reply::sse(&server_tool_events())
+            } else {
+                Reply::json(200, server_tool_message())
+            }
+        });
+        let mut config = config(&server.url);
+        config.stream = stream;
+        let client = Client::new(config).with_sleeper(|_| {});
+        let messages = [Message::user_text("How many people live in Tokyo?")];
+        client
+            .send_received(&Request {
+                system: "",
+                tools: &[],
+                messages: &messages,
+                attachment: None,
+            })
+            .expect("a reply")
+    };
+    let (plain, streamed) = (received(false), received(true));
+    let streamed_raw = streamed.raw.expect("the assembled message");
+    assert_eq!(
+        streamed_raw["content"][0]["input"],
+        json!({"query": "tokyo population"})
+    );
+    assert_eq!(
+        streamed_raw["content"][2]["input"],
+        json!({"text": "hi", "times": [1, 2]})
+    );
+    assert_eq!(Some(&streamed_raw), plain.raw.as_ref());
+    assert_eq!(streamed.response, plain.response);
 }
 
 fn env_config(key: &str, base_url: &str) -> LiveConfig {

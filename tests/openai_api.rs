@@ -468,60 +468,85 @@ fn a_stream_with_interleaved_calls_split_across_many_chunks() {
 #[test]
 fn invalid_json_arguments_are_answered_and_sent_back_as_received() {
     let broken = "{\"path\": \"main.py\"";
-    let server = serve(vec![
-        Reply::json(
-            200,
-            reply(
-                json!({"role": "assistant", "content": null, "tool_calls": [
-                    call("call_bad", "read_file", broken),
-                    call("call_list", "read_file", "[\"main.py\"]"),
-                    call("call_ok", "read_file", "{\"path\": \"main.py\"}"),
-                ]}),
-                "tool_calls",
-                None,
-            ),
-        ),
-        Reply::json(200, answer("went on")),
-    ]);
-    let report = run_against(&server, false);
-    assert_eq!(report.outcome.status, StatusKind::Answered);
-    assert_eq!(report.outcome.text, "went on");
-    let records: Vec<(&str, bool, &str)> = report
-        .tools
-        .iter()
-        .map(|t| (t.id.as_str(), t.is_error, t.decision.as_str()))
-        .collect();
-    assert_eq!(
-        records,
-        [
-            ("call_bad", true, "invalid"),
-            ("call_list", true, "invalid"),
-            ("call_ok", false, "not_required"),
-        ]
-    );
-    assert!(
-        report.tools[0]
-            .content
-            .starts_with("not executed: arguments are not valid JSON ("),
-        "{}",
-        report.tools[0].content
-    );
-    assert_eq!(
-        report.tools[1].content,
-        "not executed: arguments are not valid JSON (an array, not an object)"
-    );
-    let second = server.recorded()[1].json();
-    let messages = second["messages"].as_array().expect("messages");
-    let assistant = &messages[messages.len() - 4];
-    assert_eq!(assistant["tool_calls"][0]["function"]["arguments"], broken);
-    assert_eq!(
-        assistant["tool_calls"][1]["function"]["arguments"],
-        "[\"main.py\"]"
-    );
-    assert_eq!(
-        messages[messages.len() - 3]["content"],
-        report.tools[0].content.as_str()
-    );
+    // Arguments that are JSON but not an object are named for what they are,
+    // plain or streamed.
+    let not_objects = [
+        ("[\"main.py\"]", "an array"),
+        ("[1,2]", "an array"),
+        ("\"main.py\"", "a string"),
+        ("5", "a number"),
+        ("true", "a boolean"),
+        ("null", "null"),
+    ];
+    for stream in [false, true] {
+        let mut calls = vec![call("call_bad", "read_file", broken)];
+        for (n, (arguments, _)) in not_objects.iter().enumerate() {
+            calls.push(call(&format!("call_{n}"), "read_file", arguments));
+        }
+        calls.push(call("call_ok", "read_file", "{\"path\": \"main.py\"}"));
+        let first = reply(
+            json!({"role": "assistant", "content": null, "tool_calls": calls}),
+            "tool_calls",
+            None,
+        );
+        let first = if stream {
+            sse(&chunks(&first))
+        } else {
+            Reply::json(200, first)
+        };
+        let then = if stream {
+            sse(&chunks(&answer("went on")))
+        } else {
+            Reply::json(200, answer("went on"))
+        };
+        let server = serve(vec![first, then]);
+        let report = run_against(&server, stream);
+        assert_eq!(
+            report.outcome.status,
+            StatusKind::Answered,
+            "stream {stream}"
+        );
+        assert_eq!(report.outcome.text, "went on");
+        let records: Vec<(&str, bool, &str)> = report
+            .tools
+            .iter()
+            .map(|t| (t.id.as_str(), t.is_error, t.decision.as_str()))
+            .collect();
+        let mut expected = vec![("call_bad".to_owned(), true, "invalid")];
+        expected.extend((0..not_objects.len()).map(|n| (format!("call_{n}"), true, "invalid")));
+        expected.push(("call_ok".to_owned(), false, "not_required"));
+        let expected: Vec<(&str, bool, &str)> = expected
+            .iter()
+            .map(|(id, error, decision)| (id.as_str(), *error, *decision))
+            .collect();
+        assert_eq!(records, expected, "stream {stream}");
+        assert!(
+            report.tools[0]
+                .content
+                .starts_with("not executed: arguments are not valid JSON ("),
+            "{}",
+            report.tools[0].content
+        );
+        for (n, (arguments, kind)) in not_objects.iter().enumerate() {
+            assert_eq!(
+                report.tools[n + 1].content,
+                format!("not executed: arguments are JSON but not an object: {kind}"),
+                "stream {stream}, arguments {arguments}"
+            );
+        }
+        let second = server.recorded()[1].json();
+        let messages = second["messages"].as_array().expect("messages");
+        let assistant = &messages[messages.len() - 3 - not_objects.len()];
+        assert_eq!(assistant["tool_calls"][0]["function"]["arguments"], broken);
+        assert_eq!(
+            assistant["tool_calls"][1]["function"]["arguments"],
+            "[\"main.py\"]"
+        );
+        assert_eq!(
+            messages[messages.len() - 2 - not_objects.len()]["content"],
+            report.tools[0].content.as_str()
+        );
+    }
 }
 
 #[test]

@@ -29,8 +29,8 @@ const VIEW: &[Command] = &[Command::View];
 const ONE_RESULT: &[Command] = &[Command::Demo, Command::Run, Command::Replay];
 /// The subcommands that ask a model (`replay` takes its replies from the trace).
 const BOTH: &[Command] = &[Command::Demo, Command::Run, Command::Chat];
-/// `subloop run` and `subloop chat`: a script.
-const RUN_CHAT: &[Command] = &[Command::Run, Command::Chat];
+/// `subloop chat` only.
+const CHAT: &[Command] = &[Command::Chat];
 /// `subloop demo` and `subloop chat`: the workspace is optional.
 const DEMO_CHAT: &[Command] = &[Command::Demo, Command::Chat];
 /// `subloop run` only.
@@ -284,8 +284,19 @@ pub(crate) const FLAGS: &[Flag] = &[
     Flag {
         long: "script",
         short: None,
-        help: "the replay script {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]} (required unless --live)",
-        commands: RUN_CHAT,
+        help: "the replay script {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]} (required unless --live or --resume)",
+        commands: RUN,
+        group: Group::Options,
+        action: Action::Value("FILE", |d, v| {
+            d.script = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "script",
+        short: None,
+        help: "the replay script {\"parent\": [REPLY, ...], \"children\": [[REPLY, ...], ...]} for the whole session, used in order (default: the demo's models; not with --live)",
+        commands: CHAT,
         group: Group::Options,
         action: Action::Value("FILE", |d, v| {
             d.script = Some(v.path());

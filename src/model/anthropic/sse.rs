@@ -1,6 +1,12 @@
 //! The assembler that turns the Messages API event stream (read by the
 //! shared [`SseReader`]) into the same [`ModelResponse`] a non-streaming
 //! call returns.
+//!
+//! Deltas: `text_delta`, `thinking_delta` and `signature_delta` are appended
+//! to their field; `citations_delta` adds its citation to the block's
+//! `citations`; `input_json_delta` pieces are joined and, at the block's
+//! stop, parsed as the block's `input`, whatever the block's type (`tool_use`,
+//! `server_tool_use`, `mcp_tool_use`, …: a block's start carries `input: {}`).
 
 use std::io::BufRead;
 
@@ -66,6 +72,19 @@ fn append(target: &mut Value, key: &str, piece: &str) {
     }
 }
 
+/// Appends a `citations_delta`'s citation to the block's `citations` list
+/// (made when the block started without one).
+fn push_citation(target: &mut Value, citation: Value) {
+    if let Some(object) = target.as_object_mut() {
+        match object.get_mut("citations") {
+            Some(Value::Array(citations)) => citations.push(citation),
+            _ => {
+                object.insert("citations".to_owned(), Value::Array(vec![citation]));
+            }
+        }
+    }
+}
+
 impl StreamAssembler {
     /// A fresh assembler.
     pub fn new() -> Self {
@@ -123,20 +142,30 @@ impl StreamAssembler {
                     "input_json_delta" => state.partial_json.push_str(piece("partial_json")),
                     "thinking_delta" => append(&mut state.block, "thinking", piece("thinking")),
                     "signature_delta" => append(&mut state.block, "signature", piece("signature")),
+                    "citations_delta" => {
+                        if let Some(citation) = delta.get("citation") {
+                            push_citation(&mut state.block, citation.clone());
+                        }
+                    }
                     _ => {}
                 }
             }
             "content_block_stop" => {
                 let state = self.block_at(&data)?;
-                if state.block.get("type").and_then(Value::as_str) == Some("tool_use")
-                    && !state.partial_json.is_empty()
-                {
+                // Every block whose input streams (`tool_use`, `server_tool_use`,
+                // `mcp_tool_use`, …) gets it from its pieces.
+                if !state.partial_json.is_empty() {
                     // Broken input JSON would be sent back in the history and
                     // refused by the API, so it fails the request here.
                     let input: Value =
                         serde_json::from_str(&state.partial_json).map_err(|err| {
+                            let kind = state
+                                .block
+                                .get("type")
+                                .and_then(Value::as_str)
+                                .unwrap_or("block");
                             failure(format!(
-                                "the streamed tool_use input is not valid JSON: {err}"
+                                "the streamed {kind} input is not valid JSON: {err}"
                             ))
                         })?;
                     if let Some(object) = state.block.as_object_mut() {

@@ -8,8 +8,9 @@
 //!   `function.arguments` that parse as a JSON object are the input; empty
 //!   arguments are `{}`; anything else is kept as a JSON string holding the
 //!   text exactly as received, which the executor answers `not executed:
-//!   arguments are not valid JSON (…)` and the next request sends back
-//!   unchanged; a call whose `type` is not `function` is an unsupported block;
+//!   arguments are not valid JSON (…)` (or, for JSON of another kind such as
+//!   `[1,2]`, `not executed: arguments are JSON but not an object: an
+//!   array`) and the next request sends back unchanged; a call whose `type` is not `function` is an unsupported block;
 //! * `finish_reason`: `stop` → `end_turn`, `tool_calls` → `tool_use`,
 //!   `length` → `max_tokens`, `content_filter` → `refusal`, others kept as an
 //!   unknown stop reason;

@@ -8,6 +8,10 @@
 //! With `stream_options.include_usage` the last chunk has no choices and
 //! the usage. A stream is complete at `data: [DONE]` or once a
 //! `finish_reason` arrived; one that ends before either is a failure.
+//! The reply ends at its `finish_reason`: what later chunks say for it
+//! (content, tool calls, another finish reason) is ignored, not shown and not
+//! joined to the reply, as a client that stopped reading there would see it;
+//! their `usage` is still read, since the usage chunk comes after the finish.
 //! Every chunk costs time in its own size: the assembler is linear.
 
 use std::collections::HashMap;
@@ -117,6 +121,11 @@ impl ChunkAssembler {
             .iter()
             .filter(|choice| choice.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
         {
+            if self.finish_reason.is_some() {
+                // The reply ended at its finish_reason: nothing a later chunk
+                // says for it joins the reply or is shown.
+                continue;
+            }
             self.saw_choice = true;
             if let Some(delta) = choice.get("delta") {
                 self.take_delta(delta, on_text);
@@ -409,6 +418,33 @@ mod tests {
 
     fn failure_kind(failure: &ModelFailure) -> &str {
         failure.kind.as_deref().unwrap_or_default()
+    }
+
+    #[test]
+    fn deltas_after_the_finish_reason_are_ignored_but_usage_is_read() {
+        let chunks = [
+            chunk(json!({"role": "assistant", "content": "a"}), Value::Null),
+            chunk(json!({}), json!("stop")),
+            chunk(json!({"content": " INJECTED AFTER FINISH"}), Value::Null),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "id": "late", "type": "function",
+                    "function": {"name": "run_main", "arguments": "{}"}}]}),
+                json!("tool_calls"),
+            ),
+            json!({"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1,
+                   "model": "m", "choices": [],
+                   "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}}),
+        ];
+        let mut shown = String::new();
+        let received = read_stream(stream(&chunks, true).as_bytes(), &mut |t| shown.push_str(t))
+            .expect("complete");
+        assert_eq!(shown, "a");
+        assert_eq!(received.response.content, vec![Block::text("a").into()]);
+        assert_eq!(received.response.stop_reason, Some(StopReason::EndTurn));
+        assert_eq!(received.response.usage.map(|u| u.input_tokens), Some(5));
+        let raw = received.raw.expect("raw");
+        assert_eq!(raw["choices"][0]["message"]["content"], "a");
+        assert_eq!(raw["choices"][0]["finish_reason"], "stop");
     }
 
     #[test]
