@@ -2,7 +2,8 @@
 //! HTML page — a lane per agent, every model call a box, every `tool_use`
 //! linked to its result (coloured by decision), delegations linked both
 //! ways, the plan of each parent request, a budget meter per agent, and the
-//! invariants panel with a link to each breach.
+//! invariants panel with a link to each breach. A follow-up question shows
+//! at the top of the call that answers it.
 //!
 //! The page is the run's data (built here, from the [`RecordedRun`] and the
 //! [`Verdict`]s of [`crate::invariants::check`], so the checks have one
@@ -145,6 +146,9 @@ struct LaneData<'a> {
 #[derive(Serialize)]
 struct CallData<'a> {
     call: u32,
+    /// Follow-up questions asked before this call, after an answer.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    asked: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     messages: Option<usize>,
     /// The request's history, when it is not a prefix of the lane's.
@@ -258,6 +262,7 @@ fn lane<'a>(
         let request = run.request(agent, call);
         let mut entry = CallData {
             call,
+            asked: crate::view::follow_ups(run, agent, call),
             messages: None,
             own_messages: None,
             plan: None,

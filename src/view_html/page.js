@@ -266,6 +266,13 @@
       const box = el("article", "call");
       box.id = "c-" + li + "-" + call.call;
       box.dataset.call = String(call.call);
+      (Array.isArray(call.asked) ? call.asked : []).forEach(function (question) {
+        const asked = el("div", "asked");
+        asked.dataset.asked = "1";
+        asked.appendChild(el("b", null, "follow-up question: "));
+        asked.appendChild(document.createTextNode(preview(question, 600)));
+        box.appendChild(asked);
+      });
       const head = el("button", "head");
       head.type = "button";
       const parts = ["#" + call.call];
@@ -432,6 +439,7 @@
     root.dataset.calls = String(document.querySelectorAll("[data-call]").length);
     root.dataset.links = String(document.querySelectorAll("[data-link]").length);
     root.dataset.delegations = String(document.querySelectorAll("[data-delegation]").length);
+    root.dataset.asked = String(document.querySelectorAll("[data-asked]").length);
     root.dataset.broken = String(document.querySelectorAll(".invariants li.broken").length);
     // Anything this page fetched would be listed here (it fetches nothing).
     root.dataset.resources = String(performance.getEntriesByType("resource").length);
