@@ -12,9 +12,16 @@
 //! security policy forbids any request. Text from the trace is only ever set
 //! as text, never parsed as HTML, so a hostile trace cannot inject markup.
 //!
+//! A long lane is drawn by its ends: the calls between are folded, and the
+//! script draws them from the data a chunk at a time when asked (a click on
+//! the fold, or a link to a folded call), so a run of any length opens with
+//! a bounded number of elements.
+//!
 //! When the script has drawn the page it marks the root element
-//! `data-ready="1"` with the counts it drew (`data-lanes`, `data-calls`,
-//! `data-links`): the browser check in the test suite reads them.
+//! `data-ready="1"` with the counts it drew or folded (`data-lanes`,
+//! `data-calls`, `data-links`), the call boxes and elements actually drawn
+//! (`data-drawn-calls`, `data-elements`): the browser check in the test
+//! suite reads them.
 
 use std::collections::HashMap;
 use std::io::Write;
