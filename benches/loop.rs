@@ -13,7 +13,11 @@
 //!   struct) and does the same 1000 file reads, interleaved in one run; the
 //!   ratio is the figure (also against a floor that keeps what it read);
 //! * `script_memory`: peak resident memory of `subloop run` loading a script
-//!   of one million small replies, against the script's size.
+//!   of one million small replies, against the script's size;
+//! * `view_page`: `subloop view TRACE -o PAGE` on the trace of the long
+//!   replay and on one 4 times as long (the time should grow 4 times, not
+//!   16), against `view --check` on the long one (reading and checking the
+//!   trace, the floor of drawing it).
 //!
 //! Medians of several runs; the machine is shared, so read the figures as
 //! orders of magnitude with a target, not as exact timings.
@@ -118,6 +122,11 @@ fn bench_transitions() {
 
 /// Writes the long-replay workspace and script.
 fn long_workspace() -> (PathBuf, Script) {
+    long_workspace_of(TURNS)
+}
+
+/// The long-replay workspace and script with `turns` tool rounds.
+fn long_workspace_of(turns: usize) -> (PathBuf, Script) {
     let dir = scratch("long");
     let line = "the quick brown fox jumps over the lazy dog, again and again and again!!\n";
     let data: String = line
@@ -126,7 +135,7 @@ fn long_workspace() -> (PathBuf, Script) {
         .take(4096)
         .collect();
     std::fs::write(dir.join("data.txt"), data).expect("data file");
-    let script = subloop::testing::long_replay_script(TURNS, "data.txt");
+    let script = subloop::testing::long_replay_script(turns, "data.txt");
     let text = serde_json::to_string(&script).expect("script json");
     std::fs::write(dir.join("script.json"), &text).expect("script file");
     (dir, Script::parse(&text).expect("script parses"))
@@ -558,6 +567,75 @@ fn bench_cli_replay() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The trace of a `turns`-round run on the long workspace, in a scratch
+/// directory of its own (a trace may not be written in the workspace).
+fn long_trace(turns: usize) -> (PathBuf, PathBuf) {
+    let (dir, _) = long_workspace_of(turns);
+    let out = scratch("view");
+    let trace = out.join("trace.jsonl");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_subloop"))
+        .args(["run", "--quiet", "--decision", "deny", "--max-calls"])
+        .arg((turns + 1).to_string())
+        .arg("--workspace")
+        .arg(&dir)
+        .arg("--script")
+        .arg(dir.join("script.json"))
+        .arg("--trace")
+        .arg(&trace)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("subloop run");
+    assert!(status.success());
+    let _ = std::fs::remove_dir_all(dir);
+    (out, trace)
+}
+
+/// One `subloop view` of `trace` with `args`, timed.
+fn time_view(trace: &Path, args: &[&str]) -> f64 {
+    let started = Instant::now();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_subloop"))
+        .arg("view")
+        .arg(trace)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("subloop view");
+    assert!(status.success());
+    started.elapsed().as_secs_f64()
+}
+
+fn bench_view_page() {
+    let (small_dir, small) = long_trace(TURNS);
+    let (large_dir, large) = long_trace(4 * TURNS);
+    let (mut page_small, mut page_large, mut check_large) = (Vec::new(), Vec::new(), Vec::new());
+    let small_page = small_dir.join("page.html");
+    let large_page = large_dir.join("page.html");
+    let as_arg = |path: &Path| path.to_str().expect("utf-8 scratch path").to_owned();
+    let (small_page, large_page) = (as_arg(&small_page), as_arg(&large_page));
+    // Interleaved, so all three see the same machine load.
+    for _ in 0..5 {
+        page_small.push(time_view(&small, &["-o", &small_page]));
+        page_large.push(time_view(&large, &["-o", &large_page]));
+        check_large.push(time_view(&large, &["--check"]));
+    }
+    let (page_small, page_large, check_large) =
+        (median(page_small), median(page_large), median(check_large));
+    let bytes = std::fs::metadata(&large_page).map_or(0, |meta| meta.len());
+    println!(
+        "bench view_page: subloop view -o with {TURNS} turns {:.1} ms, with {} turns {:.1} ms: ratio {:.2} (linear: about 4; target <= 5); view --check on the {} turns {:.1} ms: page / check {:.2} (target <= 2); page {bytes} bytes (medians of 5 interleaved)",
+        page_small * 1000.0,
+        4 * TURNS,
+        page_large * 1000.0,
+        page_large / page_small,
+        4 * TURNS,
+        check_large * 1000.0,
+        page_large / check_large,
+    );
+    let _ = std::fs::remove_dir_all(small_dir);
+    let _ = std::fs::remove_dir_all(large_dir);
+}
+
 fn main() {
     if std::env::var_os("SUBLOOP_BENCH_MEMORY_CHILD").is_some() {
         memory_child();
@@ -573,7 +651,7 @@ fn main() {
         .filter(|a| !a.starts_with('-'))
         .collect();
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
-    let benches: [(&str, fn()); 7] = [
+    let benches: [(&str, fn()); 8] = [
         ("transitions", bench_transitions),
         ("long_replay", bench_long_replay),
         ("context_economy", bench_context_economy),
@@ -581,6 +659,7 @@ fn main() {
         ("cli_replay", bench_cli_replay),
         ("replay_floor", bench_replay_floor),
         ("script_memory", bench_script_memory),
+        ("view_page", bench_view_page),
     ];
     for (name, bench) in benches {
         if wanted(name) {

@@ -1,7 +1,8 @@
 //! `subloop view TRACE`: a recorded run as a compact timeline — one line per
 //! model call and per tool call, each child indented under the `task` call
-//! that started it — then the outcome, the counts, and the verdict of every
-//! loop invariant ([`crate::invariants`]).
+//! that started it, each follow-up question before the call it asked — then
+//! the outcome, the counts, and the verdict of every loop invariant
+//! ([`crate::invariants`]).
 //!
 //! Model and tool text is escaped as on stderr ([`crate::progress::printable`]),
 //! so a trace cannot drive the terminal. Colour only when asked for (the CLI
@@ -12,7 +13,7 @@ use serde_json::Value;
 use crate::invariants::Verdict;
 use crate::model::replay::RecordedRun;
 use crate::progress::printable;
-use crate::protocol::{Block, ReplyBlock};
+use crate::protocol::{Block, ReplyBlock, Role};
 
 /// The longest tool result shown on a line, in characters.
 const PREVIEW: usize = 60;
@@ -119,6 +120,12 @@ fn agent_lines(
     let pad = "    ".repeat(depth);
     let calls = run.calls(agent);
     for call in 1..=calls {
+        for question in follow_ups(run, agent, call) {
+            out.push_str(&format!(
+                "{pad}{agent} follow-up question: {}\n",
+                printable(&question)
+            ));
+        }
         let offered = run
             .request(agent, call)
             .map_or(0, |request| request.tools.len());
@@ -182,6 +189,53 @@ fn agent_lines(
             }
         }
     }
+}
+
+/// The follow-up questions asked before request `call` of `agent`: after
+/// the reply to the call before it answered (it asked for no tool and said
+/// something), the user messages of text alone that this request added to
+/// the history. An empty reply answered with a prompt to continue asked no
+/// question.
+pub(crate) fn follow_ups(run: &RecordedRun, agent: &str, call: u32) -> Vec<String> {
+    let Some(earlier) = call.checked_sub(1).filter(|&earlier| earlier > 0) else {
+        return Vec::new();
+    };
+    let answered = match run.reply(agent, earlier) {
+        Some(Ok(reply)) => {
+            let mut said = false;
+            for block in &reply.content {
+                match block {
+                    ReplyBlock::Known(Block::ToolUse { .. }) => return Vec::new(),
+                    ReplyBlock::Known(Block::Text { text }) if !text.trim().is_empty() => {
+                        said = true;
+                    }
+                    _ => {}
+                }
+            }
+            said
+        }
+        _ => false,
+    };
+    let (Some(before), Some(now)) = (run.request(agent, earlier), run.request(agent, call)) else {
+        return Vec::new();
+    };
+    if !answered {
+        return Vec::new();
+    }
+    now.messages
+        .get(before.messages.len()..)
+        .unwrap_or_default()
+        .iter()
+        .filter(|message| {
+            message.role == Role::User
+                && !message.content.is_empty()
+                && message
+                    .content
+                    .iter()
+                    .all(|block| matches!(block, Block::Text { .. }))
+        })
+        .map(crate::protocol::Message::text)
+        .collect()
 }
 
 fn tool_line(line: &Value, pad: &str, paint: &Paint, out: &mut String) {

@@ -765,3 +765,68 @@ fn lines_of_the_wrong_shape_are_refused() {
         assert!(refused, "{number}: resume refuses it");
     }
 }
+
+/// A follow-up question asked after an answer (`run --resume … --question`)
+/// shows in the timeline between the answer and the call that answers it,
+/// escaped like the rest of the trace's text; the page's data carries it on
+/// that call, as it was asked.
+#[test]
+fn a_follow_up_question_shows_where_it_was_asked() {
+    let dir = TempDir::new("view-follow-up");
+    let ws = common::marker_workspace();
+    let trace = dir.path().join("session.jsonl");
+    let answer = |text: &str| {
+        serde_json::json!({"parent": [{
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn"
+        }]})
+        .to_string()
+    };
+    let first = dir.write("first.json", answer("The first answer."));
+    let second = dir.write("second.json", answer("The second answer."));
+    let asked = "And then?\u{1b}[2J\nWhy?";
+    for (script, more) in [
+        (&first, &["--trace"][..]),
+        (&second, &["--question", asked, "--resume"][..]),
+    ] {
+        let out = Command::new(common::bin())
+            .args(["run", "--quiet", "--decision", "deny", "--workspace"])
+            .arg(ws.path())
+            .arg("--script")
+            .arg(script)
+            .args(more)
+            .arg(&trace)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let trace_arg = trace.to_str().expect("utf-8");
+    let out = subloop(&["view", trace_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(
+        !shown.contains('\u{1b}'),
+        "an escape reached stdout:\n{shown}"
+    );
+    let question = shown
+        .find("follow-up question: And then?\\u{1b}[2J\\nWhy?")
+        .unwrap_or_else(|| panic!("no follow-up line:\n{shown}"));
+    let call_1 = shown.find("parent call 1 ").expect("call 1");
+    let call_2 = shown.find("parent call 2 ").expect("call 2");
+    assert!(
+        call_1 < question && question < call_2,
+        "the question is not between the answer and the call that answers it:\n{shown}"
+    );
+
+    let page = dir.path().join("page.html");
+    let out = subloop(&["view", trace_arg, "-o", page.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&page).expect("page");
+    let start = html.find("id=\"subloop-run\">").expect("data") + 17;
+    let end = start + html[start..].find("</script>").expect("end");
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).expect("json");
+    let calls = &data["lanes"][0]["calls"];
+    assert_eq!(calls[0].get("asked"), None, "{calls}");
+    assert_eq!(calls[1]["asked"], serde_json::json!([asked]), "{calls}");
+}

@@ -1,12 +1,16 @@
 //! The `--view` / `view -o` page in a real browser (headless Chromium): the
 //! pages of the three demo runs (`allow`, `deny`, `--child-calls 1`) and of
 //! a 1000-turn run. For each, the page's script finishes (`data-ready`), the
-//! lanes, call boxes and result links it drew match the trace line for line,
+//! lanes, call boxes and result links it drew or folded match the trace line
+//! for line,
 //! it logs nothing to the console, it requests nothing over the network (its
 //! own Resource Timing list is empty and the browser's network log shows no
 //! host beyond the browser's own background traffic, which a control page
 //! proves the check can see), and a screenshot is taken
-//! (`target/tmp/view-*.png`).
+//! (`target/tmp/view-*.png`). The long run's page draws only the ends of its
+//! lane (a bounded number of call boxes and elements, whatever the length),
+//! a fold draws its calls when opened, and a link to a folded call (an
+//! invariant's breach) draws it and shows it.
 //!
 //! Without a Chromium this test says it was skipped (and fails under
 //! `SUBLOOP_NO_SKIP`, as in `.ci/run`, which installs Debian's `chromium`).
@@ -330,6 +334,23 @@ fn the_pages_of_the_demo_runs_and_a_long_run_draw_in_a_browser() {
             new_hosts.is_empty(),
             "{name}: the page made requests to {new_hosts:?}"
         );
+        if *name == "long" {
+            // Drawn: the ends of the lane, not its 1001 calls; the page is
+            // no bigger than the trace it shows, give or take its script.
+            let drawn = count("data-drawn-calls").unwrap_or(usize::MAX);
+            let elements = count("data-elements").unwrap_or(usize::MAX);
+            assert!(drawn <= 50, "{name}: {drawn} call boxes drawn at first");
+            assert!(
+                elements <= 1500,
+                "{name}: {elements} elements drawn at first"
+            );
+            let page_bytes = std::fs::metadata(page).map_or(u64::MAX, |meta| meta.len());
+            let trace_bytes = std::fs::metadata(trace).map_or(0, |meta| meta.len());
+            assert!(
+                page_bytes <= trace_bytes + trace_bytes / 2 + 100_000,
+                "{name}: a page of {page_bytes} bytes for a trace of {trace_bytes}"
+            );
+        }
         let shot = shots.join(format!("view-{name}.png"));
         let _ = std::fs::remove_file(&shot);
         browse(
@@ -345,7 +366,9 @@ fn the_pages_of_the_demo_runs_and_a_long_run_draw_in_a_browser() {
             shot.display()
         );
         eprintln!(
-            "view {name}: {lanes} lane(s), {calls} call box(es), {links} link(s); drawn in {} ms; screenshot {}",
+            "view {name}: {lanes} lane(s), {calls} call(s) ({} drawn, the rest folded), {links} link(s); {} elements drawn in {} ms; screenshot {}",
+            root.get("data-drawn-calls").map_or("?", String::as_str),
+            root.get("data-elements").map_or("?", String::as_str),
             root.get("data-draw-ms").map_or("?", String::as_str),
             shot.display()
         );
@@ -386,6 +409,46 @@ fn the_pages_of_the_demo_runs_and_a_long_run_draw_in_a_browser() {
         root.get("data-selftest").map(String::as_str),
         Some("ok"),
         "{root:?}"
+    );
+
+    // The long run checked against a budget of 500: the breach is at call
+    // 501, folded; its link draws that call and shows it.
+    let (_, long_trace, _) = &pages[3];
+    let over_page = dir.path().join("over.html");
+    let out = subloop(&[
+        "view",
+        "--check",
+        long_trace.to_str().expect("utf-8"),
+        "--max-calls",
+        "500",
+        "-o",
+        over_page.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (dom, log, _) = browse(&browser, scratch, &over_page, "--dump-dom");
+    let root = root_attributes(&dom);
+    assert_eq!(
+        root.get("data-broken").map(String::as_str),
+        Some("1"),
+        "{root:?}\n{log}"
+    );
+    assert_eq!(
+        root.get("data-selftest").map(String::as_str),
+        Some("ok"),
+        "{root:?}"
+    );
+    assert!(
+        dom.contains("id=\"c-0-501\""),
+        "the breach link did not draw the folded call 501"
+    );
+    assert!(
+        !dom.contains("id=\"c-0-400\""),
+        "calls far from the breach were drawn too"
     );
 
     // The delegations are drawn: the demo runs each start one child.

@@ -138,9 +138,11 @@ impl PageOutput {
             Some(_) => &self.path,
             None => self.trace.path(),
         };
-        let page = super::page(&run, &verdicts, &self.policy, &title_of(named_after));
-        replace_content(&mut self.file, page.as_bytes())
-            .map_err(|err| format!("cannot write {}: {err}", self.path.display()))
+        let title = title_of(named_after);
+        replace_content(&mut self.file, |out| {
+            super::write_page(out, &run, &verdicts, &self.policy, &title)
+        })
+        .map_err(|err| format!("cannot write {}: {err}", self.path.display()))
     }
 }
 
@@ -154,12 +156,14 @@ pub fn write_for_trace(
     verdicts: &[invariants::Verdict],
     policy: &Policy,
 ) -> Result<(), String> {
-    let page = super::page(run, verdicts, policy, &title_of(trace));
+    let title = title_of(trace);
     let mut file =
         trace_target::open_output(output, None, &[(trace, "trace file")], FileRole::Page)
             .map_err(|err| err.to_string())?;
-    replace_content(&mut file, page.as_bytes())
-        .map_err(|err| format!("cannot write {}: {err}", output.display()))
+    replace_content(&mut file, |out| {
+        super::write_page(out, run, verdicts, policy, &title)
+    })
+    .map_err(|err| format!("cannot write {}: {err}", output.display()))
 }
 
 /// A page's title: the file name of `path`.
@@ -170,15 +174,20 @@ fn title_of(path: &Path) -> String {
     )
 }
 
-/// Replaces what `file` holds with `content`.
-fn replace_content(file: &mut File, content: &[u8]) -> std::io::Result<()> {
+/// Replaces what `file` holds with what `write` writes (buffered, as it
+/// is made: a long run's page is never held whole in memory).
+fn replace_content(
+    file: &mut File,
+    write: impl FnOnce(&mut std::io::BufWriter<&mut File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     use std::io::Seek;
     if file.metadata()?.is_file() {
         file.set_len(0)?;
         file.seek(std::io::SeekFrom::Start(0))?;
     }
-    file.write_all(content)?;
-    file.flush()
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, file);
+    write(&mut out)?;
+    out.flush()
 }
 
 /// Whether two paths name the same file, by their directory (resolved) and

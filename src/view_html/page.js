@@ -1,7 +1,9 @@
 "use strict";
 // Draws the run held in #subloop-run. Every text from the trace is set with
 // textContent (never parsed as HTML). When done, the root element gets
-// data-ready="1" and the counts drawn; an error is data-error.
+// data-ready="1" and the counts drawn; an error is data-error. A long lane
+// draws only its ends: the calls between are folded, and drawn from the data
+// a chunk at a time when asked for (a click, or a link to one of them).
 (function () {
   const root = document.documentElement;
   const DECISIONS = {
@@ -25,6 +27,9 @@
     budget: "Each agent has its own call budget; reaching it ends the agent with call_limit.",
   };
   const FOLD_AT = 8; // a run of this many similar calls is folded
+  const EDGE = 20; // a long lane draws its first and last EDGE calls ...
+  const LONG = 2 * EDGE + 10; // ... when it has more calls than this
+  const CHUNK = 100; // a fold draws this many calls per click; the rest stay folded
   const PREVIEW = 160;
 
   function el(tag, cls, text) {
@@ -132,12 +137,6 @@
 
     function jump(target) {
       if (!target) return;
-      const fold = target.closest(".folded");
-      if (fold && !fold.classList.contains("open")) {
-        const button = fold.previousElementSibling;
-        if (button && button.classList.contains("fold")) button.click();
-        else fold.classList.add("open");
-      }
       target.scrollIntoView({ block: "center", inline: "center" });
       target.classList.remove("flash");
       void target.offsetWidth;
@@ -200,33 +199,32 @@
       head.appendChild(note("budget"));
       section.appendChild(head);
 
-      // Runs of similar calls: the middle of a long run is folded.
-      let i = 0;
-      while (i < calls.length) {
-        const sig = signature(calls[i]);
-        let j = i + 1;
-        while (sig !== null && j < calls.length && signature(calls[j]) === sig) j++;
-        if (sig !== null && j - i >= FOLD_AT) {
-          const keepHead = 3, keepTail = 2;
-          for (let k = i; k < i + keepHead; k++) section.appendChild(drawCall(lane, li, calls[k]));
-          const hidden = el("div", "folded");
-          for (let k = i + keepHead; k < j - keepTail; k++) hidden.appendChild(drawCall(lane, li, calls[k]));
-          const count = j - keepTail - (i + keepHead);
-          const button = el("button", "fold", "\u25b8 " + count + " similar calls (" + sig + ") \u2014 show");
-          button.type = "button";
-          button.addEventListener("click", function () {
-            const open = hidden.classList.toggle("open");
-            button.textContent = (open ? "\u25be " : "\u25b8 ") + count + " similar calls (" + sig + ") \u2014 " + (open ? "hide" : "show");
-            align();
-          });
-          section.appendChild(button);
-          section.appendChild(hidden);
-          for (let k = j - keepTail; k < j; k++) section.appendChild(drawCall(lane, li, calls[k]));
-          i = j;
-        } else {
-          section.appendChild(drawCall(lane, li, calls[i]));
-          i++;
+      // A long lane: its first and last calls, the rest folded. Within
+      // what is drawn, the middle of a run of similar calls is folded too.
+      const drawRange = function (from, to) {
+        let i = from;
+        while (i < to) {
+          const sig = signature(calls[i]);
+          let j = i + 1;
+          while (sig !== null && j < to && signature(calls[j]) === sig) j++;
+          if (sig !== null && j - i >= FOLD_AT) {
+            const keepHead = 3, keepTail = 2;
+            for (let k = i; k < i + keepHead; k++) section.appendChild(drawCall(lane, li, calls[k]));
+            section.appendChild(fold(lane, li, i + keepHead, j - keepTail, sig));
+            for (let k = j - keepTail; k < j; k++) section.appendChild(drawCall(lane, li, calls[k]));
+            i = j;
+          } else {
+            section.appendChild(drawCall(lane, li, calls[i]));
+            i++;
+          }
         }
+      };
+      if (calls.length > LONG) {
+        drawRange(0, EDGE);
+        section.appendChild(fold(lane, li, EDGE, calls.length - EDGE, null));
+        drawRange(calls.length - EDGE, calls.length);
+      } else {
+        drawRange(0, calls.length);
       }
 
       // How the agent ended.
@@ -249,7 +247,10 @@
         }
         const back = el("a", "back", "\u21a9 the parent's result");
         back.href = "#";
-        linkTo(back, function () { return resultOfTask.get(taskKey(lane.started_in, lane.started_by)); });
+        linkTo(back, function () {
+          if (laneIndex.has("parent")) reveal(laneIndex.get("parent"), lane.started_in);
+          return resultOfTask.get(taskKey(lane.started_in, lane.started_by));
+        });
         end.appendChild(back);
         end.dataset.report = "1";
       } else if (lane.report !== null && lane.report !== undefined) {
@@ -262,10 +263,79 @@
       return section;
     }
 
+    // The calls lane.calls[from..to) not drawn: a button that draws them
+    // from the data, CHUNK at a time, where it stands. What it holds is
+    // counted on it (data-folded-*), so the page's counts stay whole.
+    function fold(lane, li, from, to, sig) {
+      const calls = lane.calls;
+      const count = to - from;
+      const button = el("button", "fold");
+      button.type = "button";
+      button.dataset.from = String(from);
+      button.dataset.to = String(to);
+      let links = 0, asked = 0;
+      for (let k = from; k < to; k++) {
+        const call = calls[k];
+        if (Array.isArray(call.uses)) {
+          call.uses.forEach(function (use) { if (use.result !== null && use.result !== undefined) links++; });
+        }
+        if (Array.isArray(call.asked)) asked += call.asked.length;
+      }
+      button.dataset.foldedCalls = String(count);
+      button.dataset.foldedLinks = String(links);
+      button.dataset.foldedAsked = String(asked);
+      const first = calls[from].call, last = calls[to - 1].call;
+      button.dataset.first = String(first);
+      const what = sig !== null
+        ? count + " similar calls (" + sig + ")"
+        : count + " calls (#" + first + "\u2013#" + last + ") not drawn";
+      button.textContent = "\u25b8 " + what + " \u2014 " + (count > CHUNK ? "show " + CHUNK : "show");
+      // Draws the chunk holding lane.calls[at]; what is left stays folded.
+      button.openAt = function (at) {
+        const start = at - from < CHUNK ? from : Math.max(from, Math.min(at - Math.floor(CHUNK / 2), to - CHUNK));
+        const end = Math.min(to, start + CHUNK);
+        const drawn = document.createDocumentFragment();
+        if (start > from) drawn.appendChild(fold(lane, li, from, start, sig));
+        for (let k = start; k < end; k++) drawn.appendChild(drawCall(lane, li, calls[k]));
+        if (end < to) drawn.appendChild(fold(lane, li, end, to, sig));
+        button.replaceWith(drawn);
+        align();
+      };
+      button.addEventListener("click", function () { button.openAt(from); });
+      return button;
+    }
+
+    // Draws call number `number` of lane `li` if a fold holds it.
+    function reveal(li, number) {
+      if (document.getElementById("c-" + li + "-" + number)) return;
+      const held = foldHolding(li, number);
+      if (held) held.button.openAt(held.at);
+    }
+    function foldHolding(li, number) {
+      const lane = run.lanes[li];
+      const section = document.getElementById("lane-" + li);
+      if (!lane || !section) return null;
+      const folds = section.querySelectorAll("button.fold");
+      for (const button of folds) {
+        const from = Number(button.dataset.from), to = Number(button.dataset.to);
+        for (let k = from; k < to; k++) {
+          if (lane.calls[k].call === number) return { button: button, at: k };
+        }
+      }
+      return null;
+    }
+
     function drawCall(lane, li, call) {
       const box = el("article", "call");
       box.id = "c-" + li + "-" + call.call;
       box.dataset.call = String(call.call);
+      (Array.isArray(call.asked) ? call.asked : []).forEach(function (question) {
+        const asked = el("div", "asked");
+        asked.dataset.asked = "1";
+        asked.appendChild(el("b", null, "follow-up question: "));
+        asked.appendChild(document.createTextNode(preview(question, 600)));
+        box.appendChild(asked);
+      });
       const head = el("button", "head");
       head.type = "button";
       const parts = ["#" + call.call];
@@ -393,6 +463,7 @@
           linkTo(a, function () {
             const lane = laneIndex.get(String(breach.agent));
             if (lane === undefined) return null;
+            if (breach.call) reveal(lane, breach.call);
             if (breach.call && breach.id) {
               const use = useById.get(lane + "|" + breach.call + "|" + breach.id);
               if (use) return use;
@@ -418,7 +489,10 @@
       run.lanes.forEach(function (lane, li) {
         if (!lane.started_by) return;
         const section = document.getElementById("lane-" + li);
-        const use = useOfTask.get(taskKey(lane.started_in, lane.started_by));
+        const parent = laneIndex.get("parent");
+        const held = useOfTask.has(taskKey(lane.started_in, lane.started_by)) || parent === undefined
+          ? null : foldHolding(parent, lane.started_in);
+        const use = useOfTask.get(taskKey(lane.started_in, lane.started_by)) || (held && held.button);
         if (!section || !use) return;
         section.style.marginTop = "0px";
         const offset = use.getBoundingClientRect().top - base;
@@ -428,10 +502,19 @@
     align();
     window.addEventListener("resize", align);
 
+    // Counts: what is drawn and what the folds hold.
+    const held = function (key) {
+      let total = 0;
+      document.querySelectorAll("button.fold").forEach(function (button) { total += Number(button.dataset[key]) || 0; });
+      return total;
+    };
     root.dataset.lanes = String(document.querySelectorAll("[data-lane]").length);
-    root.dataset.calls = String(document.querySelectorAll("[data-call]").length);
-    root.dataset.links = String(document.querySelectorAll("[data-link]").length);
+    root.dataset.drawnCalls = String(document.querySelectorAll("[data-call]").length);
+    root.dataset.calls = String(document.querySelectorAll("[data-call]").length + held("foldedCalls"));
+    root.dataset.links = String(document.querySelectorAll("[data-link]").length + held("foldedLinks"));
     root.dataset.delegations = String(document.querySelectorAll("[data-delegation]").length);
+    root.dataset.asked = String(document.querySelectorAll("[data-asked]").length + held("foldedAsked"));
+    root.dataset.elements = String(document.getElementsByTagName("*").length);
     root.dataset.broken = String(document.querySelectorAll(".invariants li.broken").length);
     // Anything this page fetched would be listed here (it fetches nothing).
     root.dataset.resources = String(performance.getEntriesByType("resource").length);
@@ -471,15 +554,36 @@
     const shown = Array.prototype.some.call(document.querySelectorAll(".note"), function (n) { return n.offsetParent !== null; });
     if (!document.body.classList.contains("notes") || !shown) problems.push("teaching notes do not show");
     toggle.click();
+    // A fold draws its first calls where it stood, and the counts stay whole.
     const fold = document.querySelector("button.fold");
     if (fold) {
+      const lane = fold.closest("[data-lane]");
+      const callsBefore = document.querySelectorAll("[data-call]").length;
+      const heldBefore = Number(fold.dataset.foldedCalls);
+      const shownCalls = function () {
+        let total = document.querySelectorAll("[data-call]").length;
+        document.querySelectorAll("button.fold").forEach(function (b) { total += Number(b.dataset.foldedCalls); });
+        return total;
+      };
+      const whole = shownCalls();
+      const first = Number(fold.dataset.first);
       fold.click();
-      if (!fold.nextElementSibling.classList.contains("open")) problems.push("fold does not open");
+      const box = lane && lane.querySelectorAll("[data-call]");
+      const drawn = document.querySelectorAll("[data-call]").length - callsBefore;
+      if (fold.isConnected) problems.push("fold does not open");
+      else if (drawn < 1 || drawn > Math.min(heldBefore, CHUNK)) problems.push("fold drew " + drawn + " calls");
+      else if (shownCalls() !== whole) problems.push("fold: calls lost or doubled");
+      else if (!box || !Array.prototype.some.call(box, function (b) { return Number(b.dataset.call) === first; })) problems.push("fold: its first call is not drawn");
     }
+    // A breach link shows its call, drawing it first if a fold held it.
     const breach = document.querySelector(".breach");
     if (breach) {
+      document.querySelectorAll(".flash").forEach(function (node) { node.classList.remove("flash"); });
       breach.click();
-      if (!document.querySelector(".flash")) problems.push("breach link: nothing shown");
+      const shown = document.querySelector(".flash");
+      const call = / call (\d+)/.exec(breach.textContent);
+      if (!shown) problems.push("breach link: nothing shown");
+      else if (call && !(shown.closest("[data-call]") && shown.closest("[data-call]").dataset.call === call[1])) problems.push("breach link: another call shown");
     }
     return problems.length ? problems.join("; ") : "ok";
   }
