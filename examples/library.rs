@@ -23,7 +23,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .budget(ChildBudget::new(4)?),
         )?
         .build();
-    let mut model = DemoParent::default(); // or a ScriptedModel, or the live client
+    let mut model = DemoParent; // or a ScriptedModel, or the live client
     let report = agent.run(DEMO_QUESTION, Budget::new(8)?, &mut model)?;
     println!("{}: {}", report.outcome.status, report.outcome.text);
     Ok(())

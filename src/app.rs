@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -125,6 +125,9 @@ pub struct Settings {
     /// Where the approval prompt reads its answers: standard input, shared
     /// with whatever else of the host reads it (`subloop chat`'s lines).
     pub input: Arc<TerminalInput>,
+    /// With `resume`: go on even though the trace records another
+    /// workspace than `workspace` (`--other-workspace`).
+    pub other_workspace: bool,
 }
 
 impl Settings {
@@ -152,6 +155,7 @@ impl Settings {
             mcp_timeout: DEFAULT_MCP_TIMEOUT,
             child_tools: vec!["read_file".to_owned()],
             input: TerminalInput::stdin(),
+            other_workspace: false,
         }
     }
 
@@ -226,26 +230,33 @@ pub const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(30);
 /// `todo_write` and `task` (children get the `child_tools`), with the
 /// settings' gate.
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
-    assemble(settings, children, None, settings.trace.as_deref()).map(|(agent, _, _)| agent)
+    let approver = settings
+        .decision
+        .approver(&settings.input, &settings.cancel);
+    assemble(
+        settings,
+        approver,
+        children,
+        None,
+        settings.trace.as_deref(),
+    )
+    .map(|(agent, _, _)| agent)
 }
 
 /// The agent, and the status of its trace if it writes one.
 fn assemble(
     settings: &Settings,
+    approver: Arc<dyn Approver>,
     children: Arc<dyn ChildModels>,
     resume: Option<(&Resuming, &ResumePoint)>,
     trace: Option<&Path>,
 ) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
-    let builder = AgentBuilder::new(
-        settings
-            .decision
-            .approver(&settings.input, &settings.cancel),
-    )
-    .limits(settings.limits, settings.cancel.clone())
-    .on_empty_reply(settings.on_empty_reply)
-    .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
-    .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?;
+    let builder = AgentBuilder::new(approver)
+        .limits(settings.limits, settings.cancel.clone())
+        .on_empty_reply(settings.on_empty_reply)
+        .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
+        .tool(RunMain::new(&settings.workspace, settings.run.clone())?)?;
     let (builder, mcp) = mcp_tools(settings, builder)?;
     let whitelist: Vec<&str> = settings.child_tools.iter().map(String::as_str).collect();
     let mut builder = builder.plan()?.subagents(
@@ -268,18 +279,51 @@ fn assemble(
                 source,
             })
         })?;
-        let writer = TraceWriter::resume(file, point.trace_fields());
+        let mut fields = point.trace_fields();
+        if let Some(workspace) = recorded_workspace(settings) {
+            fields["workspace"] = serde_json::json!(workspace);
+        }
+        let writer = TraceWriter::resume(file, fields);
         mcp.record(&writer.notes());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     } else if let Some(path) = trace {
-        let writer =
+        let mut writer =
             TraceWriter::from_file(trace_target::open(path, &settings.workspace, &protected)?);
+        if let Some(workspace) = recorded_workspace(settings) {
+            writer = writer.with_workspace(Path::new(&workspace));
+        }
         mcp.record(&writer.notes());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     }
     Ok((builder.build(), status, mcp))
+}
+
+/// The workspace a trace records: its canonical path, unless it is a
+/// temporary copy (which is gone once the run ends).
+fn recorded_workspace(settings: &Settings) -> Option<String> {
+    if settings.temporary_workspace {
+        return None;
+    }
+    let path =
+        std::fs::canonicalize(&settings.workspace).unwrap_or_else(|_| settings.workspace.clone());
+    Some(path.to_string_lossy().into_owned())
+}
+
+/// Refuses to go on with a run recorded in another workspace than the one
+/// given, unless the host says it is meant (`--other-workspace`).
+fn same_workspace(settings: &Settings, run: &RecordedRun) -> Result<(), ResumeError> {
+    let (Some(recorded), Some(given)) = (run.workspace(), recorded_workspace(settings)) else {
+        return Ok(());
+    };
+    if recorded == given || settings.other_workspace {
+        return Ok(());
+    }
+    Err(ResumeError::OtherWorkspace {
+        recorded: recorded.to_owned(),
+        given,
+    })
 }
 
 /// The file a run reads that nothing it writes may be: the script, if any.
@@ -446,6 +490,70 @@ impl Run {
     }
 }
 
+/// The approver of a replay: the host's approver decides each call as
+/// usual, and its decision is compared with the recorded one before the call
+/// can run. A call the recorded run denied is not run now, whatever the
+/// host's approver says: the replay files the divergence first (and stops
+/// there unless it keeps going), and answers the call as denied.
+struct ReplayApprover {
+    inner: Arc<dyn Approver>,
+    recorded: Arc<RecordedRun>,
+    log: Arc<ReplayLog>,
+    /// How often each agent's call id was asked about (ids may come again
+    /// in a later question).
+    asked: Mutex<std::collections::HashMap<(String, String), usize>>,
+}
+
+impl Approver for ReplayApprover {
+    fn decide(
+        &self,
+        request: &crate::permission::ApprovalRequest<'_>,
+    ) -> crate::permission::Decision {
+        use crate::permission::Decision;
+        let agent = request.agent.to_string();
+        let id = request.call.id().as_str();
+        let nth = {
+            let mut asked = self
+                .asked
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            let count = asked.entry((agent.clone(), id.to_owned())).or_insert(0);
+            *count += 1;
+            *count - 1
+        };
+        let recorded = self
+            .recorded
+            .tools(&agent)
+            .iter()
+            .filter(|line| {
+                line.get("id").and_then(serde_json::Value::as_str) == Some(id)
+                    && line.get("name").and_then(serde_json::Value::as_str)
+                        == Some(request.call.name())
+            })
+            .nth(nth)
+            .and_then(|line| line.get("decision").and_then(serde_json::Value::as_str))
+            .map(str::to_owned);
+        let now = self.inner.decide(request);
+        // A call denied now is not run either way; its result shows the
+        // difference in the next request.
+        if recorded.as_deref() != Some("denied") || now == Decision::Deny {
+            return now;
+        }
+        self.log.diverged(Divergence {
+            call: Some(self.log.made(&agent)),
+            agent,
+            difference: Difference::Tool {
+                id: id.to_owned(),
+                field: "decision".to_owned(),
+                recorded: "denied".to_owned(),
+                now: "allowed".to_owned(),
+            },
+        });
+        // Nothing the recorded run did not run runs in its replay.
+        Decision::Deny
+    }
+}
+
 /// Runs the parent on `models` and returns the report: [`prepare`], then [`Prepared::run`].
 pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
     prepare(settings, models)?.run().map(|run| run.report)
@@ -491,6 +599,10 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     let resuming = match &settings.resume {
         Some(path) => {
             let resuming = Resuming::load(path, settings)?;
+            same_workspace(settings, &resuming.run).map_err(|error| AppError::Resume {
+                path: path.clone(),
+                error,
+            })?;
             let point = match &settings.follow_up {
                 Some(question) => {
                     ResumePoint::follow_up(&resuming.run, question, budget, settings.on_empty_reply)
@@ -563,7 +675,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
                 Arc::new(child_models),
             )
         }
-        Models::Demo => (Box::new(DemoParent::default()), Arc::new(DemoChildren)),
+        Models::Demo => (Box::new(DemoParent), Arc::new(DemoChildren)),
         #[cfg(feature = "live")]
         Models::OpenAi(client) => {
             use crate::model::openai::OpenAiModel;
@@ -601,6 +713,9 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     };
     let (agent, trace, mcp) = assemble(
         settings,
+        settings
+            .decision
+            .approver(&settings.input, &settings.cancel),
         children,
         resuming.as_ref().map(|(resuming, point)| (resuming, point)),
         trace_path.as_deref(),
@@ -776,7 +891,25 @@ pub fn replay(
     let log = Arc::new(ReplayLog::new(keep_going));
     let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));
     let children = Arc::new(ReplayChildren::new(Arc::clone(&recorded), Arc::clone(&log)));
-    let agent = build_agent(&settings, children.clone())?;
+    let replay_agent = || -> Result<Agent, AppError> {
+        let approver = Arc::new(ReplayApprover {
+            inner: settings
+                .decision
+                .approver(&settings.input, &settings.cancel),
+            recorded: Arc::clone(&recorded),
+            log: Arc::clone(&log),
+            asked: Mutex::default(),
+        });
+        assemble(
+            &settings,
+            approver,
+            children.clone(),
+            None,
+            settings.trace.as_deref(),
+        )
+        .map(|(agent, _, _)| agent)
+    };
+    let agent = replay_agent()?;
     let mut run = agent.run(&settings.question, budget, &mut parent)?;
     // Follow-up questions (`run --resume --question`, `chat`): each is asked
     // as it was, on the history replayed so far, as long as nothing diverged.
@@ -800,7 +933,7 @@ pub fn replay(
         };
         point.spent.tokens = run.total_usage().billed();
         point.spent.delegations = run.children.len();
-        let agent = build_agent(&settings, children.clone())?;
+        let agent = replay_agent()?;
         let next_run = agent.resume(point, &mut parent);
         run = merge_reports(run, next_run);
     }

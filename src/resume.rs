@@ -70,6 +70,16 @@ pub enum ResumeError {
         /// How the recorded run ended.
         ended: String,
     },
+    /// The run was recorded in another workspace than the one given.
+    #[error(
+        "the run was recorded in the workspace {recorded}, not {given}: give --workspace {recorded}, or --other-workspace to go on in {given}"
+    )]
+    OtherWorkspace {
+        /// The workspace the trace records.
+        recorded: String,
+        /// The workspace given now.
+        given: String,
+    },
     /// The trace contradicts itself (see [`consistency`]).
     #[error("the trace contradicts itself at {0}")]
     Inconsistent(Inconsistency),

@@ -9,7 +9,7 @@
 //!
 //! | kind | fields |
 //! |---|---|
-//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions`, which a later request carries again when the tools offered changed (an MCP server's list did) |
+//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` (and on the parent's, `workspace`: the directory the tools work in, unless it was a temporary copy), which a later request carries again when the tools offered changed (an MCP server's list did) |
 //! | `response` | `call`, `response` (the reply as received) |
 //! | `model_failed` | `call`, `error` |
 //! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
@@ -17,7 +17,7 @@
 //! | `warning` | `text` |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
 //! | `mcp_server` | (parent) `server`, `event` (`started`, with `tools`: the registered names; `exited`, with `how`: the exit status and the server's last stderr lines, when it exits mid-run) |
-//! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
+//! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"), `workspace` (where the resumed run works): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
 //!
 //! A write that fails stops the trace (one line on stderr; [`TraceStatus`]
 //! tells the host afterwards). When [`crate::signals`] ends the process, the
@@ -75,6 +75,8 @@ pub struct TraceWriter {
     /// The tool names each agent's last request offered: when they change
     /// (a tool source's list changed), the request carries the definitions again.
     offered: HashMap<AgentId, Vec<String>>,
+    /// The workspace the run works in, written on the parent's first request.
+    workspace: Option<String>,
     _termination: signals::Registration,
 }
 
@@ -220,6 +222,14 @@ impl TraceWriter {
         writer
     }
 
+    /// Records `workspace` (the directory the run's tools work in) on the
+    /// parent's first request line, so that a resume can tell whether it
+    /// goes on in the same place.
+    pub fn with_workspace(mut self, workspace: &Path) -> Self {
+        self.workspace = Some(workspace.to_string_lossy().into_owned());
+        self
+    }
+
     /// A writer on a file already opened for writing.
     pub fn from_file(file: File) -> Self {
         let shared = Arc::new(Mutex::new(TraceFile {
@@ -249,6 +259,7 @@ impl TraceWriter {
         Self {
             shared,
             offered: HashMap::new(),
+            workspace: None,
             _termination: termination,
         }
     }
@@ -291,6 +302,9 @@ impl Monitor for TraceWriter {
                 });
                 if *call == 1 {
                     fields["system"] = json!(request.system);
+                    if let (AgentId::Parent, Some(workspace)) = (agent, &self.workspace) {
+                        fields["workspace"] = json!(workspace);
+                    }
                 }
                 let changed = self.offered.get(agent) != Some(&names);
                 if *call == 1 || changed {

@@ -38,6 +38,8 @@ struct Request {
     system: Option<String>,
     #[serde(default)]
     tool_definitions: Option<Vec<ToolDefinition>>,
+    #[serde(default)]
+    workspace: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -114,6 +116,8 @@ struct Resumed {
     interrupted: Option<Vec<String>>,
     #[serde(default)]
     follow_up: Option<String>,
+    #[serde(default)]
+    workspace: Option<String>,
 }
 
 /// The kinds a trace holds.

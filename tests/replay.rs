@@ -550,3 +550,64 @@ fn a_loopback_live_runs_trace_replays_as_is() {
         "the replay sent nothing"
     );
 }
+
+/// A replay more permissive than the recorded run compares each decision
+/// before the call can run: a call the record shows denied diverges, and
+/// the program does not run.
+#[test]
+fn a_call_the_record_shows_denied_diverges_before_it_runs() {
+    let dir = common::TempDir::new("replay-permissive");
+    dir.write(
+        "ws/main.py",
+        "open('ran.txt', 'a').write('ran\\n')\nprint(6 * 7)\n",
+    );
+    let script = dir.write(
+        "script.json",
+        r#"{"parent": [
+            {"content": [{"type": "tool_use", "id": "toolu_01", "name": "run_main", "input": {}}],
+             "stop_reason": "tool_use"},
+            {"content": [{"type": "text", "text": "It was denied."}], "stop_reason": "end_turn"}
+        ]}"#,
+    );
+    let ws = dir.path().join("ws");
+    let trace = dir.path().join("t.jsonl");
+    let s = |path: &std::path::Path| path.to_str().expect("utf-8").to_owned();
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        &s(&ws),
+        "--script",
+        &s(&script),
+        "--decision",
+        "deny",
+        "--trace",
+        &s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for extra in [&[][..], &["--keep-going"][..]] {
+        let mut args = vec![
+            "replay".to_owned(),
+            s(&trace),
+            "--workspace".to_owned(),
+            s(&ws),
+            "--decision".to_owned(),
+            "allow".to_owned(),
+            "--quiet".to_owned(),
+        ];
+        args.extend(extra.iter().map(|arg| (*arg).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = subloop(&args);
+        let stdout = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {stdout}");
+        assert!(
+            stdout.starts_with("diverged: parent call 1: tool toolu_01 decision"),
+            "{extra:?}: {stdout}"
+        );
+        assert!(stdout.contains("denied"), "{stdout}");
+        assert!(
+            !ws.join("ran.txt").exists(),
+            "{extra:?}: the program the recorded run did not run did not run now"
+        );
+    }
+}

@@ -911,3 +911,102 @@ fn two_resumes_of_one_trace_cannot_both_run() {
         answered_once(&trace);
     }
 }
+
+/// The demo model answers a resumed run from what its history holds: cut
+/// after run_main's round by its budget, the resumed run compares the
+/// program's output with the expected.txt it read before the cut.
+#[test]
+fn the_demo_model_answers_a_resumed_run_from_its_history() {
+    let scene = Scene::new("resume-demo", 0);
+    let ws = scene.ws();
+    let trace = scene.trace();
+    let out = subloop(&[
+        "demo",
+        "--workspace",
+        s(&ws),
+        "--decision",
+        "allow",
+        "--max-calls",
+        "3",
+        "--trace",
+        s(&trace),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        s(&ws),
+        "--resume",
+        s(&trace),
+        "--decision",
+        "allow",
+        "--max-calls",
+        "8",
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let answer = text(&out.stdout);
+    assert!(
+        answer.starts_with("The program printed 42, which matches expected.txt (42)."),
+        "{answer}"
+    );
+}
+
+/// A trace records its workspace; resuming it in another one is refused
+/// (exit 2, nothing run, the trace untouched) unless `--other-workspace`
+/// says it is meant.
+#[test]
+fn resuming_in_another_workspace_is_refused_unless_meant() {
+    let scene = Scene::new("resume-elsewhere", 0);
+    let first = scene.script(
+        "first.json",
+        vec![tool_use(
+            "toolu_01",
+            "read_file",
+            json!({"path": "main.py"}),
+        )],
+    );
+    let rest = scene.script("rest.json", vec![answer("It prints 42.")]);
+    let ws = scene.ws();
+    let trace = scene.trace();
+    let out = run_script(
+        &ws,
+        &first,
+        &["--max-calls", "1", "--trace", s(&trace), "--quiet"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let recorded = std::fs::read(&trace).expect("trace");
+    let elsewhere = scene.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    std::fs::copy(ws.join("main.py"), elsewhere.join("main.py")).expect("copy");
+    let resume = |extra: &[&str]| {
+        let mut args = vec![
+            "--resume",
+            s(&trace),
+            "--max-calls",
+            "4",
+            "--decision",
+            "deny",
+            "--quiet",
+        ];
+        args.extend_from_slice(extra);
+        run_script(&elsewhere, &rest, &args)
+    };
+    let out = resume(&[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the run was recorded in the workspace"),
+        "{err}"
+    );
+    assert!(err.contains("--other-workspace"), "{err}");
+    assert_eq!(std::fs::read(&trace).expect("trace"), recorded);
+    let out = resume(&["--other-workspace"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "It prints 42.\n");
+    // The trace now records where it went on.
+    let run = RecordedRun::parse(&text(&std::fs::read(&trace).expect("trace"))).expect("parse");
+    let canonical = std::fs::canonicalize(&elsewhere).expect("canonical");
+    assert_eq!(run.workspace(), canonical.to_str());
+}

@@ -256,7 +256,7 @@ fn recorded_demo(
         .build();
     let parent_seen = Arc::new(Mutex::new(Vec::new()));
     let mut parent = Recorder {
-        inner: DemoParent::default(),
+        inner: DemoParent,
         seen: Arc::clone(&parent_seen),
     };
     let report = agent

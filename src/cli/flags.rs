@@ -534,6 +534,14 @@ pub(crate) const FLAGS: &[Flag] = &[
         }),
     },
     Flag {
+        long: "other-workspace",
+        short: None,
+        help: "with --resume: go on although the trace records another workspace than --workspace (without it, that is refused)",
+        commands: RUN,
+        group: Group::Options,
+        action: Action::Switch(|d| d.settings.other_workspace = true),
+    },
+    Flag {
         long: "json",
         short: None,
         help: "print one JSON object on stdout instead of the final text",

@@ -62,12 +62,40 @@ fn call(prefix: &str, turn: usize, name: &str, input: Value) -> ModelResponse {
     ModelResponse::tool_calls([(format!("toolu_{prefix}_{}", turn + 1), name, input)])
 }
 
-/// The demo's parent model.
-#[derive(Debug, Clone, Default)]
-pub struct DemoParent {
-    expected: Option<String>,
-    derived: Option<String>,
+/// Every call of the history with its result, in order: `(name, text, is_error)`.
+fn results(messages: &[Message]) -> Vec<(&str, String, bool)> {
+    let mut found = Vec::new();
+    for (index, message) in messages.iter().enumerate() {
+        if message.role != Role::Assistant {
+            continue;
+        }
+        let Some(next) = messages.get(index + 1) else {
+            continue;
+        };
+        for block in &message.content {
+            if let Block::ToolUse { id, name, .. } = block {
+                let answer = next.content.iter().find_map(|block| match block {
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } if tool_use_id == id => Some((content.text(), *is_error)),
+                    _ => None,
+                });
+                if let Some((text, is_error)) = answer {
+                    found.push((name.as_str(), text, is_error));
+                }
+            }
+        }
+    }
+    found
 }
+
+/// The demo's parent model. It keeps nothing between requests: what it
+/// knows (the subagent's finding, the expected text) it reads from the
+/// history it is sent, so a resumed run is answered from what is on record.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DemoParent;
 
 impl Model for DemoParent {
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
@@ -87,18 +115,14 @@ impl Model for DemoParent {
                          ({summary}). I did not ask to run the program."
                     ))
                 } else {
-                    self.derived = Some(summary.to_owned());
                     call("parent", turn, "read_file", json!({"path": "expected.txt"}))
                 }
             }
             "read_file" if is_error => ModelResponse::answer(format!(
                 "I could not read expected.txt ({text}), so there is nothing to compare against."
             )),
-            "read_file" => {
-                self.expected = Some(text);
-                call("parent", turn, "run_main", json!({}))
-            }
-            "run_main" => ModelResponse::answer(self.verdict(&text, is_error)),
+            "read_file" => call("parent", turn, "run_main", json!({})),
+            "run_main" => ModelResponse::answer(verdict(request.messages, &text, is_error)),
             other => {
                 ModelResponse::answer(format!("The demo model did not expect a `{other}` result."))
             }
@@ -107,39 +131,49 @@ impl Model for DemoParent {
     }
 }
 
-impl DemoParent {
-    fn verdict(&self, result: &str, is_error: bool) -> String {
-        let expected = self
-            .expected
-            .as_deref()
-            .unwrap_or("")
-            .trim_end_matches('\n');
-        let derived = self.derived.as_deref().unwrap_or("no finding");
-        if result.starts_with("not executed:") {
-            return format!(
-                "The subagent reports: {derived}. expected.txt holds {expected}. The program was not run \
-                 ({result}), so whether its output matches is unverified."
-            );
-        }
-        let report: Value = serde_json::from_str(result).unwrap_or(Value::Null);
-        let Some(stdout) = report["stdout"].as_str() else {
-            return format!("Running the program failed: {result}");
-        };
-        let output = stdout.trim_end_matches('\n');
-        if !is_error && output == expected {
-            format!(
-                "The program printed {output}, which matches expected.txt ({expected}). The subagent's reading ({derived}) is confirmed."
-            )
-        } else if is_error {
-            format!(
-                "The program failed (exit code {}), printing {output:?}; expected {expected:?}.",
-                report["exit_code"]
-            )
-        } else {
-            format!(
-                "The program printed {output:?}, which does not match expected.txt ({expected:?})."
-            )
-        }
+/// The answer after `run_main` gave `result`, from what the history holds:
+/// the last successful `read_file` (expected.txt) and `task` (the finding).
+fn verdict(messages: &[Message], result: &str, is_error: bool) -> String {
+    let results = results(messages);
+    let last_ok = |tool: &str| {
+        results
+            .iter()
+            .rev()
+            .find(|(name, _, error)| *name == tool && !error)
+            .map(|(_, text, _)| text.as_str())
+    };
+    let Some(expected) = last_ok("read_file").map(|text| text.trim_end_matches('\n')) else {
+        return "I have not read expected.txt in this conversation, so there is nothing to compare against."
+            .to_owned();
+    };
+    let derived = last_ok("task")
+        .and_then(|text| {
+            let report: Value = serde_json::from_str(text).ok()?;
+            report["summary"].as_str().map(str::to_owned)
+        })
+        .unwrap_or_else(|| "no finding".to_owned());
+    if result.starts_with("not executed:") {
+        return format!(
+            "The subagent reports: {derived}. expected.txt holds {expected}. The program was not run \
+             ({result}), so whether its output matches is unverified."
+        );
+    }
+    let report: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+    let Some(stdout) = report["stdout"].as_str() else {
+        return format!("Running the program failed: {result}");
+    };
+    let output = stdout.trim_end_matches('\n');
+    if !is_error && output == expected {
+        format!(
+            "The program printed {output}, which matches expected.txt ({expected}). The subagent's reading ({derived}) is confirmed."
+        )
+    } else if is_error {
+        format!(
+            "The program failed (exit code {}), printing {output:?}; expected {expected:?}.",
+            report["exit_code"]
+        )
+    } else {
+        format!("The program printed {output:?}, which does not match expected.txt ({expected:?}).")
     }
 }
 

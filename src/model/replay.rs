@@ -91,6 +91,7 @@ pub struct RecordedOutcome {
 pub struct RecordedRun {
     agents: BTreeMap<String, RecordedAgent>,
     outcome: Option<RecordedOutcome>,
+    workspace: Option<String>,
 }
 
 /// `bytes` without an unfinished last line (no newline after it, and not a
@@ -159,6 +160,13 @@ impl RecordedRun {
     pub fn parse(trace: &str) -> Result<Self, String> {
         let mut agents: BTreeMap<String, RecordedAgent> = BTreeMap::new();
         let mut outcome = None;
+        let mut workspace = None;
+        let workspace_of = |value: &Value| {
+            value
+                .get("workspace")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
         for (index, line) in trace.lines().enumerate() {
             let number = index + 1;
             let value: Value =
@@ -204,6 +212,9 @@ impl RecordedRun {
                     let held = entry.calls.last().map_or(0, |call| call.messages);
                     entry.messages.truncate(held);
                     outcome = None;
+                    if let Some(path) = workspace_of(&value) {
+                        workspace = Some(path);
+                    }
                 }
                 "request" => {
                     let call = call_number(&value).map_err(at)?;
@@ -213,6 +224,9 @@ impl RecordedRun {
                         return Err(at(format!(
                             "{agent} request {call} comes where request {expected} was expected"
                         )));
+                    }
+                    if call == 1 && agent == "parent" {
+                        workspace = workspace_of(&value);
                     }
                     if call == 1 {
                         entry.system = value
@@ -292,7 +306,18 @@ impl RecordedRun {
         {
             return Err("the trace holds no request of the parent".to_owned());
         }
-        Ok(Self { agents, outcome })
+        Ok(Self {
+            agents,
+            outcome,
+            workspace,
+        })
+    }
+
+    /// The workspace the recorded run worked in (the last resumed part's),
+    /// when the trace says: a run in a temporary copy, or one recorded
+    /// before the field existed, does not.
+    pub fn workspace(&self) -> Option<&str> {
+        self.workspace.as_deref()
     }
 
     /// The question the parent was asked: the text of its first message.
@@ -625,6 +650,16 @@ impl ReplayLog {
     /// Files a divergence found after the run.
     pub fn push(&self, divergence: Divergence) {
         self.state().divergences.push(divergence);
+    }
+
+    /// Files a divergence found during the run: like one a request showed,
+    /// it stops the replay unless the log keeps going.
+    pub fn diverged(&self, divergence: Divergence) {
+        let mut state = self.state();
+        state.divergences.push(divergence);
+        if !self.keep_going {
+            state.halted = true;
+        }
     }
 }
 

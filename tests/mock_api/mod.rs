@@ -245,7 +245,7 @@ fn serve(
 /// A handler that plays the demo: the child model when the system prompt is
 /// the child's, the parent model otherwise, answering as the API would.
 pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
-    let mut parent = DemoParent::default();
+    let mut parent = DemoParent;
     let mut child = DemoChild;
     let mut count = 0;
     move |recorded| {

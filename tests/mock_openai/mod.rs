@@ -219,7 +219,7 @@ pub fn sse(chunks: &[Value]) -> Reply {
 /// Plays the demo: the child model when the system prompt is the
 /// child's, the parent model otherwise; streams when the request asks.
 pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
-    let mut parent = DemoParent::default();
+    let mut parent = DemoParent;
     let mut child = DemoChild;
     let mut count = 0;
     move |recorded| {
