@@ -175,12 +175,36 @@ fn title_of(path: &Path) -> String {
 }
 
 /// Replaces what `file` holds with what `write` writes (buffered, as it
-/// is made: a long run's page is never held whole in memory).
+/// is made: a long run's page is never held whole in memory). The page is
+/// made in a nameless temporary file first (nothing is left behind, even
+/// by a kill) and copied in only when it is whole, so the old page stays
+/// while the new one is made; where the temporary directory cannot hold a
+/// nameless file, the page is made in place.
 fn replace_content(
     file: &mut File,
     write: impl FnOnce(&mut std::io::BufWriter<&mut File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     use std::io::Seek;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let staged = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(std::env::temp_dir());
+    if let Ok(mut staged) = staged {
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, &mut staged);
+        write(&mut out)?;
+        out.flush()?;
+        drop(out);
+        staged.seek(std::io::SeekFrom::Start(0))?;
+        if file.metadata()?.is_file() {
+            file.set_len(0)?;
+            file.seek(std::io::SeekFrom::Start(0))?;
+        }
+        std::io::copy(&mut staged, file)?;
+        return file.flush();
+    }
     if file.metadata()?.is_file() {
         file.set_len(0)?;
         file.seek(std::io::SeekFrom::Start(0))?;
