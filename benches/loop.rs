@@ -28,16 +28,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use subloop::app::{self, DecisionMode, Settings};
-use subloop::driver::Event;
-use subloop::monitor::Monitor;
-use subloop::permission::DenyAll;
-use subloop::subagent::{ScriptedChildren, SubagentConfig};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Conversation;
+use subloop::Hooks;
+use subloop::ModelResponse;
+use subloop::agent::subagent::{ScriptedChildren, SubagentConfig};
+use subloop::core::agent_id::AgentId;
+use subloop::core::conversation::AfterTools;
+use subloop::core::conversation::Reply;
+use subloop::core::conversation::ToolOutput;
+use subloop::host::{self, DecisionMode, Settings};
+use subloop::policy::permission::DenyAll;
+use subloop::providers::scripted::Script;
+use subloop::providers::scripted::ScriptedModel;
+use subloop::run::driver::Event;
+use subloop::run::monitor::Monitor;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
-use subloop::{
-    AfterTools, AgentBuilder, AgentId, Budget, Conversation, Hooks, ModelResponse, Reply, Script,
-    ScriptedModel, ToolOutput,
-};
 
 const TURNS: usize = match option_env!("SUBLOOP_BENCH_TURNS") {
     Some(_) => 4000,
@@ -73,9 +80,10 @@ fn generated_replies(count: usize) -> Vec<ModelResponse> {
                 )
             }));
             if i % 3 == 0 {
-                reply
-                    .content
-                    .insert(0, subloop::Block::text("Let me look.").into());
+                reply.content.insert(
+                    0,
+                    subloop::core::protocol::Block::text("Let me look.").into(),
+                );
             }
             reply
         })
@@ -163,8 +171,9 @@ impl Monitor for TurnClock {
 /// The long replay as `subloop run` wires it (every tool, the plan, `task`); returns the transcript's bytes.
 fn long_replay_once(dir: &Path, script: &Script) -> usize {
     let settings = long_settings(dir);
-    let children: Arc<dyn subloop::subagent::ChildModels> = Arc::new(ScriptedChildren::default());
-    let agent = app::build_agent(&settings, children).expect("agent");
+    let children: Arc<dyn subloop::agent::subagent::ChildModels> =
+        Arc::new(ScriptedChildren::default());
+    let agent = host::build_agent(&settings, children).expect("agent");
     let mut model = ScriptedModel::from_script(script.parent.clone(), false);
     let report = agent
         .run(
@@ -249,7 +258,7 @@ fn bench_long_replay() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-fn history_bytes(messages: &[subloop::Message]) -> usize {
+fn history_bytes(messages: &[subloop::core::protocol::Message]) -> usize {
     messages
         .iter()
         .skip(1)

@@ -7,15 +7,20 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use subloop::hooks::{HookCall, HookError, Verdict};
-use subloop::permission::DenyAll;
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::ModelResponse;
+use subloop::core::conversation::ToolOutput;
+use subloop::policy::hooks::{HookCall, HookError, Verdict};
+use subloop::policy::permission::DenyAll;
+use subloop::providers::scripted::ScriptedModel;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
-use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, ScriptedModel, ToolOutput};
 
 /// Blocks reading anything named like a secret.
 struct NoSecrets;
 
-impl subloop::hooks::Hook for NoSecrets {
+impl subloop::policy::hooks::Hook for NoSecrets {
     fn name(&self) -> &str {
         "no-secrets"
     }
@@ -37,7 +42,7 @@ impl subloop::hooks::Hook for NoSecrets {
 /// Warns when a result is large.
 struct SizeWatch;
 
-impl subloop::hooks::Hook for SizeWatch {
+impl subloop::policy::hooks::Hook for SizeWatch {
     fn name(&self) -> &str {
         "size-watch"
     }

@@ -5,11 +5,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use subloop::model::demo::{DEMO_QUESTION, DemoParent};
-use subloop::permission::AskTerminal;
-use subloop::subagent::{ChildBudget, DemoChildren, SubagentConfig};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::agent::subagent::{ChildBudget, DemoChildren, SubagentConfig};
+use subloop::policy::permission::AskTerminal;
+use subloop::providers::demo::{DEMO_QUESTION, DemoParent};
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
-use subloop::{AgentBuilder, Budget, Hooks};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = Path::new("examples/workspace");

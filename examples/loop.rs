@@ -3,9 +3,14 @@
 //! Run with `cargo run --example loop`.
 
 use serde_json::json;
-use subloop::{
-    AfterTools, Budget, Conversation, ModelResponse, Reply, ToolOutput, ToolResult, ToolUseId,
-};
+use subloop::Budget;
+use subloop::Conversation;
+use subloop::ModelResponse;
+use subloop::core::conversation::AfterTools;
+use subloop::core::conversation::Reply;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::conversation::ToolResult;
+use subloop::core::protocol::ToolUseId;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // AwaitingModel: the only thing to do is ask the model.

@@ -7,9 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use subloop::permission::{AllowAll, Approver, DenyAll};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::core::protocol::Block;
+use subloop::policy::permission::{AllowAll, Approver, DenyAll};
+use subloop::providers::scripted::ScriptedModel;
 use subloop::tools::{RunMain, RunSettings};
-use subloop::{AgentBuilder, Block, Budget, ModelResponse, ScriptedModel};
 
 fn run_with(approver: Arc<dyn Approver>) -> Result<String, Box<dyn std::error::Error>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");

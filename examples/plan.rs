@@ -6,8 +6,13 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use subloop::permission::DenyAll;
-use subloop::{AgentBuilder, Budget, Model, ModelFailure, ModelResponse, Request};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::core::error::ModelFailure;
+use subloop::core::protocol::Request;
+use subloop::policy::permission::DenyAll;
 
 /// Writes a plan on its first turn, then answers; prints what each request carries.
 struct Planner;

@@ -8,10 +8,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use subloop::permission::AllowAll;
-use subloop::subagent::{ChildBudget, ScriptedChildren, SubagentConfig};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::ModelResponse;
+use subloop::agent::subagent::{ChildBudget, ScriptedChildren, SubagentConfig};
+use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedModel;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
-use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, ScriptedModel};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");

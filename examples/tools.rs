@@ -7,9 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use subloop::permission::DenyAll;
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::core::protocol::Message;
+use subloop::policy::permission::DenyAll;
+use subloop::providers::scripted::ScriptedModel;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
-use subloop::{AgentBuilder, Budget, Message, ModelResponse, ScriptedModel};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");

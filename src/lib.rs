@@ -7,40 +7,47 @@
 //!
 //! ## Layers
 //!
-//! | layer | module |
-//! |---|---|
-//! | 1 loop: history, replies, stop statuses, budget | [`conversation`], [`driver`], [`protocol`], [`model`] |
-//! | 2 tools: registry, schema checks, dispatch | [`tools`] |
-//! | 3 permissions: `run_main` only after approval | [`permission`] |
-//! | 4 hooks: before/after observers, audit log | [`hooks`] |
-//! | 5 plan: `todo_write`, attached to every parent request | [`plan`] |
-//! | 6 subagent: `task`, whitelist, budget, report | [`subagent`] |
+//! The crate is built in layers, one folder each; a layer names only the
+//! layers below it (an architecture test in `tests/` keeps it so):
 //!
-//! [`limits`] bounds a whole run (tool calls per reply, delegations, a
-//! deadline, a token budget) and cancels it from another thread.
-//! [`agent`] assembles them; [`executor`] is the gated tool pipeline the
-//! driver calls for the parent and every child; [`trace`] writes a JSON Lines
-//! record of every request and reply, in a place [`trace_target`] allows,
-//! which [`model::replay`] answers from and [`replay`] checks a replayed run
-//! against; [`app`] is what the CLI runs, [`cli`] parses its command line,
-//! [`output`] how it prints the answer, and [`signals`] how it ends on
-//! Ctrl-C, `SIGTERM` and `SIGHUP`.
+//! ```text
+//! core ← run ← {policy, tools, providers} ← agent ← record ← host
+//! ```
+//!
+//! | layer | what it holds |
+//! |---|---|
+//! | [`core`] | wire types ([`core::protocol`]), the [`Conversation`] typestate, errors, [`core::agent_id::AgentId`], the plan, terminal-safe text; no I/O, no threads, no clock |
+//! | [`run`] | the one loop ([`run::driver`]), the [`Model`] trait, run [`run::limits`] and cancellation, the [`run::monitor::Monitor`] that watches a run, the [`run::shutdown`] actions a host runs on its way out |
+//! | [`policy`] | the permission gate and its approvers ([`policy::permission`]), [`Hooks`] |
+//! | [`tools`] | the [`tools::Tool`] trait, the registry and its schema checks, `read_file`, `run_main`, `todo_write`, MCP servers |
+//! | [`providers`] | models: Anthropic and OpenAI-compatible clients, scripted replies, the demo's offline models |
+//! | [`agent`] | [`AgentBuilder`], [`Agent`], [`RunReport`], the gated executor, subagents (`task`) |
+//! | [`record`] | the JSON Lines trace, a trace read back, replay, resume, the loop's invariants, the JSON report, the views |
+//! | [`host`] | a run configured as the CLI configures one: settings, models, prepare/execute, replay, chat |
+//!
+//! The course's six lessons map onto them: the loop (layer 1) is [`core`]
+//! and [`run`]; tools (2) are [`tools`]; permissions (3) and hooks (4) are
+//! [`policy`]; the plan (5) is [`core::plan`] and `todo_write`; the
+//! subagent (6) is [`agent::subagent`]. The command line is the binary's
+//! own (`src/main.rs`, `src/cli/`): it parses flags, wires Ctrl-C,
+//! `SIGTERM` and `SIGHUP` to the library's handles, and prints. The library
+//! installs no signal handler and keeps no process-wide state.
 //!
 //! ## Invariants, and the tests that guard them
 //!
-//! * A turn is a type: [`Conversation<AwaitingModel>`], [`Conversation<AwaitingTools>`],
-//!   [`Conversation<Finished<S>>`]. Transitions consume `self`; a finished
+//! * A turn is a type: `Conversation<AwaitingModel>`, `Conversation<AwaitingTools>`,
+//!   `Conversation<Finished<S>>` ([`Conversation`]). Transitions consume `self`; a finished
 //!   conversation has no transition, and tools cannot be skipped (the
-//!   `compile_fail` examples in [`conversation`]).
+//!   `compile_fail` examples in [`core::conversation`]).
 //! * A reply is checked once, at [`Conversation::receive`]: known block types,
 //!   non-empty unique tool_use ids, stop reason and content in agreement;
-//!   anything else finishes `protocol_error` naming the [`Violation`], never a
+//!   anything else finishes `protocol_error` naming the [`core::conversation::Violation`], never a
 //!   panic (`tests/conversation_rules.rs`, `tests/loop_properties.rs`).
 //! * The assistant reply is stored before any tool runs; every call gets
 //!   exactly one result, carrying its id, in the next user message, in call
 //!   order ([`Conversation::answer_with`] pairs ids itself; the raw
 //!   [`Conversation::submit`] rejects mismatches and hands the state back).
-//! * At most `max_calls` model requests; budget 0 is an [`InputError`].
+//! * At most `max_calls` model requests; budget 0 is an [`core::error::InputError`].
 //! * A tool runs only if the registry that produced the request's tool list
 //!   holds it and its arguments match its schema (`tests/registry_schema.rs`,
 //!   `tests/dispatch_properties.rs`); `run_main` runs only after approval,
@@ -50,7 +57,7 @@
 //! * The plan rides on each parent request, never in the history
 //!   (`tests/plan_attachment.rs`).
 //! * A child starts from `[user: task]`, holds only read-only whitelisted
-//!   tools (holding `task` does not compile: see [`subagent`]), passes the
+//!   tools (holding `task` does not compile: see [`agent::subagent`]), passes the
 //!   parent's gate, runs the hooks the host named, and always yields a report
 //!   under the original id (`tests/subagent.rs`, `tests/demo_runs.rs`).
 //! * No run exceeds its limits, and every id is still answered exactly once
@@ -61,8 +68,8 @@
 //! ```
 //! use std::sync::Arc;
 //! use serde_json::json;
-//! use subloop::permission::DenyAll;
-//! use subloop::subagent::{ScriptedChildren, SubagentConfig};
+//! use subloop::policy::permission::DenyAll;
+//! use subloop::agent::subagent::{ScriptedChildren, SubagentConfig};
 //! use subloop::tools::{ReadFile, DEFAULT_READ_LIMIT};
 //! use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, ScriptedModel, StatusKind};
 //!
@@ -84,54 +91,21 @@
 #![deny(missing_docs)]
 
 pub mod agent;
-pub mod agent_id;
-pub mod app;
-pub mod chat;
-pub mod cli;
-pub mod conversation;
-pub mod driver;
-pub mod error;
-pub mod executor;
-pub mod hooks;
-pub mod invariants;
-pub mod json_report;
-pub mod limits;
-pub mod model;
-pub mod monitor;
-pub mod output;
-pub mod permission;
-pub mod plan;
-pub mod progress;
-pub mod protocol;
-pub mod replay;
-pub mod resume;
-pub mod shared_text;
-pub mod signals;
-pub mod subagent;
-pub mod terminal;
+pub mod core;
+pub mod host;
+pub mod policy;
+pub mod providers;
+pub mod record;
+pub mod run;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tools;
-pub mod trace;
-mod trace_lines;
-pub mod trace_target;
-pub mod view;
-pub mod view_html;
 
 pub use agent::{Agent, AgentBuilder, RunReport};
-pub use agent_id::AgentId;
-pub use conversation::{
-    AfterTools, Answered, AwaitingModel, AwaitingTools, Budget, CONTINUE_PROMPT, CallLimit,
-    Cancelled, Conversation, Deadline, Finished, Interrupt, InterruptKind, Interrupted, ModelError,
-    ModelStopped, OnEmptyReply, Outcome, ProtocolError, Rejected, Reply, Status, StatusKind,
-    TokenLimit, ToolCall, ToolOutput, ToolResult, Violation,
-};
-pub use driver::{Event, Executor, Observer, Silent, run};
-pub use error::{InputError, ModelFailure, ScriptError, SetupError, SubmitError};
-pub use hooks::Hooks;
-pub use model::{Model, Script, ScriptedModel, ScriptedReply};
-pub use protocol::{
-    Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition,
-    ToolResultContent, ToolUseId, Usage,
-};
-pub use shared_text::SharedText;
+pub use core::conversation::{Budget, Conversation, Outcome, StatusKind};
+pub use core::protocol::ModelResponse;
+pub use policy::hooks::Hooks;
+pub use policy::permission::Approver;
+pub use run::limits::{CancelHandle, Limits};
+pub use run::model::Model;
+pub use tools::{ReadOnlyTool, Tool};

@@ -1,21 +1,23 @@
-//! The `subloop` command line: parses flags, wires [`subloop::app`], prints.
+//! The `subloop` command line: parses flags, wires [`subloop::host`], prints.
+
+mod cli;
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use subloop::app::{self, Models};
-use subloop::cli::{self, CliError, Command, Invocation, LiveFlags};
+use crate::cli::{CliError, Command, Invocation, LiveFlags};
+use subloop::host::{self, Models};
 
 /// The live models, and the `[live]` line to print once the run will go ahead.
 #[cfg(feature = "live")]
 fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), String> {
+    use crate::cli::Provider;
     use std::sync::Arc;
     use std::time::Duration;
-    use subloop::cli::Provider;
-    use subloop::model::{anthropic, openai};
+    use subloop::providers::{anthropic, openai};
 
     let env = |name: &str| std::env::var(name).ok();
-    let timeouts = |t: &mut subloop::model::http::transport::Timeouts| {
+    let timeouts = |t: &mut subloop::providers::http::transport::Timeouts| {
         if let Some(secs) = flags.connect {
             t.connect = Duration::from_secs_f64(secs);
         }
@@ -32,7 +34,7 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
         let _ = write!(
             std::io::stderr(),
             "{}",
-            subloop::progress::printable_lines(text)
+            subloop::core::text::printable_lines(text)
         );
     };
     match flags.provider {
@@ -86,7 +88,7 @@ fn live_client(_flags: LiveFlags, _progress: bool) -> Result<(Models, String), S
 /// `subloop replay`: the verdict lines (or the JSON object) on stdout; exit
 /// 0 reproduced and answered, 1 diverged or another status, 2 a bad trace.
 fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode {
-    let report = match app::replay(&cli.settings, trace, cli.keep_going) {
+    let report = match host::replay(&cli.settings, trace, cli.keep_going) {
         Ok(report) => report,
         Err(err) => return usage_error(CliError::new(Some(command), err)),
     };
@@ -95,7 +97,7 @@ fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode
     } else {
         report.lines(cli.keep_going).join("\n")
     };
-    if let Err(err) = subloop::output::print_stdout(&text, cli.json) {
+    if let Err(err) = crate::cli::output::print_stdout(&text, cli.json) {
         let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
         return ExitCode::from(1);
     }
@@ -108,13 +110,13 @@ fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode
 
 /// `subloop chat`: lines from stdin, answers on stdout, the prompt on
 /// stderr; exit 0 at `/exit` or the end of input, 2 when a line cannot run.
-fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> ExitCode {
+fn chat(settings: host::Settings, models: Models, live_line: Option<String>) -> ExitCode {
     let command = Command::Chat;
     // A temporary session trace: a fresh file (never an existing one or a
     // link), readable by its owner only.
     let (trace, temporary) = match &settings.trace {
         Some(path) => (path.clone(), false),
-        None => match subloop::trace_target::create_private("subloop-chat") {
+        None => match subloop::record::target::create_private("subloop-chat") {
             Ok(path) => (path, true),
             Err(err) => {
                 return usage_error(CliError::new(
@@ -130,7 +132,7 @@ fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> E
     // A temporary trace goes when the session does, a SIGTERM included.
     let _remove = temporary.then(|| {
         let path = trace.clone();
-        subloop::signals::on_termination(move |_| {
+        crate::cli::signals::shutdown().on_termination(move |_| {
             let _ = std::fs::remove_file(&path);
         })
     });
@@ -138,10 +140,11 @@ fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> E
     // answers come through the same buffer, and neither holds it between reads.
     let terminal = std::sync::Arc::clone(&settings.input);
     let at_terminal = terminal.is_terminal();
-    let mut input = subloop::terminal::TerminalLines::new(terminal);
-    let mut session = subloop::chat::Chat::new(settings, models, trace.clone());
+    let mut input = subloop::policy::terminal::TerminalLines::new(terminal);
+    let mut session = subloop::host::chat::Chat::new(settings, models, trace.clone())
+        .watched(crate::cli::signals::chat_moment);
     let mut say = |text: &str| {
-        let _ = subloop::output::print_stdout(text, false);
+        let _ = crate::cli::output::print_stdout(text, false);
     };
     // The prompt only for a person at a terminal.
     let mut stderr = std::io::stderr();
@@ -159,7 +162,7 @@ fn chat(settings: app::Settings, models: Models, live_line: Option<String>) -> E
 /// `subloop view`: the timeline on stdout; exit 0, or 1 under `--check`
 /// when an invariant is broken, 2 for an unreadable trace.
 fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
-    let run = match subloop::model::replay::RecordedRun::load_up_to_a_cut(trace) {
+    let run = match subloop::record::recorded::RecordedRun::load_up_to_a_cut(trace) {
         Ok((run, cut)) => {
             if let Some(line) = cut {
                 let _ = writeln!(
@@ -171,11 +174,16 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
         }
         Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
     };
-    let verdicts = subloop::invariants::check(&run, &cli.view_policy);
+    let verdicts = subloop::record::invariants::check(&run, &cli.view_policy);
     let broken = verdicts.iter().any(|verdict| !verdict.held());
     if let Some(output) = &cli.view_output {
-        let written =
-            subloop::view_html::write_for_trace(trace, output, &run, &verdicts, &cli.view_policy);
+        let written = subloop::record::view_html::write_for_trace(
+            trace,
+            output,
+            &run,
+            &verdicts,
+            &cli.view_policy,
+        );
         if let Err(err) = written {
             return usage_error(CliError::new(Some(Command::View), err));
         }
@@ -187,7 +195,7 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
         let _ = writeln!(
             std::io::stderr(),
             "[view] wrote {} ({held})",
-            subloop::progress::printable(&output.display().to_string())
+            subloop::core::text::printable(&output.display().to_string())
         );
         return if cli.check && broken {
             ExitCode::from(1)
@@ -197,8 +205,8 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
     }
     let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
         && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
-    let text = subloop::view::timeline(&run, &verdicts, colour);
-    if let Err(err) = subloop::output::print_stdout(text.trim_end(), false) {
+    let text = subloop::record::view::timeline(&run, &verdicts, colour);
+    if let Err(err) = crate::cli::output::print_stdout(text.trim_end(), false) {
         let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
         return ExitCode::from(1);
     }
@@ -213,7 +221,7 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
 fn usage_error(err: CliError) -> ExitCode {
     // A closed stderr must not turn a usage error into a panic; text from a
     // script or a flag is escaped like every other stderr line, so it stays one line.
-    let text = subloop::progress::printable(&err.to_string());
+    let text = subloop::core::text::printable(&err.to_string());
     let _ = writeln!(std::io::stderr(), "subloop: {text}");
     ExitCode::from(2)
 }
@@ -222,7 +230,7 @@ fn main() -> ExitCode {
     let code = run();
     // A SIGTERM or SIGHUP that ended the run is the process's exit, not the
     // run's status: let its termination finish (it exits 143 / 129).
-    subloop::signals::wait_if_terminating();
+    crate::cli::signals::wait_if_terminating();
     code
 }
 
@@ -230,7 +238,7 @@ fn run() -> ExitCode {
     let mut cli = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Invocation::Run(cli)) => *cli,
         Ok(Invocation::Print(text)) => {
-            return match subloop::output::print_stdout(&text, false) {
+            return match crate::cli::output::print_stdout(&text, false) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(err) => {
                     let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
@@ -241,8 +249,16 @@ fn run() -> ExitCode {
         Err(err) => return usage_error(err),
     };
     let command = cli.command;
-    let _cleanup = app::TemporaryWorkspace::for_settings(&cli.settings);
-    cli.settings.cancel = subloop::limits::CancelHandle::on_ctrl_c();
+    // The library's handles, wired to this process's signals: Ctrl-C
+    // cancels, a terminating signal runs the shutdown actions and kills the
+    // programs run_main is running; the first Ctrl-C's line names what the
+    // run waits for.
+    cli.settings.cancel = crate::cli::signals::install();
+    cli.settings.shutdown = Some(crate::cli::signals::shutdown());
+    cli.settings.programs = crate::cli::signals::programs();
+    cli.settings.watch = Some(crate::cli::signals::tool_watch());
+    cli.settings.prompt_watch = Some(crate::cli::signals::prompt_watch());
+    let _cleanup = host::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.script = cli.script.clone();
     if let (Command::View, Some(trace)) = (command, &cli.replay) {
         return view(&cli, trace);
@@ -259,17 +275,19 @@ fn run() -> ExitCode {
             }
             Err(err) => return usage_error(CliError::new(Some(command), err)),
         },
-        (Command::Run | Command::Chat, Some(path), None) => match subloop::Script::load(path) {
-            Ok(script) => Models::Script(script),
-            Err(err) => return usage_error(CliError::new(Some(command), err)),
-        },
+        (Command::Run | Command::Chat, Some(path), None) => {
+            match subloop::providers::scripted::Script::load(path) {
+                Ok(script) => Models::Script(script),
+                Err(err) => return usage_error(CliError::new(Some(command), err)),
+            }
+        }
         _ => Models::Demo,
     };
     if command == Command::Chat {
         return chat(cli.settings, models, live_line);
     }
     // Everything that can refuse the run is checked before any progress line.
-    let prepared = match app::prepare(&cli.settings, models) {
+    let prepared = match host::prepare(&cli.settings, models) {
         Ok(prepared) => prepared,
         Err(err) => return usage_error(CliError::new(Some(command), err)),
     };
@@ -298,7 +316,7 @@ fn run() -> ExitCode {
     }
     match prepared.run() {
         Ok(run) => {
-            let code = run.finish(cli.json);
+            let code = crate::cli::output::finish(&run, cli.json);
             // The process ends here: freeing the whole history first is wasted work.
             std::mem::forget(run);
             code

@@ -32,13 +32,14 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use crate::conversation::{Budget, Conversation, Outcome, StatusKind, ToolCall, ToolOutput};
-use crate::driver::{self, Executor, Silent};
-use crate::error::ModelFailure;
-use crate::model::{Model, ScriptedReply};
-use crate::protocol::{
+use crate::core::conversation::{Budget, Conversation, Outcome, StatusKind, ToolCall, ToolOutput};
+use crate::core::error::ModelFailure;
+use crate::core::protocol::{
     Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition, Usage,
 };
+use crate::providers::scripted::ScriptedReply;
+use crate::run::driver::{self, Executor, Silent};
+use crate::run::model::Model;
 
 /// Arbitrary JSON values, a few levels deep.
 pub fn json_value() -> impl Strategy<Value = Value> {
@@ -190,7 +191,7 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
         self.inner.execute(call)
     }
 
-    fn interrupt(&self) -> Option<crate::conversation::Interrupt> {
+    fn interrupt(&self) -> Option<crate::core::conversation::Interrupt> {
         self.inner.interrupt()
     }
 
@@ -332,7 +333,7 @@ fn check_history(outcome: &Outcome, budget: u32, requests: u32) -> Result<Asked,
         return fail("the history does not start with the user's question".to_owned());
     }
     // The pairing of calls and results: the one definition, in `invariants`.
-    let asked = crate::invariants::answered_once(messages)?;
+    let asked = crate::record::invariants::answered_once(messages)?;
     for (index, message) in messages.iter().enumerate() {
         if message.role != Role::Assistant {
             continue;
@@ -429,7 +430,7 @@ pub fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
         None => (data, &[][..]),
     };
     let replies_text = String::from_utf8_lossy(replies_part);
-    let _ = crate::model::Script::parse(&replies_text);
+    let _ = crate::providers::scripted::Script::parse(&replies_text);
     let replies: Vec<ScriptedReply> = match serde_json::from_str::<Value>(&replies_text) {
         Ok(Value::Array(items)) => items.into_iter().take(16).map(reply_from_value).collect(),
         Ok(value) => vec![reply_from_value(value)],
@@ -446,15 +447,16 @@ pub fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
 /// panic, whatever the bytes (the `trace_view` fuzz target).
 pub fn fuzz_trace(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let Ok(run) = crate::model::replay::RecordedRun::parse(&text) else {
+    let Ok(run) = crate::record::recorded::RecordedRun::parse(&text) else {
         return;
     };
-    let verdicts = crate::invariants::check(&run, &crate::invariants::Policy::default());
-    let _ = crate::view::timeline(&run, &verdicts, true);
-    let page = crate::view_html::page(
+    let verdicts =
+        crate::record::invariants::check(&run, &crate::record::invariants::Policy::default());
+    let _ = crate::record::view::timeline(&run, &verdicts, true);
+    let page = crate::record::view_html::page(
         &run,
         &verdicts,
-        &crate::invariants::Policy::default(),
+        &crate::record::invariants::Policy::default(),
         "fuzz",
     );
     // The data cannot end the script element early.
@@ -476,7 +478,7 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
         return;
     };
     let call = ToolCall::new("fuzz", "read_file", args.clone());
-    let agent = crate::AgentId::Parent;
+    let agent = crate::core::agent_id::AgentId::Parent;
     if schema::validate(&reader.input_schema(), args).is_ok() {
         let output = reader.run(
             args,
@@ -493,7 +495,7 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
     if let Some(path) = args.as_str() {
         let _ = reader.read(path);
     }
-    let plan = crate::plan::SharedPlan::new();
+    let plan = crate::core::plan::SharedPlan::new();
     let todo = crate::tools::TodoWrite::new(plan.clone());
     if schema::validate(&todo.input_schema(), args).is_ok() {
         let before = plan.current();
@@ -518,17 +520,18 @@ fn fuzz_submit(first: Option<&ScriptedReply>, args: &Value) {
     let Ok(conversation) = Conversation::start("fuzz", budget) else {
         return;
     };
-    let crate::Reply::Tools(pending) = conversation.receive(reply.clone()) else {
+    let crate::core::conversation::Reply::Tools(pending) = conversation.receive(reply.clone())
+    else {
         return;
     };
     let calls = pending.calls().to_vec();
     let history = pending.history().to_vec();
-    let results: Vec<crate::ToolResult> = match args {
+    let results: Vec<crate::core::conversation::ToolResult> = match args {
         Value::Array(items) => items
             .iter()
             .take(8)
-            .map(|item| crate::ToolResult {
-                tool_use_id: crate::ToolUseId::new(
+            .map(|item| crate::core::conversation::ToolResult {
+                tool_use_id: crate::core::protocol::ToolUseId::new(
                     item.get("id").and_then(Value::as_str).unwrap_or_default(),
                 ),
                 content: item.to_string(),
@@ -541,7 +544,7 @@ fn fuzz_submit(first: Option<&ScriptedReply>, args: &Value) {
         _ => calls
             .iter()
             .rev()
-            .map(|call| crate::ToolResult {
+            .map(|call| crate::core::conversation::ToolResult {
                 tool_use_id: call.id().clone(),
                 content: String::new(),
                 is_error: false,
@@ -551,8 +554,8 @@ fn fuzz_submit(first: Option<&ScriptedReply>, args: &Value) {
     match pending.submit(results) {
         Ok(after) => {
             let history = match &after {
-                crate::AfterTools::Continue(next) => next.history(),
-                crate::AfterTools::CallLimit(done) => done.history(),
+                crate::core::conversation::AfterTools::Continue(next) => next.history(),
+                crate::core::conversation::AfterTools::CallLimit(done) => done.history(),
             };
             let stored: Vec<&str> = history
                 .last()
@@ -586,8 +589,8 @@ fn fuzz_submit(first: Option<&ScriptedReply>, args: &Value) {
 /// replaying the same replies, every tool behind a denying gate.
 fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &Value) {
     use std::sync::Arc;
-    let children = crate::subagent::ScriptedChildren(vec![replies.clone(); 3]);
-    let built = crate::AgentBuilder::new(Arc::new(crate::permission::DenyAll))
+    let children = crate::agent::subagent::ScriptedChildren(vec![replies.clone(); 3]);
+    let built = crate::AgentBuilder::new(Arc::new(crate::policy::permission::DenyAll))
         .read_only_tool(match crate::tools::ReadFile::new(workspace, 64) {
             Ok(tool) => tool,
             Err(_) => return,
@@ -600,10 +603,13 @@ fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &V
         })
         .and_then(|b| b.plan())
         .and_then(|b| {
-            let budget = crate::subagent::ChildBudget::new(2)?;
+            let budget = crate::agent::subagent::ChildBudget::new(2)?;
             b.subagents(
-                crate::subagent::SubagentConfig::new(Arc::new(children), crate::Hooks::none())
-                    .budget(budget),
+                crate::agent::subagent::SubagentConfig::new(
+                    Arc::new(children),
+                    crate::Hooks::none(),
+                )
+                .budget(budget),
             )
         });
     let Ok(builder) = built else { return };
@@ -624,8 +630,8 @@ fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &V
     let Ok(trace_file) = std::fs::File::create(&trace_path) else {
         return;
     };
-    let builder = builder.monitor(crate::trace::TraceWriter::from_file(trace_file));
-    let mut model = crate::ScriptedModel::new(replies);
+    let builder = builder.monitor(crate::record::trace::TraceWriter::from_file(trace_file));
+    let mut model = crate::providers::scripted::ScriptedModel::new(replies);
     let agent = builder.build();
     let Ok(report) = agent.run("fuzz", budget_checked, &mut model) else {
         let _ = std::fs::remove_file(&trace_path);
@@ -634,14 +640,14 @@ fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &V
     let trace = std::fs::read_to_string(&trace_path);
     let _ = std::fs::remove_file(&trace_path);
     if let Ok(trace) = trace {
-        let run = crate::model::replay::RecordedRun::parse(&trace)
+        let run = crate::record::recorded::RecordedRun::parse(&trace)
             .unwrap_or_else(|err| panic!("the run's own trace does not parse: {err}"));
-        let policy = crate::invariants::Policy {
+        let policy = crate::record::invariants::Policy {
             parent_calls: Some(budget),
             child_calls: Some(2),
-            ..crate::invariants::Policy::default()
+            ..crate::record::invariants::Policy::default()
         };
-        for verdict in crate::invariants::check(&run, &policy) {
+        for verdict in crate::record::invariants::check(&run, &policy) {
             assert!(
                 verdict.held(),
                 "invariant broken on the run's trace: {}: {:?}",
@@ -720,7 +726,7 @@ pub fn long_replay_script(turns: usize, file: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::ToolResultContent;
+    use crate::core::protocol::ToolResultContent;
 
     fn check(
         outcome: &Outcome,
@@ -743,7 +749,7 @@ mod tests {
 
     fn result(id: &str) -> Block {
         Block::ToolResult {
-            tool_use_id: crate::ToolUseId::new(id),
+            tool_use_id: crate::core::protocol::ToolUseId::new(id),
             content: ToolResultContent::Text("ok".into()),
             is_error: false,
         }

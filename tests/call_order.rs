@@ -11,18 +11,27 @@ use std::time::{Duration, Instant};
 
 use common::{TempDir, tool_results};
 use serde_json::{Value, json};
-use subloop::driver::Event;
-use subloop::executor::{CallDecision, ToolRecord};
-use subloop::limits::{CancelHandle, Limits};
-use subloop::monitor::Monitor;
-use subloop::permission::AllowAll;
-use subloop::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::RunReport;
+use subloop::StatusKind;
+use subloop::agent::executor::{CallDecision, ToolRecord};
+use subloop::agent::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::core::agent_id::AgentId;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::error::ModelFailure;
+use subloop::core::protocol::Request;
+use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedModel;
+use subloop::providers::scripted::ScriptedReply;
+use subloop::run::driver::Event;
+use subloop::run::limits::{CancelHandle, Limits};
+use subloop::run::monitor::Monitor;
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
-};
-use subloop::{
-    AgentBuilder, AgentId, Budget, Hooks, Model, ModelFailure, ModelResponse, Request, RunReport,
-    ScriptedModel, ScriptedReply, StatusKind, ToolOutput,
 };
 
 /// The file main.py writes, and what it writes there.

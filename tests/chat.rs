@@ -12,10 +12,10 @@ use serde_json::{Value, json};
 
 use common::TempDir;
 use subloop::StatusKind;
-use subloop::app::{DecisionMode, Models, Settings};
-use subloop::chat::Chat;
-use subloop::model::replay::RecordedRun;
-use subloop::trace::rebuild_requests;
+use subloop::host::chat::Chat;
+use subloop::host::{DecisionMode, Models, Settings};
+use subloop::record::recorded::RecordedRun;
+use subloop::record::trace::rebuild_requests;
 
 fn tool_use(id: &str, name: &str, input: Value) -> Value {
     json!({"content": [{"type": "tool_use", "id": id, "name": name, "input": input}],
@@ -59,7 +59,7 @@ fn a_session_answers_each_line_with_the_whole_history_in_one_trace() {
     settings.max_calls = 2;
     settings.script = Some(script.clone());
     let trace = dir.path().join("session.jsonl");
-    let loaded = subloop::Script::load(&script).expect("script");
+    let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
     let mut chat = Chat::new(settings, Models::Script(loaded), trace.clone());
     let mut said = Vec::new();
     let mut say = |text: &str| said.push(text.to_owned());
@@ -93,7 +93,11 @@ fn a_session_answers_each_line_with_the_whole_history_in_one_trace() {
         .pop()
         .expect("request");
     assert_eq!(last.call, 5);
-    let texts: Vec<String> = last.messages.iter().map(subloop::Message::text).collect();
+    let texts: Vec<String> = last
+        .messages
+        .iter()
+        .map(subloop::core::protocol::Message::text)
+        .collect();
     for line in [
         "What does main.py print?",
         "It prints 42.",
@@ -339,7 +343,7 @@ fn a_line_that_cannot_run_is_refused_and_the_session_goes_on() {
     let mut settings = Settings::new(dir.path().join("ws"));
     settings.progress = false;
     settings.max_calls = 1;
-    let loaded = subloop::Script::load(&script).expect("script");
+    let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
     let mut chat = Chat::new(settings, Models::Script(loaded), dir.path().join("s.jsonl"));
     let mut said = Vec::new();
     let mut say = |text: &str| said.push(text.to_owned());

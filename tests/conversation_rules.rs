@@ -3,14 +3,43 @@
 mod common;
 
 use serde_json::{Value, json};
-use subloop::{
-    AfterTools, AwaitingModel, AwaitingTools, Block, Budget, Conversation, Event, Executor,
-    Finished, InputError, Message, ModelError, ModelFailure, ModelResponse, ModelStopped, Observer,
-    Outcome, ProtocolError, ReplyBlock, Role, Script, ScriptedModel, StatusKind, StopReason,
-    SubmitError, ToolCall, ToolDefinition, ToolOutput, ToolResult, ToolResultContent, ToolUseId,
-    Usage, Violation,
-};
-use subloop::{CONTINUE_PROMPT, OnEmptyReply, Reply, run};
+use subloop::Budget;
+use subloop::Conversation;
+use subloop::ModelResponse;
+use subloop::Outcome;
+use subloop::StatusKind;
+use subloop::core::conversation::AfterTools;
+use subloop::core::conversation::AwaitingModel;
+use subloop::core::conversation::AwaitingTools;
+use subloop::core::conversation::CONTINUE_PROMPT;
+use subloop::core::conversation::Finished;
+use subloop::core::conversation::ModelError;
+use subloop::core::conversation::ModelStopped;
+use subloop::core::conversation::OnEmptyReply;
+use subloop::core::conversation::ProtocolError;
+use subloop::core::conversation::Reply;
+use subloop::core::conversation::ToolCall;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::conversation::ToolResult;
+use subloop::core::conversation::Violation;
+use subloop::core::error::InputError;
+use subloop::core::error::ModelFailure;
+use subloop::core::error::SubmitError;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::ReplyBlock;
+use subloop::core::protocol::Role;
+use subloop::core::protocol::StopReason;
+use subloop::core::protocol::ToolDefinition;
+use subloop::core::protocol::ToolResultContent;
+use subloop::core::protocol::ToolUseId;
+use subloop::core::protocol::Usage;
+use subloop::providers::scripted::Script;
+use subloop::providers::scripted::ScriptedModel;
+use subloop::run::driver::Event;
+use subloop::run::driver::Executor;
+use subloop::run::driver::Observer;
+use subloop::run::driver::run;
 
 use common::RecordingModel;
 

@@ -8,12 +8,17 @@ use std::sync::{Arc, Mutex};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
-use subloop::permission::AllowAll;
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::StatusKind;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Role;
+use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedModel;
 use subloop::tools::schema::validate;
 use subloop::tools::{Capability, Tool, ToolContext};
-use subloop::{
-    AgentBuilder, Block, Budget, ModelResponse, Role, ScriptedModel, StatusKind, ToolOutput,
-};
 
 type Runs = Arc<Mutex<HashMap<String, usize>>>;
 

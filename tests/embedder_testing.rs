@@ -7,11 +7,15 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use subloop::StatusKind;
+use subloop::core::conversation::Interrupt;
+use subloop::core::conversation::InterruptKind;
+use subloop::core::conversation::ToolCall;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::protocol::ToolDefinition;
+use subloop::run::driver::Executor;
 use subloop::testing::{
     check_conversation, check_executor, hostile_reply, scripted_replies, tool_call,
-};
-use subloop::{
-    Executor, Interrupt, InterruptKind, StatusKind, ToolCall, ToolDefinition, ToolOutput,
 };
 
 /// A host's own executor: a key-value store with `get` and `put` tools and
@@ -92,7 +96,7 @@ proptest! {
         let outcome = check_conversation(&mut store, script, budget).map_err(TestCaseError::fail)?;
         // Every call the store ran is answered in the history.
         let answered = outcome.messages.iter().flat_map(|m| &m.content)
-            .filter(|b| matches!(b, subloop::Block::ToolResult { .. })).count();
+            .filter(|b| matches!(b, subloop::core::protocol::Block::ToolResult { .. })).count();
         prop_assert_eq!(answered, store.ran);
     }
 

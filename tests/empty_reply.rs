@@ -7,8 +7,9 @@ mod common;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
-use subloop::trace::rebuild_requests;
-use subloop::{CONTINUE_PROMPT, Message};
+use subloop::core::conversation::CONTINUE_PROMPT;
+use subloop::core::protocol::Message;
+use subloop::record::trace::rebuild_requests;
 
 fn script() -> Value {
     json!({

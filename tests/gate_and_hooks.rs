@@ -11,13 +11,19 @@ use std::time::Duration;
 
 use common::{RecordingModel, TempDir};
 use serde_json::{Value, json};
-use subloop::executor::{CallDecision, Warning};
-use subloop::hooks::{AuditEntry, Hook, HookCall, HookError, Hooks, Phase, Verdict};
-use subloop::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::RunReport;
+use subloop::agent::executor::{CallDecision, Warning};
+use subloop::core::agent_id::AgentId;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::protocol::ToolUseId;
+use subloop::policy::hooks::{AuditEntry, Hook, HookCall, HookError, Hooks, Phase, Verdict};
+use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
 };
-use subloop::{AgentBuilder, AgentId, Budget, ModelResponse, RunReport, ToolOutput, ToolUseId};
 
 /// A read-only tool that counts its runs.
 #[derive(Clone)]
@@ -653,7 +659,7 @@ fn an_approver_that_panics_fails_closed_and_the_run_goes_on() {
 
 /// An approver that takes long enough for the run to be stopped meanwhile
 /// (a Ctrl-C or a passing deadline while a `y/N` prompt waits), then allows.
-struct SlowApprover(subloop::limits::CancelHandle);
+struct SlowApprover(subloop::run::limits::CancelHandle);
 
 impl Approver for SlowApprover {
     fn decide(&self, _request: &ApprovalRequest<'_>) -> Decision {
@@ -665,13 +671,13 @@ impl Approver for SlowApprover {
 #[test]
 fn a_run_stopped_while_the_approver_decides_does_not_start_the_tool() {
     let counter = Counting::new("exec", Capability::Executes);
-    let cancel = subloop::limits::CancelHandle::new();
+    let cancel = subloop::run::limits::CancelHandle::new();
     let builder = with_counter(
         Arc::new(SlowApprover(cancel.clone())),
         &counter,
         Hooks::none(),
     )
-    .limits(subloop::limits::Limits::default(), cancel);
+    .limits(subloop::run::limits::Limits::default(), cancel);
     let report = run(builder, vec![("c1", "exec", json!({}))]);
 
     assert_eq!(

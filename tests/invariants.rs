@@ -1,4 +1,4 @@
-//! The loop's invariants over recorded runs (`subloop::invariants`): every
+//! The loop's invariants over recorded runs (`subloop::record::invariants`): every
 //! rule holds on the demo's traces, and each hand-broken trace breaks the
 //! rule it should, at the place it should.
 
@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 
 use common::TempDir;
-use subloop::invariants::{Invariant, Policy, Verdict, check};
-use subloop::model::replay::RecordedRun;
+use subloop::record::invariants::{Invariant, Policy, Verdict, check};
+use subloop::record::recorded::RecordedRun;
 
 /// The trace of `subloop demo ARGS`, as JSON lines.
 fn demo_trace(dir: &TempDir, name: &str, args: &[&str]) -> Vec<Value> {

@@ -12,17 +12,27 @@ use std::time::{Duration, Instant};
 
 use common::{TempDir, tool_results};
 use serde_json::{Value, json};
-use subloop::executor::ToolRecord;
-use subloop::limits::{CancelHandle, Limits};
-use subloop::permission::AllowAll;
-use subloop::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::ModelResponse;
+use subloop::RunReport;
+use subloop::StatusKind;
+use subloop::agent::executor::ToolRecord;
+use subloop::agent::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::core::conversation::ToolOutput;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Role;
+use subloop::core::protocol::ToolResultContent;
+use subloop::core::protocol::Usage;
+use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedModel;
+use subloop::providers::scripted::ScriptedReply;
+use subloop::record::trace::{TraceWriter, rebuild_requests};
+use subloop::run::limits::{CancelHandle, Limits};
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
-};
-use subloop::trace::{TraceWriter, rebuild_requests};
-use subloop::{
-    AgentBuilder, Block, Budget, Hooks, Message, ModelResponse, Role, RunReport, ScriptedModel,
-    ScriptedReply, StatusKind, ToolOutput, ToolResultContent, Usage,
 };
 
 /// What main.py prints.

@@ -11,15 +11,20 @@ use std::time::Duration;
 
 use mock_api::{MockServer, Recorded, Reply, demo_handler, sse_body};
 use serde_json::{Value, json};
-use subloop::app::{self, DecisionMode, Models};
-use subloop::model::anthropic::transport::{
+use subloop::ModelResponse;
+use subloop::StatusKind;
+use subloop::agent::subagent::CHILD_SYSTEM;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::ReplyBlock;
+use subloop::core::protocol::Request;
+use subloop::core::protocol::StopReason;
+use subloop::core::protocol::ToolDefinition;
+use subloop::host::{self, DecisionMode, Models};
+use subloop::providers::anthropic::transport::{
     HttpResponse, Timeouts, Transport, TransportError, TransportErrorKind,
 };
-use subloop::model::anthropic::{API_VERSION, ApiKey, Client, LiveConfig, LiveError};
-use subloop::subagent::CHILD_SYSTEM;
-use subloop::{
-    Block, Message, ModelResponse, ReplyBlock, Request, StatusKind, StopReason, ToolDefinition,
-};
+use subloop::providers::anthropic::{API_VERSION, ApiKey, Client, LiveConfig, LiveError};
 
 const KEY: &str = "sk-test-SECRET-0123456789";
 
@@ -46,7 +51,7 @@ fn client(config: LiveConfig) -> (Client, Arc<Mutex<Vec<Duration>>>) {
     (client, sleeps)
 }
 
-fn one_request(client: &Client) -> Result<ModelResponse, subloop::ModelFailure> {
+fn one_request(client: &Client) -> Result<ModelResponse, subloop::core::error::ModelFailure> {
     let messages = [Message::user_text("hi")];
     client.send(&Request {
         system: "sys",
@@ -60,20 +65,20 @@ fn demo_run(decision: DecisionMode) -> (subloop::RunReport, Vec<Recorded>, usize
     let server = MockServer::start(demo_handler());
     let (client, _) = client(config(&server.url));
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.decision = decision;
     settings.progress = false;
-    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
     let connections = server.connections.load(std::sync::atomic::Ordering::SeqCst);
     (report, server.recorded(), connections)
 }
 
 fn offline_text(decision: DecisionMode) -> String {
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.decision = decision;
     settings.progress = false;
-    app::execute(&settings, Models::Demo)
+    host::execute(&settings, Models::Demo)
         .expect("offline run")
         .outcome
         .text
@@ -782,11 +787,11 @@ fn a_deadline_abandons_a_request_in_flight() {
     let server = MockServer::start(|_| Reply::Stall(Duration::from_secs(20)));
     let (client, _) = client(config(&server.url));
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.progress = false;
     settings.limits.deadline = Some(Duration::from_millis(300));
     let started = std::time::Instant::now();
-    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
     // Well before the 10 s read timeout of `config`.
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -810,7 +815,7 @@ fn cancelling_abandons_a_request_in_flight() {
     config.timeouts.read = Duration::from_millis(1500);
     let (client, _) = client(config);
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.progress = false;
     let cancel = settings.cancel.clone();
     let canceller = std::thread::spawn(move || {
@@ -818,7 +823,7 @@ fn cancelling_abandons_a_request_in_flight() {
         cancel.cancel();
     });
     let started = std::time::Instant::now();
-    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
     canceller.join().unwrap();
     assert!(
         started.elapsed() < Duration::from_millis(450),
@@ -836,15 +841,15 @@ fn a_client_reused_after_a_cancelled_run_serves_the_next_run() {
     let (client, _) = client(config(&server.url));
     let client = Arc::new(client);
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.progress = false;
     settings.decision = DecisionMode::Allow;
     let first = settings.clone();
     first.cancel.cancel();
-    let cancelled = app::execute(&first, Models::Live(Arc::clone(&client))).expect("first run");
+    let cancelled = host::execute(&first, Models::Live(Arc::clone(&client))).expect("first run");
     assert_eq!(cancelled.outcome.status, StatusKind::Cancelled);
-    settings.cancel = subloop::limits::CancelHandle::new();
-    let second = app::execute(&settings, Models::Live(client)).expect("second run");
+    settings.cancel = subloop::run::limits::CancelHandle::new();
+    let second = host::execute(&settings, Models::Live(client)).expect("second run");
     assert_eq!(
         second.outcome.status,
         StatusKind::Answered,

@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use mock_api::{MockServer, Reply, demo_handler, demo_stream_handler};
 use serde_json::{Value, json};
-use subloop::app::{self, DecisionMode, Models};
-use subloop::model::anthropic::transport::Timeouts;
-use subloop::model::anthropic::{Client, LiveConfig};
-use subloop::{Message, Request, StatusKind};
+use subloop::StatusKind;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Request;
+use subloop::host::{self, DecisionMode, Models};
+use subloop::providers::anthropic::transport::Timeouts;
+use subloop::providers::anthropic::{Client, LiveConfig};
 
 const KEY: &str = "sk-test-SECRET-0123456789";
 
@@ -46,11 +48,11 @@ fn traced_demo(client: Client) -> (subloop::RunReport, Vec<Value>) {
     let dir = common::TempDir::new("fidelity-trace");
     let path = dir.path().join("trace.jsonl");
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.decision = DecisionMode::Allow;
     settings.progress = false;
     settings.trace = Some(path.clone());
-    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
     let trace = std::fs::read_to_string(&path).expect("the trace was written");
     (report, lines(&trace))
 }
@@ -311,7 +313,9 @@ fn env_config(key: &str, base_url: &str) -> LiveConfig {
     config
 }
 
-fn one_request(client: &Client) -> Result<subloop::ModelResponse, subloop::ModelFailure> {
+fn one_request(
+    client: &Client,
+) -> Result<subloop::ModelResponse, subloop::core::error::ModelFailure> {
     let messages = [Message::user_text("hi")];
     client.send(&Request {
         system: "",
@@ -395,7 +399,7 @@ fn a_password_holding_url_delimiters_is_never_printed_either() {
         let config = env_config(KEY, &url);
         assert_eq!(config.display_base_url(), "http://***@127.0.0.1:1/");
         assert!(!format!("{config:?}").contains(secret), "{config:?}");
-        let shown = subloop::model::anthropic::redact_url(&url);
+        let shown = subloop::providers::anthropic::redact_url(&url);
         assert!(!shown.contains(secret), "{shown}");
     }
 }
@@ -468,7 +472,7 @@ fn subagents_streaming_side_by_side_never_tear_each_others_lines() {
     let mut child_calls = 0;
     let server = MockServer::start(move |recorded| {
         let body = recorded.json();
-        let message = if body["system"][0]["text"] == subloop::subagent::CHILD_SYSTEM {
+        let message = if body["system"][0]["text"] == subloop::agent::subagent::CHILD_SYSTEM {
             child_calls += 1;
             let text = &texts[(child_calls - 1) % 2];
             json!({"content": [{"type": "text", "text": format!("child says {text}")}],
@@ -570,10 +574,10 @@ fn the_plan_rides_as_a_second_system_block_and_only_its_change_costs_cache_reads
     let server = MockServer::start(scripted_handler(replies));
     let client = Client::new(config(&server.url)).with_sleeper(|_| {});
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.decision = DecisionMode::Deny;
     settings.progress = false;
-    let report = app::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
     assert_eq!(report.outcome.status, StatusKind::Answered);
     let bodies: Vec<Value> = server.recorded().iter().map(|r| r.json()).collect();
     assert_eq!(bodies.len(), 4);
@@ -648,11 +652,11 @@ fn a_live_demo_never_sends_a_text_block_after_tool_results() {
         let mut config = config(&server.url);
         config.stream = stream;
         let mut settings =
-            app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+            host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
         settings.decision = decision;
         settings.progress = false;
         let report =
-            app::execute(&settings, Models::Live(Arc::new(Client::new(config)))).expect("run");
+            host::execute(&settings, Models::Live(Arc::new(Client::new(config)))).expect("run");
         assert_eq!(report.outcome.status, StatusKind::Answered);
         let recorded = server.recorded();
         assert_eq!(recorded.len(), 7);

@@ -1,4 +1,4 @@
-//! Loop invariants over arbitrary model replies, driven through `subloop::run`.
+//! Loop invariants over arbitrary model replies, driven through `subloop::run::driver::run`.
 //!
 //! Each case builds a script of arbitrary replies (any mix of text, tool_use
 //! with empty / duplicate / random ids, thinking, unsupported blocks, every
@@ -12,12 +12,33 @@ use std::collections::HashSet;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
-use subloop::{
-    AfterTools, Block, Budget, Conversation, Executor, Message, Model, ModelFailure, ModelResponse,
-    Outcome, ReplyBlock, Request, Role, ScriptedModel, ScriptedReply, Silent, StatusKind,
-    StopReason, SubmitError, ToolCall, ToolDefinition, ToolOutput, ToolResult, ToolResultContent,
-    ToolUseId, Usage, Violation,
-};
+use subloop::Budget;
+use subloop::Conversation;
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::Outcome;
+use subloop::StatusKind;
+use subloop::core::conversation::AfterTools;
+use subloop::core::conversation::ToolCall;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::conversation::ToolResult;
+use subloop::core::conversation::Violation;
+use subloop::core::error::ModelFailure;
+use subloop::core::error::SubmitError;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::ReplyBlock;
+use subloop::core::protocol::Request;
+use subloop::core::protocol::Role;
+use subloop::core::protocol::StopReason;
+use subloop::core::protocol::ToolDefinition;
+use subloop::core::protocol::ToolResultContent;
+use subloop::core::protocol::ToolUseId;
+use subloop::core::protocol::Usage;
+use subloop::providers::scripted::ScriptedModel;
+use subloop::providers::scripted::ScriptedReply;
+use subloop::run::driver::Executor;
+use subloop::run::driver::Silent;
 
 const QUESTION: &str = "What does main.py print?";
 
@@ -478,7 +499,8 @@ fn check_run(script: Vec<ScriptedReply>, max_calls: u32) -> Result<(), TestCaseE
         requests: Vec::new(),
     };
     let mut executor = AnswerAll::default();
-    let outcome: Outcome = subloop::run(conversation, &mut model, &mut executor, &mut Silent);
+    let outcome: Outcome =
+        subloop::run::driver::run(conversation, &mut model, &mut executor, &mut Silent);
 
     // Within budget, and `calls` is the number of requests made.
     prop_assert!(outcome.calls >= 1);
@@ -639,7 +661,7 @@ proptest! {
             .collect();
         let conversation = Conversation::start(QUESTION, Budget::new(3).unwrap()).unwrap();
         let pending = match conversation.receive(ModelResponse::tool_calls(calls)) {
-            subloop::Reply::Tools(pending) => pending,
+            subloop::core::conversation::Reply::Tools(pending) => pending,
             other => return Err(TestCaseError::fail(format!("expected tools, got {other:?}"))),
         };
         let before_calls = pending.calls().to_vec();

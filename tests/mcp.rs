@@ -720,18 +720,19 @@ fn a_changed_tool_list_holds_for_the_next_agent_on_the_same_servers() {
         &McpSettings {
             cap: 65536,
             timeout: Duration::from_secs(20),
-            cancel: subloop::limits::CancelHandle::new(),
+            cancel: subloop::run::limits::CancelHandle::new(),
             exit_notice: Default::default(),
         },
     )
     .expect("started");
     let agent = |replies: Vec<Value>| {
-        let mut builder = subloop::AgentBuilder::new(Arc::new(subloop::permission::AllowAll));
+        let mut builder =
+            subloop::AgentBuilder::new(Arc::new(subloop::policy::permission::AllowAll));
         for source in &tools.sources {
             let source: Arc<dyn subloop::tools::ToolSource> = source.clone();
             builder = builder.tool_source(source).expect("source");
         }
-        let mut model = subloop::ScriptedModel::new(
+        let mut model = subloop::providers::scripted::ScriptedModel::new(
             replies
                 .into_iter()
                 .map(|reply| Ok(subloop::ModelResponse::from_value(reply).expect("reply")))

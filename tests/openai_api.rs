@@ -16,11 +16,16 @@ use std::time::Duration;
 use mock_api::{MockServer, Recorded, Reply};
 use mock_openai::{chunks, demo_handler, sse, stream_body, usage};
 use serde_json::{Value, json};
-use subloop::app::{self, DecisionMode, Models, Settings};
-use subloop::model::http::transport::Timeouts;
-use subloop::model::openai::{Client, OpenAiConfig, OpenAiError};
-use subloop::subagent::CHILD_SYSTEM;
-use subloop::{Message, ModelResponse, Request, StatusKind, StopReason, Usage};
+use subloop::ModelResponse;
+use subloop::StatusKind;
+use subloop::agent::subagent::CHILD_SYSTEM;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Request;
+use subloop::core::protocol::StopReason;
+use subloop::core::protocol::Usage;
+use subloop::host::{self, DecisionMode, Models, Settings};
+use subloop::providers::http::transport::Timeouts;
+use subloop::providers::openai::{Client, OpenAiConfig, OpenAiError};
 
 const KEY: &str = "sk-openai-SECRET-0123456789";
 
@@ -48,7 +53,7 @@ fn new_client(config: OpenAiConfig) -> (Client, Arc<Mutex<Vec<Duration>>>) {
     (client, sleeps)
 }
 
-fn one_request(client: &Client) -> Result<ModelResponse, subloop::ModelFailure> {
+fn one_request(client: &Client) -> Result<ModelResponse, subloop::core::error::ModelFailure> {
     let messages = [Message::user_text("hi")];
     client.send(&Request {
         system: "sys",
@@ -60,14 +65,14 @@ fn one_request(client: &Client) -> Result<ModelResponse, subloop::ModelFailure> 
 
 fn demo_settings(decision: DecisionMode) -> Settings {
     let mut settings =
-        app::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.decision = decision;
     settings.progress = false;
     settings
 }
 
 fn offline_text(decision: DecisionMode) -> String {
-    app::execute(&demo_settings(decision), Models::Demo)
+    host::execute(&demo_settings(decision), Models::Demo)
         .expect("offline run")
         .outcome
         .text
@@ -79,7 +84,7 @@ fn demo_run(decision: DecisionMode, stream: bool) -> (subloop::RunReport, Vec<Re
     config.stream = stream;
     let (client, _) = new_client(config);
     let report =
-        app::execute(&demo_settings(decision), Models::OpenAi(Arc::new(client))).expect("run");
+        host::execute(&demo_settings(decision), Models::OpenAi(Arc::new(client))).expect("run");
     (report, server.recorded())
 }
 
@@ -372,7 +377,7 @@ fn run_against(server: &MockServer, stream: bool) -> subloop::RunReport {
     let mut config = config(&server.url, None);
     config.stream = stream;
     let (client, _) = new_client(config);
-    app::execute(
+    host::execute(
         &run_settings("Compare the files."),
         Models::OpenAi(Arc::new(client)),
     )
@@ -687,7 +692,7 @@ fn a_401_body_reaches_the_user_and_says_to_set_the_key() {
         "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
     let server = serve(vec![Reply::json(401, body.clone())]);
     let (client, _) = new_client(config(&server.url, None));
-    let report = app::execute(&run_settings("hi"), Models::OpenAi(Arc::new(client))).expect("run");
+    let report = host::execute(&run_settings("hi"), Models::OpenAi(Arc::new(client))).expect("run");
     assert_eq!(report.outcome.status, StatusKind::ModelError);
     let text = &report.outcome.text;
     assert!(text.contains("HTTP 401"), "{text}");
@@ -785,7 +790,7 @@ fn the_trace_keeps_reasoning_fields_that_are_not_sent_back() {
     let mut settings = run_settings("look");
     settings.trace = Some(path.clone());
     let (client, _) = new_client(config(&server.url, None));
-    let report = app::execute(&settings, Models::OpenAi(Arc::new(client))).expect("run");
+    let report = host::execute(&settings, Models::OpenAi(Arc::new(client))).expect("run");
     assert_eq!(report.outcome.status, StatusKind::Answered);
     let text = std::fs::read_to_string(&path).expect("trace");
     assert!(
@@ -853,7 +858,7 @@ fn a_deadline_abandons_a_request_in_flight() {
     let mut settings = demo_settings(DecisionMode::Deny);
     settings.limits.deadline = Some(Duration::from_millis(300));
     let started = std::time::Instant::now();
-    let report = app::execute(&settings, Models::OpenAi(Arc::new(client))).expect("run");
+    let report = host::execute(&settings, Models::OpenAi(Arc::new(client))).expect("run");
     // Well before the 10 s read timeout of `config`.
     assert!(
         started.elapsed() < Duration::from_secs(5),

@@ -10,8 +10,14 @@ use std::sync::Arc;
 
 use common::RecordingModel;
 use serde_json::{Value, json};
-use subloop::permission::DenyAll;
-use subloop::{AgentBuilder, Block, Budget, Message, ModelResponse, RunReport, StatusKind};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::RunReport;
+use subloop::StatusKind;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::policy::permission::DenyAll;
 
 const NO_PLAN: &str = "Current plan: none yet (todo_write sets one).";
 
@@ -127,7 +133,7 @@ fn the_wire_form_carries_the_plan_as_a_system_block_after_the_system_prompt() {
     let (report, model) = run_plans(vec![good_plan()]);
     let requests = model.requests();
     let second = &requests[1];
-    let request = subloop::Request {
+    let request = subloop::core::protocol::Request {
         system: &second.system,
         tools: &second.tools,
         messages: &second.messages,
@@ -142,7 +148,7 @@ fn the_wire_form_carries_the_plan_as_a_system_block_after_the_system_prompt() {
     let last = second.messages.last().unwrap();
     assert_eq!(last.content.last().map(Block::kind), Some("tool_result"));
     assert_history_is_clean(&report.outcome.messages);
-    let bare = subloop::Request {
+    let bare = subloop::core::protocol::Request {
         system: "",
         attachment: None,
         ..request

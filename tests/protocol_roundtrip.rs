@@ -1,10 +1,15 @@
 //! Round trips of the wire types on Messages API bodies shaped as the API documents them.
 
 use serde_json::{Value, json};
-use subloop::{
-    Block, Message, ModelResponse, ReplyBlock, Role, StopReason, ToolResultContent, ToolUseId,
-    Usage,
-};
+use subloop::ModelResponse;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::ReplyBlock;
+use subloop::core::protocol::Role;
+use subloop::core::protocol::StopReason;
+use subloop::core::protocol::ToolResultContent;
+use subloop::core::protocol::ToolUseId;
+use subloop::core::protocol::Usage;
 
 /// Parses a full response body the way the crate does.
 fn parse(body: &Value) -> ModelResponse {

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::TempDir;
 use serde_json::json;
+use subloop::core::agent_id::AgentId;
+use subloop::core::conversation::ToolCall;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadError, ReadFile, Resolution, Tool, ToolContext};
-use subloop::{AgentId, ToolCall};
 
 /// A workspace `ws/` inside a temp dir, with `outside/secret.txt` next to it.
 struct Fixture {

@@ -11,16 +11,20 @@ use std::time::Duration;
 
 use common::{RecordingModel, TempDir};
 use serde_json::{Value, json};
-use subloop::error::SetupError;
-use subloop::executor::CallDecision;
-use subloop::permission::AllowAll;
-use subloop::plan::SharedPlan;
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::StatusKind;
+use subloop::agent::executor::CallDecision;
+use subloop::core::conversation::ToolOutput;
+use subloop::core::error::SetupError;
+use subloop::core::plan::SharedPlan;
+use subloop::policy::permission::AllowAll;
 use subloop::tools::schema::{SchemaError, validate};
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyRegistry, ReadOnlyTool, Registry, RunMain,
     RunSettings, TodoWrite, Tool, ToolContext,
 };
-use subloop::{AgentBuilder, Budget, ModelResponse, StatusKind, ToolOutput};
 
 // ---------------------------------------------------------------- validator
 

@@ -11,9 +11,9 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 
 use common::TempDir;
-use subloop::app::{self, AppError, DecisionMode, Settings};
-use subloop::replay::{Difference, Part};
-use subloop::trace::TRACE_VERSION;
+use subloop::host::{self, AppError, DecisionMode, Settings};
+use subloop::record::compare::{Difference, Part};
+use subloop::record::trace::TRACE_VERSION;
 
 fn subloop(args: &[&str]) -> Output {
     Command::new(common::bin())
@@ -175,7 +175,7 @@ fn a_changed_expected_txt_diverges_at_the_parent_call_and_block_that_carry_it() 
     );
 
     // The same as a typed value, from the library.
-    let report = app::replay(
+    let report = host::replay(
         &scene.settings(DecisionMode::Allow),
         &scene.path("t.jsonl"),
         false,
@@ -351,7 +351,7 @@ fn another_policy_is_a_divergence_of_the_host() {
 fn a_smaller_budget_is_reported_as_fewer_calls_and_another_outcome() {
     let scene = Scene::new("replay-budget");
     scene.record("check_and_run.json", "t.jsonl", &["--decision", "allow"]);
-    let report = app::replay(
+    let report = host::replay(
         &Settings {
             max_calls: 2,
             ..scene.settings(DecisionMode::Allow)
@@ -413,9 +413,9 @@ fn an_unknown_version_is_refused_and_a_trace_without_one_is_read_as_version_1() 
     std::fs::write(scene.path("v0.jsonl"), format!("{first}\n{rest}")).expect("write");
     assert_reproduced(&scene.replay("v0.jsonl", &["--decision", "deny"]));
     // `rebuild_requests` reads the same versions.
-    assert!(subloop::trace::rebuild_requests(&format!("{first}\n{rest}")).is_ok());
+    assert!(subloop::record::trace::rebuild_requests(&format!("{first}\n{rest}")).is_ok());
     let v99 = std::fs::read_to_string(scene.path("v99.jsonl")).expect("read");
-    assert!(subloop::trace::rebuild_requests(&v99).is_err());
+    assert!(subloop::record::trace::rebuild_requests(&v99).is_err());
 }
 
 #[test]
@@ -445,7 +445,7 @@ fn a_truncated_trace_is_a_one_line_error_or_a_divergence_never_a_panic() {
             .collect();
         let path = scene.path("prefix.jsonl");
         std::fs::write(&path, &prefix).expect("write");
-        match app::replay(&scene.settings(DecisionMode::Deny), &path, false) {
+        match host::replay(&scene.settings(DecisionMode::Deny), &path, false) {
             Ok(report) => assert!(!report.reproduced(), "prefix of {keep} line(s)"),
             Err(AppError::Replay(err)) => {
                 assert!(!err.to_string().contains('\n'), "{err}");

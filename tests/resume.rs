@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use common::TempDir;
-use subloop::model::replay::RecordedRun;
-use subloop::resume::INTERRUPTED;
-use subloop::trace::rebuild_requests;
+use subloop::record::recorded::RecordedRun;
+use subloop::record::resume::INTERRUPTED;
+use subloop::record::trace::rebuild_requests;
 
 fn subloop(args: &[&str]) -> Output {
     Command::new(common::bin())
@@ -125,7 +125,7 @@ fn answered_once(trace: &Path) -> Vec<(String, String, bool)> {
             .content
             .iter()
             .filter_map(|block| match block {
-                subloop::Block::ToolUse { id, .. } => Some(id.to_string()),
+                subloop::core::protocol::Block::ToolUse { id, .. } => Some(id.to_string()),
                 _ => None,
             })
             .collect();
@@ -504,7 +504,12 @@ fn a_broken_or_finished_trace_is_refused_and_nothing_runs() {
 
 #[test]
 fn an_answered_conversation_takes_a_follow_up_with_a_budget_of_its_own() {
-    use subloop::{AfterTools, Budget, Conversation, ModelResponse, Reply, ToolOutput};
+    use subloop::Budget;
+    use subloop::Conversation;
+    use subloop::ModelResponse;
+    use subloop::core::conversation::AfterTools;
+    use subloop::core::conversation::Reply;
+    use subloop::core::conversation::ToolOutput;
     // The compile_fail doctest on `follow_up`, with the answered state: it compiles and runs.
     let budget = Budget::new(1).expect("budget");
     let conversation = Conversation::start("hi", budget).expect("start");
@@ -512,7 +517,7 @@ fn an_answered_conversation_takes_a_follow_up_with_a_budget_of_its_own() {
         panic!("answered");
     };
     let (done, err) = done.follow_up("  ", budget).expect_err("a blank question");
-    assert_eq!(err, subloop::InputError::EmptyQuestion);
+    assert_eq!(err, subloop::core::error::InputError::EmptyQuestion);
     let next = done.follow_up("and now?", budget).expect("follow-up");
     assert_eq!(next.calls_made(), 1, "the earlier call still counts");
     assert_eq!(next.history().len(), 3);
@@ -575,7 +580,11 @@ fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
     let requests = rebuild_requests(&all).expect("rebuild");
     let last = requests.last().expect("a request");
     assert_eq!(last.call, 3);
-    let texts: Vec<String> = last.messages.iter().map(subloop::Message::text).collect();
+    let texts: Vec<String> = last
+        .messages
+        .iter()
+        .map(subloop::core::protocol::Message::text)
+        .collect();
     assert_eq!(
         texts.first().map(String::as_str),
         Some("Check main.py against expected.txt.")

@@ -9,10 +9,14 @@ use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
 
 use common::TempDir;
-use subloop::app::{self, DecisionMode, Models, Settings};
-use subloop::model::replay::RecordedRun;
-use subloop::resume::{INTERRUPTED, ResumePoint};
-use subloop::{Block, Budget, Message, OnEmptyReply, Role};
+use subloop::Budget;
+use subloop::core::conversation::OnEmptyReply;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Role;
+use subloop::host::{self, DecisionMode, Models, Settings};
+use subloop::record::recorded::RecordedRun;
+use subloop::record::resume::{INTERRUPTED, ResumePoint};
 
 /// One tool call of a generated reply.
 fn call() -> impl Strategy<Value = Value> {
@@ -123,8 +127,8 @@ proptest! {
         settings.progress = false;
         settings.trace = Some(trace.clone());
         settings.script = Some(script.clone());
-        let loaded = subloop::Script::load(&script).expect("script");
-        app::execute(&settings, Models::Script(loaded)).expect("run");
+        let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
+        host::execute(&settings, Models::Script(loaded)).expect("run");
         let text = std::fs::read_to_string(&trace).expect("trace");
         let mut cut = 0;
         let mut prefixes = vec![String::new()];
@@ -257,7 +261,7 @@ fn contradiction(run: &RecordedRun) -> Option<String> {
     let outcome = run.outcome()?;
     let last = run.reply("parent", run.calls("parent"));
     let answered = matches!(last, Some(Ok(reply))
-        if reply.stop_reason == Some(subloop::StopReason::EndTurn));
+        if reply.stop_reason == Some(subloop::core::protocol::StopReason::EndTurn));
     (outcome.status == "answered" && !answered)
         .then(|| "an answered outcome after a reply that is no answer".to_owned())
 }
@@ -291,26 +295,26 @@ proptest! {
         settings.progress = false;
         settings.trace = Some(trace.clone());
         settings.script = Some(script.clone());
-        let loaded = subloop::Script::load(&script).expect("script");
-        app::execute(&settings, Models::Script(loaded)).expect("run");
+        let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
+        host::execute(&settings, Models::Script(loaded)).expect("run");
         let text = std::fs::read_to_string(&trace).expect("trace");
         let lines: Vec<String> = text.lines().map(str::to_owned).collect();
         // The run as recorded holds every rule.
         let run = RecordedRun::parse(&text).expect("the trace reads");
-        let policy = subloop::invariants::Policy::default();
-        let verdicts = subloop::invariants::check(&run, &policy);
+        let policy = subloop::record::invariants::Policy::default();
+        let verdicts = subloop::record::invariants::check(&run, &policy);
         prop_assert!(verdicts.iter().all(|v| v.held()), "{:?}", verdicts);
         for (index, mutation) in changes {
             let at = index.index(lines.len());
             let Some(mutated) = mutate(&lines, at, mutation) else { continue };
             // A trace that does not read is refused by view, --check and resume alike.
             let Ok(run) = RecordedRun::parse(&mutated) else { continue };
-            let verdicts = subloop::invariants::check(&run, &policy);
+            let verdicts = subloop::record::invariants::check(&run, &policy);
             let held = verdicts.iter().all(|v| v.held());
             let budget = Budget::new(64).expect("budget");
             let refused = match ResumePoint::rebuild(&run, budget, OnEmptyReply::Stop) {
-                Err(err @ (subloop::resume::ResumeError::Broken { .. }
-                    | subloop::resume::ResumeError::Inconsistent(_))) => Some(err.to_string()),
+                Err(err @ (subloop::record::resume::ResumeError::Broken { .. }
+                    | subloop::record::resume::ResumeError::Inconsistent(_))) => Some(err.to_string()),
                 _ => None,
             };
             prop_assert!(

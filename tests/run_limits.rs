@@ -10,16 +10,27 @@ use std::time::{Duration, Instant};
 use common::TempDir;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use subloop::executor::CallDecision;
-use subloop::limits::{CancelHandle, Limits};
-use subloop::permission::AllowAll;
-use subloop::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::RunReport;
+use subloop::StatusKind;
+use subloop::agent::executor::CallDecision;
+use subloop::agent::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::core::error::ModelFailure;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Request;
+use subloop::core::protocol::Role;
+use subloop::core::protocol::Usage;
+use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedModel;
+use subloop::providers::scripted::ScriptedReply;
+use subloop::record::trace::TraceWriter;
+use subloop::run::limits::{CancelHandle, Limits};
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
-use subloop::trace::TraceWriter;
-use subloop::{
-    AgentBuilder, Block, Budget, Hooks, Message, Model, ModelFailure, ModelResponse, Request, Role,
-    RunReport, ScriptedModel, ScriptedReply, StatusKind, Usage,
-};
 
 fn workspace() -> TempDir {
     let dir = TempDir::new("limits");

@@ -10,10 +10,14 @@ use std::time::{Duration, Instant};
 
 use common::{RecordingModel, TempDir};
 use serde_json::{Value, json};
-use subloop::executor::CallDecision;
-use subloop::permission::{AllowAll, Approver, DenyAll};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::StatusKind;
+use subloop::agent::executor::CallDecision;
+use subloop::core::conversation::ToolOutput;
+use subloop::policy::permission::{AllowAll, Approver, DenyAll};
 use subloop::tools::{RunMain, RunSettings, split_command};
-use subloop::{AgentBuilder, Budget, ModelResponse, StatusKind, ToolOutput};
 
 /// A parent that calls `run_main` once and then answers.
 fn run_main_once(approver: Arc<dyn Approver>, tool: RunMain) -> subloop::RunReport {

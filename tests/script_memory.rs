@@ -7,7 +7,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use subloop::{Model, Script, ScriptedModel};
+use subloop::Model;
+use subloop::providers::scripted::Script;
+use subloop::providers::scripted::ScriptedModel;
 
 /// The system allocator, counting the bytes live now and at most.
 struct Counting;
@@ -83,7 +85,7 @@ fn a_script_of_many_small_replies_costs_about_its_text() {
     // Every reply is still there, typed when it is replayed.
     assert_eq!(script.parent.len(), REPLIES + 1);
     let mut model = ScriptedModel::from_script(script.parent.clone(), false);
-    let request = subloop::Request {
+    let request = subloop::core::protocol::Request {
         system: "",
         tools: &[],
         messages: &[],

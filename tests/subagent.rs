@@ -10,20 +10,30 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::RunReport;
+use subloop::StatusKind;
 use subloop::agent::PARENT_SYSTEM;
-use subloop::executor::CallDecision;
-use subloop::hooks::{Hook, HookCall, HookError, Hooks, Verdict};
-use subloop::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
-use subloop::subagent::{
+use subloop::agent::executor::CallDecision;
+use subloop::agent::subagent::{
     CHILD_SYSTEM, ChildBudget, ChildModels, MAX_SUMMARY_CHARS, ScriptedChildren, SubagentConfig,
     TRUNCATION_NOTE,
 };
+use subloop::core::conversation::ToolOutput;
+use subloop::core::error::ModelFailure;
+use subloop::core::error::SetupError;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::ReplyBlock;
+use subloop::core::protocol::StopReason;
+use subloop::policy::hooks::{Hook, HookCall, HookError, Hooks, Verdict};
+use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
+use subloop::providers::scripted::ScriptedReply;
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyTool, RunMain, RunSettings, Tool, ToolContext,
-};
-use subloop::{
-    AgentBuilder, Block, Budget, Message, Model, ModelFailure, ModelResponse, ReplyBlock,
-    RunReport, ScriptedReply, SetupError, StatusKind, StopReason, ToolOutput,
 };
 
 use common::{RecordingModel, SeenRequest, TempDir};
@@ -1179,7 +1189,10 @@ struct SlowFirst(ScriptedChildren);
 struct Slow(Box<dyn Model + Send>);
 
 impl Model for Slow {
-    fn respond(&mut self, request: &subloop::Request<'_>) -> Result<ModelResponse, ModelFailure> {
+    fn respond(
+        &mut self,
+        request: &subloop::core::protocol::Request<'_>,
+    ) -> Result<ModelResponse, ModelFailure> {
         std::thread::sleep(std::time::Duration::from_millis(30));
         self.0.respond(request)
     }
@@ -1352,7 +1365,10 @@ impl ChildModels for Rendezvous {
 }
 
 impl Model for RendezvousModel {
-    fn respond(&mut self, _request: &subloop::Request<'_>) -> Result<ModelResponse, ModelFailure> {
+    fn respond(
+        &mut self,
+        _request: &subloop::core::protocol::Request<'_>,
+    ) -> Result<ModelResponse, ModelFailure> {
         use std::sync::atomic::Ordering;
         self.arrived.fetch_add(1, Ordering::SeqCst);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

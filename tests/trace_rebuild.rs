@@ -10,17 +10,22 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::RunReport;
+use subloop::StatusKind;
 use subloop::agent::PARENT_SYSTEM;
-use subloop::app::{self, DecisionMode, Models, Settings};
-use subloop::model::demo::{DEMO_QUESTION, DemoChild, DemoParent};
-use subloop::permission::{AllowAll, Approver, DenyAll};
-use subloop::subagent::{CHILD_SYSTEM, ChildBudget, ChildModels, SubagentConfig};
+use subloop::agent::subagent::{CHILD_SYSTEM, ChildBudget, ChildModels, SubagentConfig};
+use subloop::core::error::ModelFailure;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Request;
+use subloop::host::{self, DecisionMode, Models, Settings};
+use subloop::policy::permission::{AllowAll, Approver, DenyAll};
+use subloop::providers::demo::{DEMO_QUESTION, DemoChild, DemoParent};
+use subloop::record::trace::{TraceWriter, rebuild_requests};
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
-use subloop::trace::{TraceWriter, rebuild_requests};
-use subloop::{
-    AgentBuilder, Budget, Message, Model, ModelFailure, ModelResponse, Request, RunReport,
-    StatusKind,
-};
 
 use common::{SeenRequest, TempDir};
 
@@ -45,7 +50,7 @@ fn library_demo(decision: DecisionMode, child_budget: u32) -> (RunReport, String
     settings.child_budget = child_budget;
     settings.trace = Some(path.clone());
     settings.progress = false;
-    let report = app::execute(&settings, Models::Demo).expect("the demo runs");
+    let report = host::execute(&settings, Models::Demo).expect("the demo runs");
     let trace = std::fs::read_to_string(&path).expect("the trace was written");
     (report, trace)
 }
@@ -247,7 +252,7 @@ fn recorded_demo(
         .subagents(
             SubagentConfig::new(
                 Arc::clone(&children) as Arc<dyn ChildModels>,
-                subloop::hooks::Hooks::none(),
+                subloop::policy::hooks::Hooks::none(),
             )
             .budget(ChildBudget::new(child_budget).unwrap()),
         )

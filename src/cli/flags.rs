@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::app::{DecisionMode, Settings};
-use crate::tools::{MAX_READ_LIMIT, split_command};
-use crate::{error::SetupError, subagent::ChildBudget};
+use subloop::agent::subagent::ChildBudget;
+use subloop::core::error::SetupError;
+use subloop::host::{DecisionMode, Settings};
+use subloop::tools::{MAX_READ_LIMIT, split_command};
 
 use super::{Command, LiveFlags};
 
@@ -567,7 +568,7 @@ pub(crate) const FLAGS: &[Flag] = &[
             d.settings.on_empty_reply = v
                 .raw
                 .to_str()
-                .and_then(crate::OnEmptyReply::parse)
+                .and_then(subloop::core::conversation::OnEmptyReply::parse)
                 .ok_or_else(|| v.takes("stop or continue"))?;
             Ok(())
         }),

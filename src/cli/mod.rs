@@ -5,19 +5,20 @@
 //! accepts exactly those flags and the help texts ([`help`]) are rendered
 //! from the same table. Every usage error is one [`CliError`] line that ends
 //! with the same hint, `(see `subloop run --help`)`. `main.rs` only calls
-//! [`parse`], wires [`crate::app`] and prints.
+//! [`parse`], wires [`subloop::host`] and prints.
 
 mod flags;
 mod help;
+pub mod output;
+pub mod signals;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::app::{self, Settings};
+use subloop::host::{self, Settings};
 
-pub use flags::MAX_SECONDS;
 pub use help::{help, version};
 
 /// A subcommand.
@@ -132,7 +133,7 @@ pub struct Cli {
     /// `view -o FILE`: the HTML page instead of the timeline.
     pub view_output: Option<PathBuf>,
     /// `view`'s budgets to check.
-    pub view_policy: crate::invariants::Policy,
+    pub view_policy: subloop::record::invariants::Policy,
 }
 
 /// What the command line asks for.
@@ -175,7 +176,7 @@ fn help_command(command: Option<Command>) -> String {
 /// Parses the arguments after the program name.
 ///
 /// ```
-/// use subloop::cli::{Invocation, parse};
+/// use crate::cli::{Invocation, parse};
 ///
 /// let Ok(Invocation::Run(cli)) = parse(["demo", "--max-calls", "3", "--json"]) else {
 ///     panic!("a valid demo invocation");
@@ -322,7 +323,7 @@ fn finish(
     }
     match command {
         Command::Demo => {
-            let demo = app::demo_settings(workspace).map_err(fail_with(command))?;
+            let demo = host::demo_settings(workspace).map_err(fail_with(command))?;
             settings.workspace = demo.workspace;
             settings.question = demo.question;
             settings.temporary_workspace = demo.temporary_workspace;
@@ -347,7 +348,7 @@ fn finish(
         }
         Command::Chat => {
             // Like the demo: the workspace given, or the demo's.
-            let demo = app::demo_settings(workspace).map_err(fail_with(command))?;
+            let demo = host::demo_settings(workspace).map_err(fail_with(command))?;
             settings.workspace = demo.workspace;
             settings.temporary_workspace = demo.temporary_workspace;
         }
@@ -376,10 +377,10 @@ fn finish(
         keep_going,
         check,
         view_output,
-        view_policy: crate::invariants::Policy {
+        view_policy: subloop::record::invariants::Policy {
             parent_calls: view_parent,
             child_calls: view_child,
-            ..crate::invariants::Policy::default()
+            ..subloop::record::invariants::Policy::default()
         },
     })
 }
@@ -390,8 +391,8 @@ fn mcp_servers_of(
     files: &[PathBuf],
     flags: &[String],
     read_only: &[String],
-) -> Result<Vec<crate::tools::mcp::ServerConfig>, String> {
-    use crate::tools::mcp::config;
+) -> Result<Vec<subloop::tools::mcp::ServerConfig>, String> {
+    use subloop::tools::mcp::config;
     let mut servers = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(file)

@@ -16,13 +16,13 @@ mod todo;
 pub use confine::Resolution;
 pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, MAX_READ_LIMIT, ReadError, ReadFile};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
-pub use run_main::{RunMain, RunSettings, kill_running_groups, split_command};
+pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
 pub use todo::TodoWrite;
 
 use serde_json::Value;
 
-use crate::agent_id::AgentId;
-use crate::conversation::{ToolCall, ToolOutput};
+use crate::core::agent_id::AgentId;
+use crate::core::conversation::{ToolCall, ToolOutput};
 
 /// What a tool may do; decides whether it needs approval and whether a child may hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

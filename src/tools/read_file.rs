@@ -21,8 +21,8 @@ use thiserror::Error;
 
 use super::confine::{Resolution, Workspace};
 use super::{Capability, ReadOnlyTool, Tool, ToolContext};
-use crate::conversation::ToolOutput;
-use crate::error::SetupError;
+use crate::core::conversation::ToolOutput;
+use crate::core::error::SetupError;
 
 /// The default read limit: 64 KiB.
 pub const DEFAULT_READ_LIMIT: usize = 64 * 1024;

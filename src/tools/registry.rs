@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::schema::Schema;
 use super::{Capability, ReadOnlyTool, Tool};
-use crate::error::SetupError;
-use crate::protocol::ToolDefinition;
+use crate::core::error::SetupError;
+use crate::core::protocol::ToolDefinition;
 
 /// A tool a [`ToolSource`] provides: read-only (a child may hold it) or not.
 #[derive(Clone)]

@@ -13,9 +13,9 @@
 //! it kills the group (itself included). The program joins the watchdog's
 //! group, so the group exists and is watched before the program's first
 //! instruction. subloop kills the group before it reaps the watchdog, so the
-//! group id cannot be reused by another process in between. The CLI also
-//! kills running groups on a second Ctrl-C, `SIGTERM` and `SIGHUP` (see
-//! [`crate::signals`]).
+//! group id cannot be reused by another process in between. A host can
+//! also kill the running groups itself ([`Programs`]; the CLI does on a
+//! second Ctrl-C, `SIGTERM` and `SIGHUP`).
 //!
 //! stdout and stderr are each capped: the bytes past the
 //! cap are counted and dropped. The result is a JSON object with the exit
@@ -33,8 +33,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Capability, Tool, ToolContext};
-use crate::conversation::ToolOutput;
-use crate::error::SetupError;
+use crate::core::conversation::ToolOutput;
+use crate::core::error::SetupError;
 use crate::tools::read_file::workspace_root;
 
 /// How `run_main` runs the program.
@@ -131,6 +131,7 @@ pub fn split_command(line: &str) -> Result<Vec<String>, SetupError> {
 pub struct RunMain {
     workspace: PathBuf,
     settings: RunSettings,
+    programs: Programs,
 }
 
 /// The JSON body of a `run_main` result; fields in this order.
@@ -169,7 +170,20 @@ impl RunMain {
         Ok(Self {
             workspace: workspace_root(workspace)?,
             settings,
+            programs: Programs::new(),
         })
+    }
+
+    /// Keeps the process groups it runs in `programs` (a host's, which it
+    /// can kill on its way out), instead of a list of its own.
+    pub fn with_programs(mut self, programs: Programs) -> Self {
+        self.programs = programs;
+        self
+    }
+
+    /// The process groups of the programs it is running.
+    pub fn programs(&self) -> &Programs {
+        &self.programs
     }
 
     /// The settings in use.
@@ -210,7 +224,7 @@ impl RunMain {
                 return ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"));
             }
         };
-        let slot = register(group);
+        let slot = self.programs.groups().register(group);
         let cap = self.settings.output_cap;
         let stdout = child.stdout.take().map(|pipe| spawn_capture(pipe, cap));
         let stderr = child.stderr.take().map(|pipe| spawn_capture(pipe, cap));
@@ -279,27 +293,86 @@ impl RunMain {
     }
 }
 
-/// Process groups of programs running right now, so that a second Ctrl-C
-/// can kill them before the process exits (see [`kill_running_groups`]).
-static RUNNING: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
+/// The process groups of the programs running right now, so that a host
+/// can kill them before its process exits — from a signal handler too:
+/// [`ProcessGroups::kill_all`] is async-signal-safe (atomic loads and
+/// `kill`). A host that wants that makes one (a `static`, for a handler)
+/// and gives it to [`RunMain::with_programs`] through [`Programs`].
+#[derive(Debug)]
+pub struct ProcessGroups([AtomicI32; 64]);
 
-/// Remembers a running group; `None` when every slot is taken (the group is
-/// then still killed on exit and timeout, only not by a second Ctrl-C).
-fn register(group: libc::pid_t) -> Option<&'static AtomicI32> {
-    RUNNING.iter().find(|slot| {
-        slot.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
-            .is_ok()
-    })
+impl Default for ProcessGroups {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
-/// Kills every program `run_main` is running. Async-signal-safe (atomic
-/// loads and `kill`), so a signal handler may call it before `_exit`.
-pub fn kill_running_groups() {
-    for slot in &RUNNING {
-        let group = slot.load(Ordering::SeqCst);
-        if group > 0 {
-            kill_group(group);
+impl ProcessGroups {
+    /// No group yet.
+    pub const fn new() -> Self {
+        Self([const { AtomicI32::new(0) }; 64])
+    }
+
+    /// Remembers a running group; `None` when every slot is taken (the
+    /// group is then still killed on exit and timeout, only not by
+    /// [`ProcessGroups::kill_all`]).
+    fn register(&self, group: libc::pid_t) -> Option<&AtomicI32> {
+        self.0.iter().find(|slot| {
+            slot.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        })
+    }
+
+    /// Kills every program running now. Async-signal-safe.
+    pub fn kill_all(&self) {
+        for slot in &self.0 {
+            let group = slot.load(Ordering::SeqCst);
+            if group > 0 {
+                kill_group(group);
+            }
         }
+    }
+}
+
+/// Where a [`RunMain`] keeps the groups it runs: its own, or a host's
+/// (a `static` its signal handler can reach).
+#[derive(Debug, Clone)]
+pub struct Programs(Groups);
+
+#[derive(Debug, Clone)]
+enum Groups {
+    Own(Arc<ProcessGroups>),
+    Static(&'static ProcessGroups),
+}
+
+impl Default for Programs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Programs {
+    /// A list of its own.
+    pub fn new() -> Self {
+        Self(Groups::Own(Arc::new(ProcessGroups::new())))
+    }
+
+    /// The host's list.
+    pub fn from_static(groups: &'static ProcessGroups) -> Self {
+        Self(Groups::Static(groups))
+    }
+
+    /// The groups.
+    pub fn groups(&self) -> &ProcessGroups {
+        match &self.0 {
+            Groups::Own(groups) => groups,
+            Groups::Static(groups) => groups,
+        }
+    }
+
+    /// Kills every program running now.
+    pub fn kill_all(&self) {
+        self.groups().kill_all();
     }
 }
 

@@ -3,8 +3,8 @@
 use serde_json::{Value, json};
 
 use super::{Capability, Tool, ToolContext};
-use crate::conversation::ToolOutput;
-use crate::plan::{
+use crate::core::conversation::ToolOutput;
+use crate::core::plan::{
     ItemStatus, MAX_ID_CHARS, MAX_ITEMS, MAX_TEXT_CHARS, Plan, PlanItem, SharedPlan,
 };
 

@@ -5,9 +5,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use subloop::{
-    Block, Message, Model, ModelFailure, ModelResponse, Request, ScriptedReply, ToolDefinition,
-};
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::core::error::ModelFailure;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Request;
+use subloop::core::protocol::ToolDefinition;
+use subloop::providers::scripted::ScriptedReply;
 
 /// A temporary directory removed on drop.
 pub struct TempDir(PathBuf);

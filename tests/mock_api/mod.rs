@@ -8,9 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use subloop::model::demo::{DemoChild, DemoParent};
-use subloop::subagent::CHILD_SYSTEM;
-use subloop::{Message, Model, ModelResponse, Request, ToolDefinition};
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::agent::subagent::CHILD_SYSTEM;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::Request;
+use subloop::core::protocol::ToolDefinition;
+use subloop::providers::demo::{DemoChild, DemoParent};
 
 /// One request as the server received it.
 #[derive(Debug, Clone)]

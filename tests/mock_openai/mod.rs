@@ -5,12 +5,19 @@
 #![allow(dead_code)]
 
 use serde_json::{Value, json};
-use subloop::model::demo::{DemoChild, DemoParent};
-use subloop::subagent::CHILD_SYSTEM;
-use subloop::{
-    Block, Message, Model, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition,
-    ToolResultContent, ToolUseId,
-};
+use subloop::Model;
+use subloop::ModelResponse;
+use subloop::agent::subagent::CHILD_SYSTEM;
+use subloop::core::protocol::Block;
+use subloop::core::protocol::Message;
+use subloop::core::protocol::ReplyBlock;
+use subloop::core::protocol::Request;
+use subloop::core::protocol::Role;
+use subloop::core::protocol::StopReason;
+use subloop::core::protocol::ToolDefinition;
+use subloop::core::protocol::ToolResultContent;
+use subloop::core::protocol::ToolUseId;
+use subloop::providers::demo::{DemoChild, DemoParent};
 
 use crate::mock_api::{Recorded, Reply};
 

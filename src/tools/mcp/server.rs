@@ -23,7 +23,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use super::config::{ServerConfig, server_env};
-use crate::limits::CancelHandle;
+use crate::run::limits::CancelHandle;
 use crate::tools::run_main::Watchdog;
 
 /// The stderr lines of a server kept for messages.
@@ -563,7 +563,7 @@ async fn keep_stderr(mut stderr: tokio::process::ChildStderr, state: Arc<State>)
     let mut line: Vec<u8> = Vec::new();
     let mut cut = false;
     let push = |line: &mut Vec<u8>, cut: &mut bool| {
-        let mut text = crate::progress::printable(&String::from_utf8_lossy(line));
+        let mut text = crate::core::text::printable(&String::from_utf8_lossy(line));
         if *cut {
             text.push('…');
         }

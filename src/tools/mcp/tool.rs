@@ -11,8 +11,8 @@ use serde_json::Value;
 use super::config::{ServerConfig, tool_name};
 use super::content::{result_text, rpc_error};
 use super::server::{CallOutcome, ExitNotice, McpServer, RemoteTool, StartError};
-use crate::conversation::ToolOutput;
-use crate::limits::CancelHandle;
+use crate::core::conversation::ToolOutput;
+use crate::run::limits::CancelHandle;
 use crate::tools::{Capability, ReadOnlyTool, Tool, ToolContext, ToolEntry, ToolSource, refusal};
 
 /// The most bytes of a call's arguments an approval prompt shows.
@@ -167,7 +167,7 @@ impl McpSource {
         let mut seen: Vec<String> = Vec::new();
         let server = &self.config.name;
         for remote in listed {
-            let shown = crate::progress::printable(&remote.name);
+            let shown = crate::core::text::printable(&remote.name);
             let Some(name) = tool_name(server, &remote.name) else {
                 warnings.push(format!(
                     "MCP server {server}: tool {shown:?} skipped: mcp__{server}__{shown} does not fit the tool-name rule ^[a-zA-Z0-9_-]{{1,64}}$"

@@ -1,0 +1,339 @@
+//! An agent: a registry, a permission gate, hooks, an optional plan and
+//! optional subagents, assembled once and run on one question.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::agent::executor::{Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
+use crate::core::agent_id::AgentId;
+use crate::core::conversation::{AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome};
+use crate::core::error::{InputError, SetupError};
+use crate::core::plan::SharedPlan;
+use crate::core::protocol::Usage;
+use crate::policy::hooks::{AuditEntry, AuditLog, Hooks};
+use crate::policy::permission::Approver;
+use crate::record::report::JsonReport;
+use crate::record::resume::ResumePoint;
+use crate::run::driver;
+use crate::run::limits::{CancelHandle, Limits, RunGuard};
+use crate::run::model::Model;
+use crate::run::monitor::{AgentObserver, Monitor, SharedMonitor};
+use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
+
+/// The default parent system prompt.
+pub const PARENT_SYSTEM: &str = "You are a careful coding agent working in a workspace. Use the tools to \
+read files, delegate self-contained sub-questions with `task`, keep a plan with `todo_write`, and ask to run \
+the program with `run_main` only when needed. Say plainly what you did not verify.";
+
+/// Builds an [`Agent`]. The approver is required up front: it is the one
+/// gate for the parent and every child.
+pub struct AgentBuilder {
+    system: String,
+    registry: Registry,
+    hooks: Hooks,
+    plan: Option<SharedPlan>,
+    shared: Shared,
+}
+
+impl std::fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("registry", &self.registry)
+            .field("hooks", &self.hooks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentBuilder {
+    /// A builder with no tools, no hooks, [`PARENT_SYSTEM`] and `approver` as the gate.
+    pub fn new(approver: Arc<dyn Approver>) -> Self {
+        Self {
+            system: PARENT_SYSTEM.to_owned(),
+            registry: Registry::new(),
+            hooks: Hooks::none(),
+            plan: None,
+            shared: Shared {
+                approver,
+                audit: AuditLog::new(),
+                monitor: SharedMonitor::default(),
+                children: Arc::new(Mutex::new(Vec::new())),
+                guard: Arc::new(RunGuard::new(Limits::default(), CancelHandle::new())),
+                on_empty: Arc::new(Mutex::new(OnEmptyReply::Stop)),
+            },
+        }
+    }
+
+    /// The parent's system prompt.
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = system.into();
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Result<Self, SetupError> {
+        self.registry.register(tool)?;
+        Ok(self)
+    }
+
+    /// Adds a read-only tool (one a subagent whitelist may name).
+    pub fn read_only_tool(mut self, tool: impl ReadOnlyTool + 'static) -> Result<Self, SetupError> {
+        self.registry.register_read_only(tool)?;
+        Ok(self)
+    }
+
+    /// Adds the tools of a source whose set can change during a run (an MCP
+    /// server's): they are offered and dispatched as the source lists them
+    /// at each turn boundary (a subagent's whitelist is resolved once, here).
+    pub fn tool_source(
+        mut self,
+        source: std::sync::Arc<dyn crate::tools::ToolSource>,
+    ) -> Result<Self, SetupError> {
+        self.registry.register_source(source)?;
+        Ok(self)
+    }
+
+    /// Adds `todo_write` and attaches the current plan to every parent request.
+    pub fn plan(mut self) -> Result<Self, SetupError> {
+        let plan = SharedPlan::new();
+        self.registry.register(TodoWrite::new(plan.clone()))?;
+        self.plan = Some(plan);
+        Ok(self)
+    }
+
+    /// The run-wide limits (tool calls per reply, delegations, deadline,
+    /// tokens) and the handle that cancels the run; the parent and every
+    /// child share them, whatever the order of the builder calls.
+    pub fn limits(self, limits: Limits, cancel: CancelHandle) -> Self {
+        self.shared.guard.configure(limits, cancel);
+        self
+    }
+
+    /// What an empty `end_turn` reply leads to, for the parent and every
+    /// child, whatever the order of the builder calls (default:
+    /// [`OnEmptyReply::Stop`], `protocol_error`).
+    pub fn on_empty_reply(self, policy: OnEmptyReply) -> Self {
+        *self
+            .shared
+            .on_empty
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner()) = policy;
+        self
+    }
+
+    /// The parent's hooks.
+    pub fn hooks(mut self, hooks: Hooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// Adds a monitor (progress printer, trace, ...); it sees the parent and every child.
+    pub fn monitor(self, monitor: impl Monitor + 'static) -> Self {
+        self.shared.monitor.add(monitor);
+        self
+    }
+
+    /// Adds the `task` tool. The child registry is built now, from the tools
+    /// registered so far, by the config's whitelist.
+    pub fn subagents(mut self, config: SubagentConfig) -> Result<Self, SetupError> {
+        let task = TaskTool::new(&self.registry, config, self.shared.clone())?;
+        self.registry.register(task)?;
+        Ok(self)
+    }
+
+    /// The tool definitions the parent will offer.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Finishes the agent.
+    pub fn build(self) -> Agent {
+        Agent {
+            system: self.system,
+            registry: self.registry,
+            hooks: self.hooks,
+            plan: self.plan,
+            shared: self.shared,
+        }
+    }
+}
+
+/// An assembled agent, run once with [`Agent::run`].
+pub struct Agent {
+    system: String,
+    registry: Registry,
+    hooks: Hooks,
+    plan: Option<SharedPlan>,
+    shared: Shared,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// The parent's outcome.
+    pub outcome: Outcome,
+    /// The token usage of each parent reply, in order.
+    pub usage_per_call: Vec<Usage>,
+    /// Empty parent replies answered with a request to continue
+    /// ([`OnEmptyReply::Continue`]); each child's count is in its record.
+    pub empty_replies_continued: u32,
+    /// The parent's tool calls, in order.
+    pub tools: Vec<ToolRecord>,
+    /// Every child, in delegation order.
+    pub children: Vec<ChildRecord>,
+    /// Hook warnings of the parent.
+    pub warnings: Vec<Warning>,
+    /// The audit log of the whole run.
+    pub audit: Vec<AuditEntry>,
+    /// How long the whole run took.
+    #[serde(serialize_with = "millis")]
+    pub elapsed: Duration,
+    /// The limits the run had.
+    pub limits: Limits,
+}
+
+/// Serializes a duration as whole milliseconds.
+pub(crate) fn millis<S: serde::Serializer>(
+    duration: &Duration,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl RunReport {
+    /// Token counts of the parent and every child together.
+    pub fn total_usage(&self) -> Usage {
+        let mut total = self.outcome.usage;
+        for child in &self.children {
+            total.add(&child.outcome.usage);
+        }
+        total
+    }
+
+    /// The CLI's `--json` object: `status`, `text`, `calls`, `tools`,
+    /// `children` (agent, task, report, tools), `warnings`,
+    /// `empty_replies_continued` (also per child), `usage`, and
+    /// `accounting` (per agent and in total: model calls, tool calls,
+    /// delegations, tokens, elapsed time) with the run's `limits`.
+    ///
+    /// A `Value` for hosts that inspect it; [`RunReport::write_json`] writes
+    /// the same object without building one.
+    pub fn to_json(&self) -> serde_json::Value {
+        // Every key is a string, so this cannot fail; null stands in if it ever did.
+        serde_json::to_value(self.json_report()).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `--json` object as a typed view of this report, to serialize directly.
+    pub fn json_report(&self) -> JsonReport<'_> {
+        JsonReport::new(self)
+    }
+
+    /// Writes the `--json` object (one line, no newline) to `out`, serialized
+    /// straight from the report.
+    pub fn write_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &self.json_report())
+    }
+}
+
+impl Agent {
+    /// A probe that says whether the run has been stopped (cancelled,
+    /// deadline passed, token budget spent): for models that can abandon a
+    /// request in flight, such as the live client.
+    pub fn stop_probe(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
+        let guard = Arc::clone(&self.shared.guard);
+        Arc::new(move || guard.interrupt().is_some())
+    }
+
+    /// Runs the parent conversation on `question` with `budget` model requests.
+    pub fn run(
+        self,
+        question: &str,
+        budget: Budget,
+        model: &mut dyn Model,
+    ) -> Result<RunReport, InputError> {
+        let conversation = Conversation::start(question, budget)?;
+        Ok(self.drive(conversation, 0, model))
+    }
+
+    /// Continues a run cut short, from `point` (see [`crate::record::resume`]): its
+    /// rebuilt history, with the tokens and delegations it already spent
+    /// counted against this run's limits and its plan restored. The
+    /// conversation's call budget already counts the earlier calls.
+    pub fn resume(self, point: ResumePoint, model: &mut dyn Model) -> RunReport {
+        let ResumePoint {
+            conversation,
+            sent,
+            spent,
+            plan,
+            ..
+        } = point;
+        self.shared.guard.charge(spent.tokens, spent.delegations);
+        if let (Some(shared), Some(plan)) = (&self.plan, plan) {
+            shared.replace(plan);
+        }
+        self.drive(conversation, sent, model)
+    }
+
+    /// Drives the parent conversation to its end, the first `sent` messages
+    /// already on record.
+    fn drive(
+        self,
+        conversation: Conversation<AwaitingModel>,
+        sent: usize,
+        model: &mut dyn Model,
+    ) -> RunReport {
+        let conversation = conversation
+            .with_system(self.system.as_str())
+            .on_empty_reply(self.shared.on_empty());
+        let started = Instant::now();
+        self.shared.guard.start();
+        let agent = AgentId::Parent;
+        let gate = Gate {
+            registry: &self.registry,
+            approver: self.shared.approver.as_ref(),
+            hooks: &self.hooks,
+            audit: &self.shared.audit,
+            monitor: &self.shared.monitor,
+            guard: &self.shared.guard,
+        };
+        let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref());
+        let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
+        let outcome = driver::run_from(conversation, sent, model, &mut toolbox, &mut observer);
+        let (tools, warnings) = toolbox.into_parts();
+        let empty_replies_continued = observer.continued();
+        let usage_per_call = observer.into_usage();
+        let mut children = std::mem::take(
+            &mut *self
+                .shared
+                .children
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner()),
+        );
+        children.sort_by_key(|child| match child.agent {
+            AgentId::Child { number, .. } => number,
+            AgentId::Parent => 0,
+        });
+        RunReport {
+            elapsed: started.elapsed(),
+            limits: self.shared.guard.limits(),
+            outcome,
+            usage_per_call,
+            empty_replies_continued,
+            tools,
+            children,
+            warnings,
+            // The run is over (children included): the log is handed over, not copied.
+            audit: self.shared.audit.take(),
+        }
+    }
+}

@@ -1,0 +1,530 @@
+//! The gated tool pipeline of one agent: registry → argument check →
+//! permission → before hooks → tool → after hooks, with an audit entry before
+//! and after every call. It is the driver's [`Executor`] for the parent and
+//! for every child alike.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::core::agent_id::AgentId;
+use crate::core::conversation::{Interrupt, ToolCall, ToolOutput};
+use crate::core::plan::SharedPlan;
+use crate::core::protocol::{ToolDefinition, ToolUseId};
+use crate::core::shared_text::SharedText;
+use crate::policy::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
+use crate::policy::permission::{ApprovalRequest, Approver, Decision};
+use crate::run::driver::Executor;
+use crate::run::limits::RunGuard;
+use crate::run::monitor::SharedMonitor;
+use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
+
+/// How a call was decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallDecision {
+    /// The tool needs no approval and ran.
+    NotRequired,
+    /// The approver allowed it and it ran.
+    Allowed,
+    /// The approver denied it; it did not run.
+    Denied,
+    /// A before hook blocked it; it did not run.
+    Blocked,
+    /// A hook failed; the call did not run (fail closed).
+    HookFailed,
+    /// No such tool in this agent's registry; nothing ran.
+    Unregistered,
+    /// The arguments did not match the schema; nothing ran.
+    Invalid,
+    /// Past the run's limit of tool calls per reply; nothing ran.
+    OverLimit,
+    /// The run was stopped (deadline, token budget, cancellation) before it started.
+    Stopped,
+}
+
+impl CallDecision {
+    /// The snake_case name, as in the JSON output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotRequired => "not_required",
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Blocked => "blocked",
+            Self::HookFailed => "hook_failed",
+            Self::Unregistered => "unregistered",
+            Self::Invalid => "invalid",
+            Self::OverLimit => "over_limit",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// One tool call as the host sees it afterwards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolRecord {
+    /// The tool name the model used.
+    pub name: String,
+    /// The call's id.
+    pub id: ToolUseId,
+    /// How it was decided.
+    pub decision: CallDecision,
+    /// Whether the result is an error.
+    pub is_error: bool,
+    /// The result's text exactly as sent to the model (after the tool's own
+    /// caps and the after hooks), so the record holds every result, also of
+    /// a last round no request carried.
+    pub content: SharedText,
+}
+
+/// A warning raised by a hook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    /// The agent whose call raised it.
+    pub agent: AgentId,
+    /// The text.
+    pub text: String,
+}
+
+/// What an agent's tool pipeline needs; shared by reference for one conversation.
+#[derive(Clone, Copy)]
+pub(crate) struct Gate<'a> {
+    pub(crate) registry: &'a Registry,
+    pub(crate) approver: &'a dyn Approver,
+    pub(crate) hooks: &'a Hooks,
+    pub(crate) audit: &'a AuditLog,
+    pub(crate) monitor: &'a SharedMonitor,
+    pub(crate) guard: &'a RunGuard,
+}
+
+/// The executor of one agent.
+pub(crate) struct Toolbox<'a> {
+    agent: AgentId,
+    gate: Gate<'a>,
+    plan: Option<&'a SharedPlan>,
+    records: Vec<ToolRecord>,
+    warnings: Vec<Warning>,
+    /// Answers of batched calls that ran ahead of their turn, by id.
+    prepared: HashMap<ToolUseId, Answer>,
+    /// The batches of the current reply, by the id of each one's first call.
+    batches: HashMap<ToolUseId, Vec<ToolCall>>,
+    over_limit: HashSet<ToolUseId>,
+    /// The registry as refreshed at a turn boundary, when a tool source's
+    /// tools changed; until then the agent's own.
+    refreshed: Option<Registry>,
+}
+
+/// The outcome of the pipeline for one call.
+struct Answer {
+    output: ToolOutput,
+    record: ToolRecord,
+    warnings: Vec<String>,
+}
+
+/// A call of a batch that passed admission: the call, its tool, the
+/// decision and the warnings so far.
+type AdmittedCall<'c> = (&'c ToolCall, Arc<dyn Tool>, CallDecision, Vec<String>);
+
+enum Admission {
+    Refused(ToolOutput, CallDecision),
+    Admitted(Arc<dyn Tool>, CallDecision),
+}
+
+/// Why a call's arguments are not a JSON object, when its input is a JSON
+/// string: a provider whose wire carries the arguments as text (Chat
+/// Completions' `function.arguments`) keeps text that is not a JSON object
+/// as that string, so it is sent back exactly as received; such a call is
+/// refused, never run. Text that is not JSON says why it does not parse;
+/// text that is JSON of another kind (`[1,2]`, `5`) says which kind it is.
+fn unparsed_arguments(input: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    let Value::String(text) = input else {
+        return None;
+    };
+    let kind = match serde_json::from_str::<Value>(text) {
+        Err(err) => return Some(format!("arguments are not valid JSON ({err})")),
+        Ok(Value::Object(_)) => {
+            return Some("arguments are a string holding a JSON object, not an object".to_owned());
+        }
+        Ok(Value::Array(_)) => "an array",
+        Ok(Value::String(_)) => "a string",
+        Ok(Value::Number(_)) => "a number",
+        Ok(Value::Bool(_)) => "a boolean",
+        Ok(Value::Null) => "null",
+    };
+    Some(format!("arguments are JSON but not an object: {kind}"))
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
+}
+
+impl<'a> Toolbox<'a> {
+    pub(crate) fn new(agent: AgentId, gate: Gate<'a>, plan: Option<&'a SharedPlan>) -> Self {
+        Self {
+            agent,
+            gate,
+            plan,
+            records: Vec::new(),
+            warnings: Vec::new(),
+            prepared: HashMap::new(),
+            batches: HashMap::new(),
+            over_limit: HashSet::new(),
+            refreshed: None,
+        }
+    }
+
+    /// The registry in force: the refreshed one, or the agent's.
+    fn registry(&self) -> &Registry {
+        self.refreshed.as_ref().unwrap_or(self.gate.registry)
+    }
+
+    /// The records and warnings gathered, in call order.
+    pub(crate) fn into_parts(self) -> (Vec<ToolRecord>, Vec<Warning>) {
+        (self.records, self.warnings)
+    }
+
+    fn audit(&self, call: &ToolCall, phase: Phase, after: Option<(CallDecision, bool)>) {
+        self.gate.audit.record(AuditEntry {
+            agent: self.agent.clone(),
+            call_id: call.id().clone(),
+            tool: call.name().to_owned(),
+            phase,
+            decision: after.map(|(decision, _)| decision),
+            is_error: after.map(|(_, is_error)| is_error),
+        });
+    }
+
+    /// Registry, schema, permission and before hooks, in that order.
+    fn admit(&self, call: &ToolCall, warnings: &mut Vec<String>) -> Admission {
+        self.audit(call, Phase::Before, None);
+        if self.over_limit.contains(call.id()) {
+            let limit = self.gate.guard.limits().max_tools_per_reply;
+            return Admission::Refused(
+                refusal(format_args!(
+                    "too many tool calls in one reply (limit {limit})"
+                )),
+                CallDecision::OverLimit,
+            );
+        }
+        let Some((tool, input_schema)) = self.registry().lookup_shared(call.name()) else {
+            return Admission::Refused(
+                refusal(format_args!("unregistered tool {}", call.name())),
+                CallDecision::Unregistered,
+            );
+        };
+        if let Some(reason) = unparsed_arguments(call.input()) {
+            return Admission::Refused(refusal(reason), CallDecision::Invalid);
+        }
+        if let Err(err) = input_schema.validate(call.input()) {
+            return Admission::Refused(
+                refusal(format_args!("invalid input for {}: {err}", call.name())),
+                CallDecision::Invalid,
+            );
+        }
+        let mut decision = CallDecision::NotRequired;
+        if tool.capability().needs_approval() {
+            let action = tool.action(call.input());
+            let request = ApprovalRequest {
+                agent: &self.agent,
+                call,
+                action: &action,
+            };
+            // An approver that panics fails closed, like a hook: denied, with a warning.
+            match catch_unwind(AssertUnwindSafe(|| self.gate.approver.decide(&request))) {
+                Ok(Decision::Allow) => decision = CallDecision::Allowed,
+                Ok(Decision::Deny) => {
+                    return Admission::Refused(refusal("permission denied"), CallDecision::Denied);
+                }
+                Err(payload) => {
+                    warnings.push(format!(
+                        "the approver panicked deciding {}: {}",
+                        call.name(),
+                        panic_text(&*payload)
+                    ));
+                    return Admission::Refused(refusal("approval failed"), CallDecision::Denied);
+                }
+            }
+        }
+        let hook_call = HookCall {
+            agent: &self.agent,
+            call,
+        };
+        for hook in self.gate.hooks.iter() {
+            let verdict = catch_unwind(AssertUnwindSafe(|| hook.before(&hook_call, warnings)));
+            match verdict {
+                Ok(Ok(Verdict::Continue)) => {}
+                Ok(Ok(Verdict::Block(reason))) => {
+                    return Admission::Refused(
+                        refusal(format_args!("blocked by hook {}: {reason}", hook.name())),
+                        CallDecision::Blocked,
+                    );
+                }
+                Ok(Err(err)) => {
+                    return Admission::Refused(
+                        refusal(format_args!("hook {} failed: {err}", hook.name())),
+                        CallDecision::HookFailed,
+                    );
+                }
+                Err(payload) => {
+                    return Admission::Refused(
+                        refusal(format_args!(
+                            "hook {} panicked: {}",
+                            hook.name(),
+                            panic_text(&*payload)
+                        )),
+                        CallDecision::HookFailed,
+                    );
+                }
+            }
+        }
+        // Approval and hooks may take long (a `y/N` prompt waits for a
+        // person): a run stopped meanwhile starts no tool.
+        if let Some(interrupt) = self.gate.guard.interrupt() {
+            return Admission::Refused(
+                refusal(format_args!("the run was stopped ({})", interrupt.text)),
+                CallDecision::Stopped,
+            );
+        }
+        Admission::Admitted(tool, decision)
+    }
+
+    /// After hooks, the after audit entry, and the record.
+    fn conclude(
+        &self,
+        call: &ToolCall,
+        mut output: ToolOutput,
+        decision: CallDecision,
+        ran: bool,
+        mut warnings: Vec<String>,
+    ) -> Answer {
+        if ran {
+            let hook_call = HookCall {
+                agent: &self.agent,
+                call,
+            };
+            for hook in self.gate.hooks.iter() {
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    hook.after(&hook_call, &output, &mut warnings)
+                }));
+                let failure = match result {
+                    Ok(Ok(())) => None,
+                    Ok(Err(err)) => Some(err.to_string()),
+                    Err(payload) => Some(format!("panicked: {}", panic_text(&*payload))),
+                };
+                if let Some(failure) = failure {
+                    output.is_error = true;
+                    output.content = format!(
+                        "{}\n[after hook {} failed: {failure}]",
+                        output.content,
+                        hook.name()
+                    )
+                    .into();
+                    warnings.push(format!("after hook {} failed: {failure}", hook.name()));
+                }
+            }
+        }
+        self.audit(call, Phase::After, Some((decision, output.is_error)));
+        let record = ToolRecord {
+            name: call.name().to_owned(),
+            id: call.id().clone(),
+            decision,
+            is_error: output.is_error,
+            content: output.content.clone(),
+        };
+        Answer {
+            output,
+            record,
+            warnings,
+        }
+    }
+
+    fn run_tool(&self, tool: &dyn Tool, call: &ToolCall) -> ToolOutput {
+        let context = ToolContext {
+            agent: &self.agent,
+            call,
+        };
+        catch_unwind(AssertUnwindSafe(|| tool.run(call.input(), &context))).unwrap_or_else(
+            |payload| {
+                ToolOutput::error(format!(
+                    "{} failed: the tool panicked: {}",
+                    call.name(),
+                    panic_text(&*payload)
+                ))
+            },
+        )
+    }
+
+    fn process(&self, call: &ToolCall) -> Answer {
+        let mut warnings = Vec::new();
+        match self.admit(call, &mut warnings) {
+            Admission::Refused(output, decision) => {
+                self.conclude(call, output, decision, false, warnings)
+            }
+            Admission::Admitted(tool, decision) => {
+                let output = self.run_tool(tool.as_ref(), call);
+                self.conclude(call, output, decision, true, warnings)
+            }
+        }
+    }
+
+    /// Runs one batch: consecutive calls to one delegating tool. Admission
+    /// runs in call order; the admitted calls then run together through
+    /// [`Tool::run_batch`]; every answer waits in `prepared` for its turn.
+    fn run_batch(&mut self, run: &[ToolCall]) {
+        let mut admitted: Vec<AdmittedCall<'_>> = Vec::new();
+        for call in run {
+            let mut warnings = Vec::new();
+            match self.admit(call, &mut warnings) {
+                Admission::Refused(output, decision) => {
+                    let answer = self.conclude(call, output, decision, false, warnings);
+                    self.prepared.insert(call.id().clone(), answer);
+                }
+                Admission::Admitted(tool, decision) => {
+                    admitted.push((call, tool, decision, warnings));
+                }
+            }
+        }
+        let Some((first, tool, ..)) = admitted.first() else {
+            return;
+        };
+        let (name, tool) = (first.name(), Arc::clone(tool));
+        let contexts: Vec<ToolContext<'_>> = admitted
+            .iter()
+            .map(|(call, ..)| ToolContext {
+                agent: &self.agent,
+                call,
+            })
+            .collect();
+        let outputs = catch_unwind(AssertUnwindSafe(|| tool.run_batch(&contexts))).unwrap_or_else(
+            |payload| {
+                let text = format!(
+                    "{name} failed: the tool panicked: {}",
+                    panic_text(&*payload)
+                );
+                vec![ToolOutput::error(text); contexts.len()]
+            },
+        );
+        let mut outputs = outputs.into_iter();
+        for (call, _, decision, warnings) in admitted {
+            let output = outputs.next().unwrap_or_else(|| {
+                ToolOutput::error(format!(
+                    "{name} failed: the batch returned no result for this call"
+                ))
+            });
+            let answer = self.conclude(call, output, decision, true, warnings);
+            self.prepared.insert(call.id().clone(), answer);
+        }
+    }
+
+    fn deliver(&mut self, answer: Answer) -> ToolOutput {
+        for text in answer.warnings {
+            self.gate.monitor.warning(&self.agent, &text);
+            self.warnings.push(Warning {
+                agent: self.agent.clone(),
+                text,
+            });
+        }
+        self.gate.monitor.tool(&self.agent, &answer.record);
+        self.records.push(answer.record);
+        answer.output
+    }
+}
+
+impl Executor for Toolbox<'_> {
+    fn definitions(&self) -> &[ToolDefinition] {
+        self.registry().definitions()
+    }
+
+    /// A tool source said its tools changed: from the next request on, the
+    /// definitions sent and the dispatch table are its current list.
+    fn refresh(&mut self) {
+        let (fresh, mut notes) = self.registry().refreshed();
+        if let Some(fresh) = &fresh {
+            let before = self.registry().names().join(", ");
+            let after = fresh.names().join(", ");
+            if before != after {
+                notes.push(format!("the tools changed: now {after}"));
+            }
+        }
+        for text in notes {
+            self.gate.monitor.warning(&self.agent, &text);
+            self.warnings.push(Warning {
+                agent: self.agent.clone(),
+                text,
+            });
+        }
+        if let Some(fresh) = fresh {
+            self.refreshed = Some(fresh);
+        }
+    }
+
+    fn attachment(&self) -> Option<String> {
+        self.plan.map(SharedPlan::render)
+    }
+
+    /// Plans the reply: each run of two or more *consecutive* calls to one
+    /// delegating tool (such as `task`) becomes a batch, started when
+    /// [`Executor::execute`] reaches the run's first call, so every earlier
+    /// call of the reply has finished and every later one waits for it.
+    /// Everything else runs one by one, in call order.
+    fn prepare(&mut self, calls: &[ToolCall]) {
+        let limit = self.gate.guard.limits().max_tools_per_reply;
+        self.over_limit = calls
+            .iter()
+            .skip(limit)
+            .map(|call| call.id().clone())
+            .collect();
+        self.batches.clear();
+        let admitted = calls.get(..limit).unwrap_or(calls);
+        for run in admitted.chunk_by(|a, b| a.name() == b.name()) {
+            let [first, _, ..] = run else { continue };
+            let delegates = self
+                .registry()
+                .get(first.name())
+                .is_some_and(|tool| tool.capability() == Capability::Delegates);
+            if delegates {
+                self.batches.insert(first.id().clone(), run.to_vec());
+            }
+        }
+    }
+
+    fn execute(&mut self, call: &ToolCall) -> ToolOutput {
+        if let Some(run) = self.batches.remove(call.id()) {
+            self.run_batch(&run);
+        }
+        let answer = match self.prepared.remove(call.id()) {
+            Some(answer) => answer,
+            None => self.process(call),
+        };
+        self.deliver(answer)
+    }
+
+    fn interrupt(&self) -> Option<Interrupt> {
+        self.gate.guard.interrupt()
+    }
+
+    fn prepared(&self, call: &ToolCall) -> bool {
+        self.prepared.contains_key(call.id())
+    }
+
+    fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
+        // A batch whose first call cannot start does not start at all.
+        self.batches.remove(call.id());
+        self.audit(call, Phase::Before, None);
+        let answer = self.conclude(
+            call,
+            output.clone(),
+            CallDecision::Stopped,
+            false,
+            Vec::new(),
+        );
+        self.deliver(answer);
+    }
+}

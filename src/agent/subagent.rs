@@ -1,0 +1,532 @@
+//! The `task` tool: a subagent with a fresh history, a whitelist, its own
+//! budget, and a bounded report.
+//!
+//! A subagent is not a second loop. It is the same [`Conversation`] driven by
+//! the same [`driver::run`], with another question (the task text), another
+//! registry (built from the host's whitelist), another budget and its own
+//! system prompt. Its calls pass the parent's permission gate; its hooks are
+//! the set the host gave explicitly in [`SubagentConfig::new`]. The parent
+//! gets one `tool_result` under the `task` call's id, holding
+//! `{"status", "summary", "calls"}` taken straight from the child's outcome.
+//!
+//! A child can only hold read-only tools; `task` itself cannot be put in a
+//! child registry:
+//!
+//! ```compile_fail
+//! fn child_tool<T: subloop::tools::ReadOnlyTool>() {}
+//! child_tool::<subloop::agent::subagent::TaskTool>(); // TaskTool is not read-only
+//! ```
+
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::agent::executor::{Gate, ToolRecord, Toolbox, Warning};
+use crate::core::agent_id::AgentId;
+use crate::core::conversation::{
+    Budget, Conversation, OnEmptyReply, Outcome, StatusKind, ToolOutput,
+};
+use crate::core::error::{ModelFailure, SetupError};
+use crate::core::protocol::{ModelResponse, Request, ToolUseId};
+use crate::policy::hooks::{AuditLog, Hooks};
+use crate::policy::permission::Approver;
+use crate::providers::scripted::{ScriptedModel, ScriptedReply};
+use crate::run::driver;
+use crate::run::limits::RunGuard;
+use crate::run::model::Model;
+use crate::run::monitor::{AgentObserver, SharedMonitor};
+use crate::tools::{Capability, ReadOnlyRegistry, Registry, Tool, ToolContext, refusal};
+
+/// The tool's name.
+pub const TASK_TOOL: &str = "task";
+/// The longest task text, in characters after trimming.
+pub const MAX_TASK_CHARS: usize = 600;
+/// The longest summary passed back whole, in characters.
+pub const MAX_SUMMARY_CHARS: usize = 1200;
+/// Appended to a summary cut at [`MAX_SUMMARY_CHARS`].
+pub const TRUNCATION_NOTE: &str = "(summary too long, truncated; narrow the task)";
+/// The default child system prompt.
+pub const CHILD_SYSTEM: &str = "You are a subagent working for another agent. Do the task you are given \
+with the tools you have, then answer with a short conclusion. You cannot run programs, change plans or delegate.";
+
+/// A child's call budget: 1 to 8 model requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChildBudget(Budget);
+
+impl ChildBudget {
+    /// The most a child may use.
+    pub const MAX: u32 = 8;
+    /// The default.
+    pub const DEFAULT: u32 = 4;
+
+    /// A budget of `calls` model requests; outside 1..=8 is an error.
+    pub fn new(calls: u32) -> Result<Self, SetupError> {
+        if !(1..=Self::MAX).contains(&calls) {
+            return Err(SetupError::ChildBudget(calls));
+        }
+        Budget::new(calls)
+            .map(Self)
+            .map_err(|_| SetupError::ChildBudget(calls))
+    }
+
+    /// As a conversation budget.
+    pub fn get(self) -> Budget {
+        self.0
+    }
+}
+
+impl Default for ChildBudget {
+    fn default() -> Self {
+        const FOUR: NonZeroU32 = match NonZeroU32::new(ChildBudget::DEFAULT) {
+            Some(four) => four,
+            None => panic!("the default child budget is not zero"),
+        };
+        Self(Budget::from_nonzero(FOUR))
+    }
+}
+
+/// Gives each delegation its model.
+pub trait ChildModels: Send + Sync {
+    /// The model for the `number`-th delegation of the run (1-based).
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send>;
+}
+
+/// Any `Fn(number) -> model` hands out child models (e.g. one live client per child).
+impl<F> ChildModels for F
+where
+    F: Fn(usize) -> Box<dyn Model + Send> + Send + Sync,
+{
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        self(number)
+    }
+}
+
+/// A model that fails every request with the same failure.
+#[derive(Debug, Clone)]
+pub struct FailingModel(pub ModelFailure);
+
+impl Model for FailingModel {
+    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        Err(self.0.clone())
+    }
+}
+
+/// Child models from a script's `children`: `children[i]` for delegation `i + 1`.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedChildren(pub Vec<Vec<ScriptedReply>>);
+
+impl ChildModels for ScriptedChildren {
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        match number.checked_sub(1).and_then(|index| self.0.get(index)) {
+            Some(replies) => Box::new(ScriptedModel::new(replies.clone())),
+            None => Box::new(FailingModel(ModelFailure::with_kind(
+                "script_exhausted",
+                format!(
+                    "the script has no children[{}] for delegation {number}",
+                    number.saturating_sub(1)
+                ),
+            ))),
+        }
+    }
+}
+
+/// How the host sets up subagents.
+#[derive(Clone)]
+pub struct SubagentConfig {
+    whitelist: Vec<String>,
+    budget: ChildBudget,
+    hooks: Hooks,
+    models: Arc<dyn ChildModels>,
+    system: String,
+}
+
+impl std::fmt::Debug for SubagentConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubagentConfig")
+            .field("whitelist", &self.whitelist)
+            .field("budget", &self.budget)
+            .field("hooks", &self.hooks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubagentConfig {
+    /// Children get their models from `models` and run `hooks`: the parent's
+    /// hooks are never inherited, so the host names the child's set here
+    /// (pass [`Hooks::none`] for none). Defaults: whitelist `read_file`,
+    /// budget 4, [`CHILD_SYSTEM`].
+    pub fn new(models: Arc<dyn ChildModels>, hooks: Hooks) -> Self {
+        Self {
+            whitelist: vec!["read_file".to_owned()],
+            budget: ChildBudget::default(),
+            hooks,
+            models,
+            system: CHILD_SYSTEM.to_owned(),
+        }
+    }
+
+    /// The child's tools, by name; each must be a read-only tool of the parent.
+    pub fn whitelist(mut self, names: &[&str]) -> Self {
+        self.whitelist = names.iter().map(|name| (*name).to_owned()).collect();
+        self
+    }
+
+    /// The child's call budget.
+    pub fn budget(mut self, budget: ChildBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The child's system prompt.
+    pub fn system(mut self, system: impl Into<String>) -> Self {
+        self.system = system.into();
+        self
+    }
+}
+
+/// What the parent gets back: `{"status", "summary", "calls"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaskReport {
+    /// The child's final status.
+    pub status: StatusKind,
+    /// The child's final text, cut to [`MAX_SUMMARY_CHARS`] with [`TRUNCATION_NOTE`] when longer.
+    pub summary: String,
+    /// Model requests the child made.
+    pub calls: u32,
+    /// Whether the parent's result is flagged `is_error` (status not
+    /// `answered`, or summary truncated).
+    #[serde(skip)]
+    pub is_error: bool,
+}
+
+impl TaskReport {
+    /// The report of a child's outcome. No model is asked to summarise.
+    pub fn from_outcome(outcome: &Outcome) -> Self {
+        let mut is_error = outcome.status != StatusKind::Answered;
+        let mut summary = outcome.text.clone();
+        if let Some((cut, _)) = summary.char_indices().nth(MAX_SUMMARY_CHARS) {
+            summary.truncate(cut);
+            summary.push_str(TRUNCATION_NOTE);
+            is_error = true;
+        }
+        Self {
+            status: outcome.status,
+            summary,
+            calls: outcome.calls,
+            is_error,
+        }
+    }
+
+    /// The `tool_result` content and flag.
+    pub fn to_output(&self) -> ToolOutput {
+        // Serializing the struct keeps the field order: status, summary, calls.
+        let content = serde_json::to_string(self).unwrap_or_else(|err| {
+            json!({"status": "model_error", "summary": format!("report not serializable: {err}"), "calls": self.calls})
+                .to_string()
+        });
+        ToolOutput {
+            content: content.into(),
+            is_error: self.is_error,
+        }
+    }
+}
+
+/// Everything the host keeps of one child.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChildRecord {
+    /// `child-N`, with the parent's `task` id.
+    pub agent: AgentId,
+    /// The parent's `task` call id.
+    pub parent_tool_use_id: ToolUseId,
+    /// The task text the child got.
+    pub task: String,
+    /// The report the parent got.
+    pub report: TaskReport,
+    /// The child's full outcome, history included.
+    pub outcome: Outcome,
+    /// The token usage of each of the child's replies, in order.
+    pub usage_per_call: Vec<crate::core::protocol::Usage>,
+    /// Empty replies of the child answered with a request to continue.
+    pub empty_replies_continued: u32,
+    /// The child's tool calls.
+    pub tools: Vec<ToolRecord>,
+    /// Warnings raised by the child's hooks.
+    pub warnings: Vec<Warning>,
+    /// How long the child ran.
+    #[serde(serialize_with = "crate::agent::millis")]
+    pub elapsed: Duration,
+}
+
+/// The run-wide services a child shares with its parent.
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) approver: Arc<dyn Approver>,
+    pub(crate) audit: AuditLog,
+    pub(crate) monitor: SharedMonitor,
+    pub(crate) children: Arc<Mutex<Vec<ChildRecord>>>,
+    pub(crate) guard: Arc<RunGuard>,
+    /// What an empty `end_turn` leads to, for the parent and every child
+    /// (set at any point of the builder, hence shared).
+    pub(crate) on_empty: Arc<Mutex<OnEmptyReply>>,
+}
+
+impl Shared {
+    /// The run's policy for empty replies.
+    pub(crate) fn on_empty(&self) -> OnEmptyReply {
+        *self
+            .on_empty
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// The `task` tool. Built by [`crate::AgentBuilder::subagents`].
+pub struct TaskTool {
+    registry: ReadOnlyRegistry,
+    budget: ChildBudget,
+    hooks: Hooks,
+    models: Arc<dyn ChildModels>,
+    system: String,
+    shared: Shared,
+}
+
+impl std::fmt::Debug for TaskTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskTool")
+            .field("registry", &self.registry)
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaskTool {
+    /// Builds the child registry from `parent` by whitelist; fails on a name
+    /// the parent lacks or a tool that is not read-only (there is no fallback).
+    pub(crate) fn new(
+        parent: &Registry,
+        config: SubagentConfig,
+        shared: Shared,
+    ) -> Result<Self, SetupError> {
+        if let Some(name) = config.whitelist.iter().find(|name| *name == TASK_TOOL) {
+            return Err(SetupError::NotReadOnly(name.clone()));
+        }
+        let names: Vec<&str> = config.whitelist.iter().map(String::as_str).collect();
+        let registry = parent.read_only_subset(&names)?;
+        Ok(Self {
+            registry,
+            budget: config.budget,
+            hooks: config.hooks,
+            models: config.models,
+            system: config.system,
+            shared,
+        })
+    }
+
+    /// The child's registry.
+    pub fn child_registry(&self) -> &ReadOnlyRegistry {
+        &self.registry
+    }
+
+    /// The report for a `task` call past the run's delegation limit.
+    fn over_limit(&self) -> ToolOutput {
+        let limit = self.shared.guard.limits().max_delegations;
+        TaskReport {
+            status: StatusKind::DelegationLimit,
+            summary: format!(
+                "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
+            ),
+            calls: 0,
+            is_error: true,
+        }
+        .to_output()
+    }
+
+    /// Runs one child to its end and files its record; always returns a report.
+    fn run_child(&self, number: usize, task: &str, parent_call: &ToolUseId) -> ToolOutput {
+        let agent = AgentId::Child {
+            number,
+            parent_tool_use_id: parent_call.clone(),
+        };
+        let started = Instant::now();
+        let gate = Gate {
+            registry: self.registry.registry(),
+            approver: self.shared.approver.as_ref(),
+            hooks: &self.hooks,
+            audit: &self.shared.audit,
+            monitor: &self.shared.monitor,
+            guard: &self.shared.guard,
+        };
+        let mut toolbox = Toolbox::new(agent.clone(), gate, None);
+        let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
+        let outcome = match Conversation::start(task, self.budget.get()) {
+            Ok(conversation) => {
+                let conversation = conversation
+                    .with_system(self.system.as_str())
+                    .on_empty_reply(self.shared.on_empty());
+                let mut model = self.models.model_for(number);
+                driver::run(conversation, &mut model, &mut toolbox, &mut observer)
+            }
+            // Unreachable after `check_task`, but a result is never lost.
+            Err(err) => refusal_outcome(task, &err.to_string()),
+        };
+        let (tools, warnings) = toolbox.into_parts();
+        let empty_replies_continued = observer.continued();
+        let usage_per_call = observer.into_usage();
+        let report = TaskReport::from_outcome(&outcome);
+        let output = report.to_output();
+        self.shared
+            .children
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .push(ChildRecord {
+                agent,
+                parent_tool_use_id: parent_call.clone(),
+                task: task.to_owned(),
+                report,
+                outcome,
+                usage_per_call,
+                empty_replies_continued,
+                tools,
+                warnings,
+                elapsed: started.elapsed(),
+            });
+        output
+    }
+}
+
+fn refusal_outcome(task: &str, reason: &str) -> Outcome {
+    Outcome {
+        status: StatusKind::ModelError,
+        text: format!("the subagent could not start: {reason}"),
+        calls: 0,
+        messages: vec![crate::core::protocol::Message::user_text(task)],
+        usage: Default::default(),
+    }
+}
+
+/// The trimmed task text, or the refusal the parent gets instead.
+fn check_task(input: &Value) -> Result<&str, ToolOutput> {
+    let task = input
+        .get("task")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .trim();
+    let chars = task.chars().count();
+    if chars == 0 {
+        return Err(refusal("invalid task: the task text is empty"));
+    }
+    if chars > MAX_TASK_CHARS {
+        return Err(refusal(format_args!(
+            "invalid task: the task text is {chars} characters; the limit is {MAX_TASK_CHARS}"
+        )));
+    }
+    Ok(task)
+}
+
+impl Tool for TaskTool {
+    fn name(&self) -> &str {
+        TASK_TOOL
+    }
+
+    fn description(&self) -> &str {
+        "Delegate a self-contained sub-question to a subagent with a fresh history and read-only tools. \
+Returns a JSON report {status, summary, calls}; only the summary comes back, not the subagent's history."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "task": {
+                    "type": "string",
+                    "description": "The sub-question, 1 to 600 characters, self-contained",
+                    "minLength": 1
+                }
+            },
+            "required": ["task"],
+            "additionalProperties": false
+        })
+    }
+
+    fn capability(&self) -> Capability {
+        Capability::Delegates
+    }
+
+    fn run(&self, input: &Value, context: &ToolContext<'_>) -> ToolOutput {
+        match check_task(input) {
+            Ok(task) => match self
+                .shared
+                .guard
+                .reserve_delegations(1)
+                .first()
+                .copied()
+                .flatten()
+            {
+                Some(number) => self.run_child(number, task, context.call.id()),
+                None => self.over_limit(),
+            },
+            Err(refused) => refused,
+        }
+    }
+
+    /// Consecutive delegations of one reply run concurrently, one thread
+    /// each (the executor batches only a run of consecutive `task` calls,
+    /// after every earlier call of the reply has finished); numbers are
+    /// given in call order and reports come back in call order, so the
+    /// transcript is the same as a sequential run's.
+    fn run_batch(&self, calls: &[ToolContext<'_>]) -> Vec<ToolOutput> {
+        let checked: Vec<Result<&str, ToolOutput>> = calls
+            .iter()
+            .map(|context| check_task(context.call.input()))
+            .collect();
+        let valid = checked.iter().filter(|task| task.is_ok()).count();
+        let mut numbers = self.shared.guard.reserve_delegations(valid).into_iter();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = calls
+                .iter()
+                .zip(checked)
+                .map(|(context, task)| match task {
+                    Ok(task) => match numbers.next().flatten() {
+                        Some(this) => {
+                            let id = context.call.id();
+                            Ok((
+                                scope.spawn(move || self.run_child(this, task, id)),
+                                task,
+                                this,
+                                id,
+                            ))
+                        }
+                        None => Err(self.over_limit()),
+                    },
+                    Err(refused) => Err(refused),
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| match handle {
+                    Ok((handle, task, this, id)) => handle.join().unwrap_or_else(|_| {
+                        let outcome = refusal_outcome(
+                            task,
+                            &format!("the subagent for {id} (child-{this}) panicked"),
+                        );
+                        TaskReport::from_outcome(&outcome).to_output()
+                    }),
+                    Err(refused) => refused,
+                })
+                .collect()
+        })
+    }
+}
+
+/// Every delegation gets the demo's child model.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DemoChildren;
+
+impl ChildModels for DemoChildren {
+    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(crate::providers::demo::DemoChild)
+    }
+}

@@ -1,0 +1,1061 @@
+//! The typestate conversation: what may happen next is written in the type.
+//!
+//! ```text
+//!              start(question, budget)
+//!                       │
+//!                       ▼
+//!           ┌──► Conversation<AwaitingModel> ── model_failed ──► Finished<ModelError>
+//!           │           │ receive(reply)
+//!           │           ├── end_turn + text, no tool_use ─────────► Finished<Answered>
+//!           │           ├── max_tokens / refusal / pause_turn … ──► Finished<ModelStopped>
+//!           │           ├── malformed / inconsistent ─────────────► Finished<ProtocolError>
+//!           ├◄───────── ├── empty end_turn, policy `continue`, once in a row: + user "Please continue."
+//!           │           ▼ tool_use + ≥1 well-formed call
+//!           │   Conversation<AwaitingTools>
+//!           │           │ answer every pending call (ids paired by the machine)
+//!           │           ▼
+//!           └── budget left?  no ─────────────────────────────────► Finished<CallLimit>
+//! ```
+//!
+//! Every transition consumes `self`; a finished conversation has no transition
+//! but one — an answered one takes a follow-up question
+//! ([`Conversation::follow_up`]) — so "keep going after the end" does not compile:
+//!
+//! ```compile_fail
+//! use subloop::{Budget, Conversation, ModelResponse, Reply};
+//! let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
+//! if let Reply::Answered(done) = conversation.receive(ModelResponse::answer("hello")) {
+//!     done.receive(ModelResponse::answer("again")); // no `receive` on Finished
+//! }
+//! ```
+//!
+//! Tools cannot be skipped: a conversation awaiting tool results has no way to
+//! ask the model again until every call is answered.
+//!
+//! ```compile_fail
+//! use subloop::{Budget, Conversation, ModelResponse, Reply};
+//! use serde_json::json;
+//! let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
+//! let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+//! if let Reply::Tools(pending) = conversation.receive(reply) {
+//!     pending.receive(ModelResponse::answer("skip the tools")); // no `receive` here
+//! }
+//! ```
+//!
+//! And nobody outside the crate can conjure a state:
+//!
+//! ```compile_fail
+//! let state = subloop::core::conversation::AwaitingModel { _private: () };
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::num::NonZeroU32;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::core::error::{InputError, ModelFailure, SubmitError};
+use crate::core::protocol::{
+    Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition,
+    ToolResultContent, ToolUseId, Usage, join_text,
+};
+use crate::core::shared_text::SharedText;
+
+/// How many model requests a conversation may make: at least one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Budget(NonZeroU32);
+
+impl Budget {
+    /// A budget of `max_calls` model requests; 0 is an [`InputError`], not a status.
+    pub fn new(max_calls: u32) -> Result<Self, InputError> {
+        NonZeroU32::new(max_calls)
+            .map(Self)
+            .ok_or(InputError::ZeroBudget)
+    }
+
+    /// A budget from a count that cannot be zero.
+    pub const fn from_nonzero(max_calls: NonZeroU32) -> Self {
+        Self(max_calls)
+    }
+
+    /// The number of model requests allowed.
+    pub fn get(self) -> u32 {
+        self.0.get()
+    }
+}
+
+/// A tool call the model asked for, taken from a validated reply.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolCall {
+    id: ToolUseId,
+    name: String,
+    input: Value,
+}
+
+impl ToolCall {
+    /// A call, for hosts and tests that drive tools directly.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        Self {
+            id: ToolUseId::new(id),
+            name: name.into(),
+            input,
+        }
+    }
+
+    /// The id its result must carry.
+    pub fn id(&self) -> &ToolUseId {
+        &self.id
+    }
+
+    /// The tool's name as the model wrote it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The arguments as the model wrote them.
+    pub fn input(&self) -> &Value {
+        &self.input
+    }
+}
+
+/// What a tool produced for one call; the machine attaches the call's id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// The text sent back to the model, shared with the history and the
+    /// call's record rather than copied into them.
+    pub content: SharedText,
+    /// Whether the call failed or was refused.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub fn ok(content: impl Into<SharedText>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    /// A failed or refused call.
+    pub fn error(content: impl Into<SharedText>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// A result with its id, for the raw [`Conversation::submit`] form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The id of the call this answers.
+    pub tool_use_id: ToolUseId,
+    /// The text sent back to the model.
+    pub content: String,
+    /// Whether the call failed or was refused.
+    pub is_error: bool,
+}
+
+/// What made a reply unacceptable; the conversation finishes `protocol_error`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Violation {
+    /// A block of an unknown type, or with broken fields.
+    #[error("unsupported `{kind}` block: {reason}")]
+    UnsupportedBlock {
+        /// The block's type string.
+        kind: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A tool_use block with an empty id.
+    #[error("tool_use block {index} has an empty id")]
+    EmptyId {
+        /// Its position among the reply's blocks.
+        index: usize,
+    },
+    /// A tool_use block with an empty name.
+    #[error("tool_use `{id}` has an empty name")]
+    EmptyName {
+        /// Its id.
+        id: ToolUseId,
+    },
+    /// Two tool_use blocks of one reply share an id.
+    #[error("tool_use id `{id}` appears twice in one reply")]
+    DuplicateId {
+        /// The repeated id.
+        id: ToolUseId,
+    },
+    /// `stop_reason: tool_use` but no tool_use block.
+    #[error("stop_reason is tool_use but the reply holds no tool_use block")]
+    ToolUseWithoutCalls,
+    /// `stop_reason: end_turn` with tool_use blocks.
+    #[error("stop_reason is end_turn but the reply holds {count} tool_use block(s)")]
+    EndTurnWithCalls {
+        /// How many calls.
+        count: usize,
+    },
+    /// `stop_reason: end_turn` with neither calls nor text.
+    #[error("stop_reason is end_turn but the reply holds no text")]
+    EndTurnWithoutText,
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The erased status of a finished conversation, as written in [`Outcome`].
+/// New limits may add statuses, so matches need a wildcard arm.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusKind {
+    /// The model gave an answer (not: "the program ran").
+    Answered,
+    /// The call budget was spent.
+    CallLimit,
+    /// A model request failed.
+    ModelError,
+    /// A reply broke the protocol.
+    ProtocolError,
+    /// The model stopped for another reason (`max_tokens`, `refusal`, ...).
+    ModelStopped,
+    /// The run's wall-clock deadline passed.
+    Deadline,
+    /// The run's token budget was spent.
+    TokenLimit,
+    /// The run was cancelled.
+    Cancelled,
+    /// A `task` call past the run's delegation limit (a report status only:
+    /// no conversation ran).
+    DelegationLimit,
+}
+
+impl StatusKind {
+    /// The status string (`answered`, `call_limit`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::CallLimit => "call_limit",
+            Self::ModelError => "model_error",
+            Self::ProtocolError => "protocol_error",
+            Self::ModelStopped => "model_stopped",
+            Self::Deadline => "deadline",
+            Self::TokenLimit => "token_limit",
+            Self::Cancelled => "cancelled",
+            Self::DelegationLimit => "delegation_limit",
+        }
+    }
+}
+
+impl fmt::Display for StatusKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A final status. Sealed: only the statuses of this module exist.
+pub trait Status: sealed::Sealed {
+    /// The erased kind of this status.
+    const KIND: StatusKind;
+}
+
+/// The model gave an answer: `end_turn`, text, no tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answered {
+    _private: (),
+}
+
+/// The budget was spent after a tool round; the results are in the history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallLimit {
+    _private: (),
+}
+
+/// A model request failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelError {
+    failure: ModelFailure,
+}
+
+impl ModelError {
+    /// What failed.
+    pub fn failure(&self) -> &ModelFailure {
+        &self.failure
+    }
+}
+
+/// A reply broke the protocol; it was not added to the history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProtocolError {
+    violation: Violation,
+    reply: ModelResponse,
+}
+
+impl ProtocolError {
+    /// The rule the reply broke.
+    pub fn violation(&self) -> &Violation {
+        &self.violation
+    }
+
+    /// The rejected reply, as received.
+    pub fn reply(&self) -> &ModelResponse {
+        &self.reply
+    }
+}
+
+/// The model stopped for a reason other than `end_turn` or `tool_use`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelStopped {
+    reason: Option<StopReason>,
+    reply: ModelResponse,
+}
+
+impl ModelStopped {
+    /// The stop reason, `None` when the reply had none.
+    pub fn reason(&self) -> Option<&StopReason> {
+        self.reason.as_ref()
+    }
+
+    /// The reply, as received (not added to the history).
+    pub fn reply(&self) -> &ModelResponse {
+        &self.reply
+    }
+}
+
+/// The run's deadline passed before this conversation finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deadline {
+    _private: (),
+}
+
+/// The run's token budget was spent before this conversation finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLimit {
+    _private: (),
+}
+
+/// The run was cancelled before this conversation finished.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cancelled {
+    _private: (),
+}
+
+/// Why a run stopped at a turn boundary, as decided by the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptKind {
+    /// The wall-clock deadline passed.
+    Deadline,
+    /// The token budget is spent.
+    TokenLimit,
+    /// Someone cancelled the run.
+    Cancelled,
+}
+
+impl InterruptKind {
+    /// The status a conversation stopped this way finishes with.
+    pub fn status(self) -> StatusKind {
+        match self {
+            Self::Deadline => StatusKind::Deadline,
+            Self::TokenLimit => StatusKind::TokenLimit,
+            Self::Cancelled => StatusKind::Cancelled,
+        }
+    }
+}
+
+/// A host's reason to stop at a turn boundary, with a readable text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupt {
+    /// Which limit.
+    pub kind: InterruptKind,
+    /// What was cut short, for the outcome's text.
+    pub text: String,
+}
+
+/// A conversation stopped by an [`Interrupt`].
+#[derive(Debug)]
+pub enum Interrupted {
+    /// By the deadline.
+    Deadline(Conversation<Finished<Deadline>>),
+    /// By the token budget.
+    TokenLimit(Conversation<Finished<TokenLimit>>),
+    /// By cancellation.
+    Cancelled(Conversation<Finished<Cancelled>>),
+}
+
+impl Interrupted {
+    /// The erased outcome.
+    pub fn into_outcome(self) -> Outcome {
+        match self {
+            Self::Deadline(done) => done.into_outcome(),
+            Self::TokenLimit(done) => done.into_outcome(),
+            Self::Cancelled(done) => done.into_outcome(),
+        }
+    }
+}
+
+macro_rules! statuses {
+    ($($ty:ident => $kind:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $ty {}
+        impl Status for $ty {
+            const KIND: StatusKind = StatusKind::$kind;
+        }
+    )*};
+}
+
+statuses! {
+    Answered => Answered,
+    CallLimit => CallLimit,
+    ModelError => ModelError,
+    ProtocolError => ProtocolError,
+    ModelStopped => ModelStopped,
+    Deadline => Deadline,
+    TokenLimit => TokenLimit,
+    Cancelled => Cancelled,
+}
+
+/// State: the next step is a model request.
+#[derive(Debug)]
+pub struct AwaitingModel {
+    _private: (),
+}
+
+/// State: the last reply asked for tools; every call needs exactly one result.
+#[derive(Debug)]
+pub struct AwaitingTools {
+    calls: Vec<ToolCall>,
+}
+
+/// State: the conversation is over, with status `S` and a text.
+#[derive(Debug)]
+pub struct Finished<S: Status> {
+    status: S,
+    text: String,
+}
+
+/// What a conversation does with an empty `end_turn` reply (no tool call,
+/// no text), which the API documents it sometimes sends, mostly right after
+/// tool results.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnEmptyReply {
+    /// Finish `protocol_error` (the course's rule, and the default).
+    #[default]
+    Stop,
+    /// Answer the empty reply with a user message, [`CONTINUE_PROMPT`], and
+    /// ask again — once per turn: a second empty reply in a row is
+    /// `protocol_error`. The empty reply is not stored (the API refuses
+    /// empty assistant content); it counts against the budget, and with no
+    /// call left it is `protocol_error`.
+    Continue,
+}
+
+impl OnEmptyReply {
+    /// Parses `stop` or `continue`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "stop" => Some(Self::Stop),
+            "continue" => Some(Self::Continue),
+            _ => None,
+        }
+    }
+
+    /// The name, as [`OnEmptyReply::parse`] reads it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Continue => "continue",
+        }
+    }
+}
+
+/// The user message that answers an empty reply under
+/// [`OnEmptyReply::Continue`], in a new user message, as Anthropic's
+/// stop-reason documentation recommends (rather than retrying the request).
+pub const CONTINUE_PROMPT: &str = "Please continue.";
+
+/// Data shared by every state.
+#[derive(Debug, Clone)]
+struct Core {
+    system: String,
+    history: Vec<Message>,
+    budget: Budget,
+    calls: u32,
+    /// Calls made before the current question (a follow-up's budget starts here).
+    base: u32,
+    usage: Usage,
+    on_empty: OnEmptyReply,
+    /// The last reply was empty and was answered with [`CONTINUE_PROMPT`].
+    continued: bool,
+}
+
+impl Core {
+    /// Calls made for the current question (all of them before a follow-up).
+    fn question_calls(&self) -> u32 {
+        self.calls.saturating_sub(self.base)
+    }
+}
+
+/// A conversation in state `S`: [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
+#[derive(Debug)]
+pub struct Conversation<S> {
+    core: Core,
+    state: S,
+}
+
+/// What a reply led to, decided at run time.
+#[derive(Debug)]
+pub enum Reply {
+    /// The model asked for tools.
+    Tools(Conversation<AwaitingTools>),
+    /// The model answered.
+    Answered(Conversation<Finished<Answered>>),
+    /// The model stopped for another reason.
+    ModelStopped(Conversation<Finished<ModelStopped>>),
+    /// The reply broke the protocol.
+    ProtocolError(Conversation<Finished<ProtocolError>>),
+    /// The reply was an empty `end_turn` and the policy is
+    /// [`OnEmptyReply::Continue`]: the reply was dropped, [`CONTINUE_PROMPT`]
+    /// was appended as a user message, and the model is asked again.
+    Continued(Conversation<AwaitingModel>),
+}
+
+/// What answering the tools led to.
+#[derive(Debug)]
+pub enum AfterTools {
+    /// Budget left: ask the model again.
+    Continue(Conversation<AwaitingModel>),
+    /// Budget spent: finished with the results in the history.
+    CallLimit(Conversation<Finished<CallLimit>>),
+}
+
+/// Raw results were refused; the unchanged state is handed back.
+#[derive(Debug)]
+pub struct Rejected<C> {
+    /// The conversation, as it was before the call.
+    pub conversation: C,
+    /// Why the results were refused.
+    pub error: SubmitError,
+}
+
+/// The erased, serializable view of a finished conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// How it finished.
+    pub status: StatusKind,
+    /// The answer, or what stopped it.
+    pub text: String,
+    /// Model requests made.
+    pub calls: u32,
+    /// The whole history.
+    pub messages: Vec<Message>,
+    /// Token counts summed over every reply that reported them.
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl<S> Conversation<S> {
+    /// The history so far: the question, replies and tool results.
+    pub fn history(&self) -> &[Message] {
+        &self.core.history
+    }
+
+    /// The system prompt.
+    pub fn system(&self) -> &str {
+        &self.core.system
+    }
+
+    /// Model requests made so far (including a failed one).
+    pub fn calls_made(&self) -> u32 {
+        self.core.calls
+    }
+
+    /// The call budget.
+    pub fn budget(&self) -> Budget {
+        self.core.budget
+    }
+
+    /// Token counts summed over the replies so far.
+    pub fn usage(&self) -> Usage {
+        self.core.usage
+    }
+
+    fn finish<T: Status>(self, status: T, text: String) -> Conversation<Finished<T>> {
+        Conversation {
+            core: self.core,
+            state: Finished { status, text },
+        }
+    }
+}
+
+impl Conversation<AwaitingModel> {
+    /// Starts a conversation whose history is one user message, `question`.
+    pub fn start(question: &str, budget: Budget) -> Result<Self, InputError> {
+        if question.trim().is_empty() {
+            return Err(InputError::EmptyQuestion);
+        }
+        Ok(Self {
+            core: Core {
+                system: String::new(),
+                history: vec![Message::user_text(question)],
+                budget,
+                calls: 0,
+                base: 0,
+                usage: Usage::default(),
+                on_empty: OnEmptyReply::Stop,
+                continued: false,
+            },
+            state: AwaitingModel { _private: () },
+        })
+    }
+
+    /// Sets what an empty `end_turn` reply leads to (default: [`OnEmptyReply::Stop`]).
+    pub fn on_empty_reply(mut self, policy: OnEmptyReply) -> Self {
+        self.core.on_empty = policy;
+        self
+    }
+
+    /// Gives the current question the call budget `budget` (a resumed run:
+    /// its history was rebuilt without one). The calls this question already
+    /// made count; when they use it all, they are handed back as the error.
+    pub(crate) fn rebudget(mut self, budget: Budget) -> Result<Self, u32> {
+        let made = self.core.question_calls();
+        if made >= budget.get() {
+            return Err(made);
+        }
+        self.core.budget = budget;
+        Ok(self)
+    }
+
+    /// Sets the system prompt sent with every request.
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.core.system = system.into();
+        self
+    }
+
+    /// The next request, borrowing the history (nothing is copied).
+    pub fn request<'a>(
+        &'a self,
+        tools: &'a [ToolDefinition],
+        attachment: Option<&'a str>,
+    ) -> Request<'a> {
+        Request {
+            system: &self.core.system,
+            tools,
+            messages: &self.core.history,
+            attachment,
+        }
+    }
+
+    /// Stops at this turn boundary, before the next model request, for a
+    /// run-wide reason (deadline, token budget, cancellation).
+    pub fn interrupt(self, interrupt: Interrupt) -> Interrupted {
+        let text = interrupt.text;
+        match interrupt.kind {
+            InterruptKind::Deadline => {
+                Interrupted::Deadline(self.finish(Deadline { _private: () }, text))
+            }
+            InterruptKind::TokenLimit => {
+                Interrupted::TokenLimit(self.finish(TokenLimit { _private: () }, text))
+            }
+            InterruptKind::Cancelled => {
+                Interrupted::Cancelled(self.finish(Cancelled { _private: () }, text))
+            }
+        }
+    }
+
+    /// The request in flight was abandoned (or failed) while the run was
+    /// being stopped: finish with the stop's status; the request counts.
+    pub fn interrupt_in_flight(mut self, interrupt: Interrupt) -> Interrupted {
+        self.core.calls += 1;
+        self.interrupt(interrupt)
+    }
+
+    /// The request failed: finish `model_error`. The failed request counts against the budget.
+    pub fn model_failed(mut self, failure: ModelFailure) -> Conversation<Finished<ModelError>> {
+        self.core.calls += 1;
+        let text = format!("model request failed: {failure}");
+        self.finish(ModelError { failure }, text)
+    }
+
+    /// Takes the model's reply and decides what comes next.
+    ///
+    /// The reply is checked once, here: every block of a known type, tool_use
+    /// ids non-empty and unique, stop reason and content in agreement. A
+    /// reply stopped for another reason (`max_tokens`, `pause_turn`,
+    /// `refusal`, …) finishes `model_stopped` even when it holds blocks of
+    /// types this crate does not model; those are shown in the status text.
+    /// An empty `end_turn` is `protocol_error`, unless the policy is
+    /// [`OnEmptyReply::Continue`] (see [`Reply::Continued`]). An accepted
+    /// reply is appended to the history before any tool runs; a rejected one
+    /// is kept in the final status, not in the history.
+    pub fn receive(mut self, reply: ModelResponse) -> Reply {
+        self.core.calls += 1;
+        if let Some(usage) = &reply.usage {
+            self.core.usage.add(usage);
+        }
+        // Checked by reference first: a rejected reply is kept whole in its status.
+        // A reply that stops for another reason (max_tokens, pause_turn,
+        // refusal, …) finishes model_stopped whatever blocks it holds: its
+        // unknown blocks are shown in the status text, not judged.
+        if !stops_otherwise(reply.stop_reason.as_ref())
+            && let Err(violation) = check_blocks(&reply)
+        {
+            return self.reject(violation, reply);
+        }
+        let count = match check_calls(&reply) {
+            Ok(count) => count,
+            Err(violation) => return self.reject(violation, reply),
+        };
+        let text = || join_text(reply.content.iter().filter_map(known));
+        match reply.stop_reason {
+            Some(StopReason::EndTurn) => {
+                let text = text();
+                if count > 0 {
+                    self.reject(Violation::EndTurnWithCalls { count }, reply)
+                } else if text.trim().is_empty() {
+                    self.empty_reply(reply)
+                } else {
+                    self.core.continued = false;
+                    self.core.history.push(assistant(into_blocks(reply)));
+                    Reply::Answered(self.finish(Answered { _private: () }, text))
+                }
+            }
+            Some(StopReason::ToolUse) => {
+                if count == 0 {
+                    return self.reject(Violation::ToolUseWithoutCalls, reply);
+                }
+                self.core.continued = false;
+                let message = assistant(into_blocks(reply));
+                let calls = message
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        Block::ToolUse { id, name, input } => Some(ToolCall {
+                            id: id.clone(),
+                            name: name.clone(),
+                            input: input.clone(),
+                        }),
+                        _ => None,
+                    })
+                    .collect();
+                self.core.history.push(message);
+                Reply::Tools(Conversation {
+                    core: self.core,
+                    state: AwaitingTools { calls },
+                })
+            }
+            ref other => {
+                let text = text();
+                let reason = other.clone();
+                let mut message = match &reason {
+                    Some(reason) => format!("model stopped: {reason}"),
+                    None => "model stopped without a stop reason".to_owned(),
+                };
+                if !text.trim().is_empty() {
+                    message.push('\n');
+                    message.push_str(&text);
+                }
+                for block in &reply.content {
+                    if let ReplyBlock::Unsupported { kind, raw, .. } = block {
+                        message.push_str(&format!("\n[unsupported `{kind}` block: {raw}]"));
+                    }
+                }
+                Reply::ModelStopped(self.finish(ModelStopped { reason, reply }, message))
+            }
+        }
+    }
+
+    /// An empty `end_turn`: answered with [`CONTINUE_PROMPT`] once in a row
+    /// when the policy says so and a call is left, else `protocol_error`.
+    fn empty_reply(mut self, reply: ModelResponse) -> Reply {
+        let allowed = self.core.on_empty == OnEmptyReply::Continue;
+        if allowed && !self.core.continued && self.core.question_calls() < self.core.budget.get() {
+            self.core.continued = true;
+            self.core.history.push(Message::user_text(CONTINUE_PROMPT));
+            return Reply::Continued(Conversation {
+                core: self.core,
+                state: AwaitingModel { _private: () },
+            });
+        }
+        let mut done = self.reject(Violation::EndTurnWithoutText, reply);
+        if let Reply::ProtocolError(finished) = &mut done
+            && allowed
+        {
+            finished.state.text.push_str(if finished.core.continued {
+                " (a second empty reply in a row, after asking the model to continue)"
+            } else {
+                " (no model call left to ask the model to continue)"
+            });
+        }
+        done
+    }
+
+    fn reject(self, violation: Violation, reply: ModelResponse) -> Reply {
+        let text = format!("protocol error: {violation}");
+        Reply::ProtocolError(self.finish(ProtocolError { violation, reply }, text))
+    }
+}
+
+/// The stored form of an accepted reply. Empty text blocks are dropped: the
+/// API refuses them when the history is sent back, and they say nothing.
+fn assistant(mut content: Vec<Block>) -> Message {
+    content.retain(|block| !matches!(block, Block::Text { text } if text.is_empty()));
+    Message {
+        role: Role::Assistant,
+        content,
+    }
+}
+
+fn known(block: &ReplyBlock) -> Option<&Block> {
+    match block {
+        ReplyBlock::Known(block) => Some(block),
+        ReplyBlock::Unsupported { .. } => None,
+    }
+}
+
+/// Whether `reason` finishes the conversation `model_stopped`: a stop reason
+/// other than `end_turn` and `tool_use` (a missing one is judged like those).
+fn stops_otherwise(reason: Option<&StopReason>) -> bool {
+    !matches!(
+        reason,
+        None | Some(StopReason::EndTurn | StopReason::ToolUse)
+    )
+}
+
+/// Every block must be of a known type with well-formed fields.
+fn check_blocks(reply: &ModelResponse) -> Result<(), Violation> {
+    match reply.content.iter().find_map(|block| match block {
+        ReplyBlock::Unsupported { kind, reason, .. } => Some((kind, reason)),
+        ReplyBlock::Known(_) => None,
+    }) {
+        Some((kind, reason)) => Err(Violation::UnsupportedBlock {
+            kind: kind.clone(),
+            reason: reason.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Every tool_use needs a non-empty id, unique within the reply, and a name;
+/// returns how many there are.
+fn check_calls(reply: &ModelResponse) -> Result<usize, Violation> {
+    let mut seen: Vec<&str> = Vec::new();
+    let mut set: HashSet<&str> = HashSet::new();
+    for (index, block) in reply.content.iter().enumerate() {
+        if let Some(Block::ToolUse { id, name, .. }) = known(block) {
+            if id.as_str().is_empty() {
+                return Err(Violation::EmptyId { index });
+            }
+            // A short list is scanned; a long one goes through a set.
+            let repeated = if seen.len() < 16 {
+                seen.contains(&id.as_str())
+            } else {
+                if set.is_empty() {
+                    set.extend(seen.iter().copied());
+                }
+                !set.insert(id.as_str())
+            };
+            if repeated {
+                return Err(Violation::DuplicateId { id: id.clone() });
+            }
+            seen.push(id.as_str());
+            if name.is_empty() {
+                return Err(Violation::EmptyName { id: id.clone() });
+            }
+        }
+    }
+    Ok(seen.len())
+}
+
+/// The blocks of a checked reply, moved out of it.
+fn into_blocks(reply: ModelResponse) -> Vec<Block> {
+    reply
+        .content
+        .into_iter()
+        .filter_map(|block| match block {
+            ReplyBlock::Known(block) => Some(block),
+            ReplyBlock::Unsupported { .. } => None,
+        })
+        .collect()
+}
+
+impl Conversation<AwaitingTools> {
+    /// The pending calls, in the order the model wrote them.
+    pub fn calls(&self) -> &[ToolCall] {
+        &self.state.calls
+    }
+
+    /// Answers every pending call, in order, with `answer`. The machine pairs
+    /// each output with its call's id, so a mismatch cannot be written.
+    pub fn answer_with(self, mut answer: impl FnMut(&ToolCall) -> ToolOutput) -> AfterTools {
+        let blocks = self
+            .state
+            .calls
+            .iter()
+            .map(|call| {
+                let output = answer(call);
+                result_block(call.id.clone(), output.content, output.is_error)
+            })
+            .collect();
+        self.after_results(blocks)
+    }
+
+    /// The raw form, for hosts and fuzzers: results in any order, one per
+    /// pending id. Missing, foreign or duplicate ids are refused and the
+    /// unchanged conversation is handed back. Accepted results are stored in
+    /// call order.
+    // The state is handed back by value on purpose (as ureq-proto does): no
+    // allocation on the happy path, and the caller keeps ownership.
+    #[allow(clippy::result_large_err)]
+    pub fn submit(self, results: Vec<ToolResult>) -> Result<AfterTools, Rejected<Self>> {
+        match order_results(&self.state.calls, results) {
+            Ok(blocks) => Ok(self.after_results(blocks)),
+            Err(error) => Err(Rejected {
+                conversation: self,
+                error,
+            }),
+        }
+    }
+
+    fn after_results(mut self, blocks: Vec<Block>) -> AfterTools {
+        self.core.history.push(Message {
+            role: Role::User,
+            content: blocks,
+        });
+        if self.core.question_calls() >= self.core.budget.get() {
+            let text = format!(
+                "call limit reached: {} model request(s) used; the last tool results are in the history",
+                self.core.question_calls()
+            );
+            AfterTools::CallLimit(self.finish(CallLimit { _private: () }, text))
+        } else {
+            AfterTools::Continue(Conversation {
+                core: self.core,
+                state: AwaitingModel { _private: () },
+            })
+        }
+    }
+}
+
+fn result_block(tool_use_id: ToolUseId, content: impl Into<SharedText>, is_error: bool) -> Block {
+    Block::ToolResult {
+        tool_use_id,
+        content: ToolResultContent::Text(content.into()),
+        is_error,
+    }
+}
+
+fn order_results(calls: &[ToolCall], results: Vec<ToolResult>) -> Result<Vec<Block>, SubmitError> {
+    let mut slots: Vec<Option<ToolResult>> = vec![None; calls.len()];
+    for result in results {
+        let index = calls
+            .iter()
+            .position(|call| call.id == result.tool_use_id)
+            .ok_or_else(|| SubmitError::Foreign(result.tool_use_id.clone()))?;
+        let slot = slots
+            .get_mut(index)
+            .ok_or_else(|| SubmitError::Foreign(result.tool_use_id.clone()))?;
+        if slot.is_some() {
+            return Err(SubmitError::Duplicate(result.tool_use_id));
+        }
+        *slot = Some(result);
+    }
+    calls
+        .iter()
+        .zip(slots)
+        .map(|(call, slot)| {
+            slot.map(|result| result_block(result.tool_use_id, result.content, result.is_error))
+                .ok_or_else(|| SubmitError::Missing(call.id.clone()))
+        })
+        .collect()
+}
+
+impl<S: Status> Conversation<Finished<S>> {
+    /// The erased status.
+    pub fn status_kind(&self) -> StatusKind {
+        S::KIND
+    }
+
+    /// The typed status, with its details.
+    pub fn status(&self) -> &S {
+        &self.state.status
+    }
+
+    /// The answer, or what stopped the conversation.
+    pub fn text(&self) -> &str {
+        &self.state.text
+    }
+
+    /// The erased, serializable view.
+    pub fn into_outcome(self) -> Outcome {
+        Outcome {
+            status: S::KIND,
+            text: self.state.text,
+            calls: self.core.calls,
+            messages: self.core.history,
+            usage: self.core.usage,
+        }
+    }
+}
+
+impl Conversation<Finished<Answered>> {
+    /// Asks a follow-up question: the answered history with `question`
+    /// appended as a user message, waiting for the model. The call `budget`
+    /// is the new question's own; [`Conversation::calls_made`] and the token
+    /// counts go on from the earlier questions. Only an answered
+    /// conversation takes one — a conversation stopped for any other reason
+    /// has no such transition:
+    ///
+    /// ```compile_fail
+    /// use subloop::{Budget, Conversation, ModelResponse, Reply, AfterTools, ToolOutput};
+    /// use serde_json::json;
+    /// let budget = Budget::new(1).unwrap();
+    /// let conversation = Conversation::start("hi", budget).unwrap();
+    /// let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+    /// if let Reply::Tools(waiting) = conversation.receive(reply) {
+    ///     if let AfterTools::CallLimit(done) = waiting.answer_with(|_| ToolOutput::ok("x")) {
+    ///         done.follow_up("and now?", budget); // no `follow_up` on Finished<CallLimit>
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// An empty question is refused and the answered conversation handed back.
+    // The conversation is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn follow_up(
+        self,
+        question: &str,
+        budget: Budget,
+    ) -> Result<Conversation<AwaitingModel>, (Self, InputError)> {
+        if question.trim().is_empty() {
+            return Err((self, InputError::EmptyQuestion));
+        }
+        let mut core = self.core;
+        core.history.push(Message::user_text(question));
+        core.budget = budget;
+        core.base = core.calls;
+        core.continued = false;
+        Ok(Conversation {
+            core,
+            state: AwaitingModel { _private: () },
+        })
+    }
+}
+
+impl Reply {
+    /// The erased outcome if the reply finished the conversation, else the
+    /// reply itself ([`Reply::Tools`] or [`Reply::Continued`]).
+    // The reply is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn finished(self) -> Result<Outcome, Self> {
+        match self {
+            Self::Tools(_) | Self::Continued(_) => Err(self),
+            Self::Answered(done) => Ok(done.into_outcome()),
+            Self::ModelStopped(done) => Ok(done.into_outcome()),
+            Self::ProtocolError(done) => Ok(done.into_outcome()),
+        }
+    }
+}

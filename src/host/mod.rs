@@ -1,0 +1,1131 @@
+//! A run configured the way the CLI configures one: [`Settings`] (workspace,
+//! policy, limits, trace, resume) and [`Models`] turn into an [`Agent`] that
+//! runs and hands back its report ([`prepare`], [`execute`]); [`replay`]
+//! re-runs a trace and compares; [`chat`] is a session of questions. The
+//! binary only parses flags, wires signals and prints.
+//!
+//! May import: every layer below ([`crate::record`] and down).
+pub mod chat;
+pub mod progress;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::agent::executor::Warning;
+use crate::agent::subagent::{
+    ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig,
+};
+use crate::agent::{Agent, AgentBuilder, RunReport};
+use crate::core::agent_id::AgentId;
+use crate::core::conversation::{Budget, OnEmptyReply};
+use crate::core::error::{InputError, ScriptError, SetupError};
+use crate::host::progress::StderrProgress;
+use crate::policy::hooks::Hooks;
+use crate::policy::permission::PromptWatch;
+use crate::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
+use crate::policy::terminal::TerminalInput;
+use crate::providers::demo::{DEMO_QUESTION, DemoParent};
+use crate::providers::scripted::{Script, ScriptedModel};
+use crate::record::compare::{Difference, Divergence, ReplayReport, compare_tools_run};
+use crate::record::invariants::Policy;
+use crate::record::recorded::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, ReplayModel};
+use crate::record::resume::{ResumeError, ResumePoint};
+use crate::record::target::{self, TraceTargetError};
+use crate::record::trace::{TraceStatus, TraceWriter};
+use crate::record::view_html::{PageOutput, PageTrace};
+use crate::run::driver::Event;
+use crate::run::limits::{CancelHandle, Limits};
+use crate::run::model::Model;
+use crate::run::monitor::Monitor;
+use crate::run::shutdown::{Registration, Shutdown};
+use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+
+/// The built-in demo workspace files, for runs outside the repository.
+pub const DEMO_FILES: [(&str, &str); 2] = [
+    ("main.py", include_str!("../../examples/workspace/main.py")),
+    (
+        "expected.txt",
+        include_str!("../../examples/workspace/expected.txt"),
+    ),
+];
+
+/// The question `subloop run` asks when none is given.
+pub const DEFAULT_QUESTION: &str = "Check main.py against expected.txt.";
+
+/// How calls that need approval are decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionMode {
+    /// Allow every call.
+    Allow,
+    /// Deny every call.
+    Deny,
+    /// Ask on the terminal; a non-terminal stdin denies.
+    Ask,
+}
+
+impl DecisionMode {
+    /// Parses `allow`, `deny` or `ask`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "allow" => Some(Self::Allow),
+            "deny" => Some(Self::Deny),
+            "ask" => Some(Self::Ask),
+            _ => None,
+        }
+    }
+
+    fn approver(
+        self,
+        input: &Arc<TerminalInput>,
+        cancel: &CancelHandle,
+        watch: Option<&PromptWatch>,
+    ) -> Arc<dyn Approver> {
+        match self {
+            Self::Allow => Arc::new(AllowAll),
+            Self::Deny => Arc::new(DenyAll),
+            Self::Ask => Arc::new(
+                AskTerminal::with_input(Arc::clone(input), cancel.clone()).watched(watch.cloned()),
+            ),
+        }
+    }
+}
+
+/// Everything a run is configured by.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The workspace directory.
+    pub workspace: PathBuf,
+    /// The question for the parent.
+    pub question: String,
+    /// The parent's call budget.
+    pub max_calls: u32,
+    /// How `run_main` calls are decided.
+    pub decision: DecisionMode,
+    /// `read_file`'s limit in bytes.
+    pub read_limit: usize,
+    /// How `run_main` runs.
+    pub run: RunSettings,
+    /// The child's call budget.
+    pub child_budget: u32,
+    /// Where to write the JSON Lines trace, if anywhere (never the script,
+    /// never inside the workspace, never a FIFO: see [`crate::record::target`]).
+    pub trace: Option<PathBuf>,
+    /// The script file the run replays, if any: the trace may not overwrite it.
+    pub script: Option<PathBuf>,
+    /// Whether to print progress lines on stderr.
+    pub progress: bool,
+    /// Run-wide limits: tool calls per reply, delegations, deadline, tokens.
+    pub limits: Limits,
+    /// Cancels the run from another thread (the CLI wires Ctrl-C to it).
+    pub cancel: CancelHandle,
+    /// The workspace is a temporary copy made for this run: removed afterwards.
+    pub temporary_workspace: bool,
+    /// What an empty `end_turn` reply leads to (`--on-empty-reply`).
+    pub on_empty_reply: OnEmptyReply,
+    /// A trace to resume (`--resume`): the run continues where it ends, and
+    /// its lines are appended to it (see [`crate::record::resume`]).
+    pub resume: Option<PathBuf>,
+    /// With `resume`: a follow-up question for the answered run it records
+    /// (`--resume TRACE --question TEXT`), with `max_calls` of its own.
+    pub follow_up: Option<String>,
+    /// Where to write the run's HTML page when it ends (`--view`; checked
+    /// like the trace file). Without a trace the run writes a temporary one.
+    pub view: Option<PathBuf>,
+    /// MCP servers whose tools join the run (`--mcp-config`, `--mcp`).
+    pub mcp: Vec<crate::tools::mcp::ServerConfig>,
+    /// An MCP server's start timeout, also each MCP call's (`--mcp-timeout`).
+    pub mcp_timeout: Duration,
+    /// The tools a child may hold (`--child-tools`): read-only ones only.
+    pub child_tools: Vec<String>,
+    /// Where the approval prompt reads its answers: standard input, shared
+    /// with whatever else of the host reads it (`subloop chat`'s lines).
+    pub input: Arc<TerminalInput>,
+    /// With `resume`: go on even though the trace records another
+    /// workspace than `workspace` (`--other-workspace`).
+    pub other_workspace: bool,
+    /// What runs when the host's process is ended by a signal (the trace's
+    /// last lines, removing temporary files); `None`: nothing registers.
+    pub shutdown: Option<Arc<Shutdown>>,
+    /// Sees every event of every agent, besides the trace and progress.
+    pub watch: Option<EventWatch>,
+    /// Where `run_main` keeps the process groups it runs (a host's, which
+    /// it can kill on its way out).
+    pub programs: crate::tools::Programs,
+    /// Told when an approval prompt opens and closes (`--decision ask`).
+    pub prompt_watch: Option<ApprovalWatch>,
+}
+
+/// A host's callback, shared (its `Debug` shows only that it is there).
+pub struct Watch<F: ?Sized>(pub Arc<F>);
+
+impl<F: ?Sized> Clone for Watch<F> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<F: ?Sized> std::fmt::Debug for Watch<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watch(..)")
+    }
+}
+
+/// Told when an approval prompt opens (with its tool) and closes (see
+/// [`Settings::prompt_watch`]).
+pub type ApprovalWatch = Watch<dyn Fn(Option<&str>) + Send + Sync>;
+
+/// A host's watcher of a run's events (see [`Settings::watch`]).
+pub type EventWatch = Watch<dyn Fn(&AgentId, &Event<'_>) + Send + Sync>;
+
+/// A [`Monitor`] that hands each event to an [`EventWatch`].
+struct WatchMonitor(EventWatch);
+
+impl Monitor for WatchMonitor {
+    fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
+        (self.0.0)(agent, event);
+    }
+}
+
+impl Settings {
+    /// Defaults for `workspace`: ask, 8 parent calls, 4 child calls, 64 KiB reads.
+    pub fn new(workspace: PathBuf) -> Self {
+        Self {
+            workspace,
+            question: DEFAULT_QUESTION.to_owned(),
+            max_calls: 8,
+            decision: DecisionMode::Ask,
+            read_limit: DEFAULT_READ_LIMIT,
+            run: RunSettings::default(),
+            child_budget: ChildBudget::DEFAULT,
+            trace: None,
+            script: None,
+            progress: true,
+            limits: Limits::default(),
+            cancel: CancelHandle::new(),
+            temporary_workspace: false,
+            on_empty_reply: OnEmptyReply::Stop,
+            resume: None,
+            follow_up: None,
+            view: None,
+            mcp: Vec::new(),
+            mcp_timeout: DEFAULT_MCP_TIMEOUT,
+            child_tools: vec!["read_file".to_owned()],
+            input: TerminalInput::stdin(),
+            other_workspace: false,
+            shutdown: None,
+            watch: None,
+            programs: crate::tools::Programs::new(),
+            prompt_watch: None,
+        }
+    }
+
+    /// Sets `run_main`'s timeout in seconds.
+    pub fn run_timeout(mut self, secs: f64) -> Self {
+        self.run.timeout = Duration::from_secs_f64(secs);
+        self
+    }
+}
+
+/// Where the models come from.
+#[derive(Debug, Clone)]
+pub enum Models {
+    /// Replay a script.
+    Script(Script),
+    /// The built-in demo models.
+    Demo,
+    /// The Anthropic Messages API, one shared client for the parent and every child.
+    #[cfg(feature = "live")]
+    Live(Arc<crate::providers::anthropic::Client>),
+    /// An OpenAI-compatible Chat Completions server, one shared client.
+    #[cfg(feature = "live")]
+    OpenAi(Arc<crate::providers::openai::Client>),
+}
+
+/// Why a run could not start.
+#[derive(Debug, Error)]
+pub enum AppError {
+    /// The agent could not be assembled.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The script could not be loaded.
+    #[error(transparent)]
+    Script(#[from] ScriptError),
+    /// The trace to replay could not be read or is not a usable trace.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The question or budget is unusable.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// The trace file was refused or could not be created.
+    #[error(transparent)]
+    Trace(#[from] TraceTargetError),
+    /// The trace to resume cannot be continued.
+    #[error("cannot resume {path}: {error}")]
+    Resume {
+        /// The trace.
+        path: PathBuf,
+        /// Why.
+        error: ResumeError,
+    },
+    /// The `--view` page cannot be drawn from the run's trace.
+    #[error("{0}")]
+    View(String),
+    /// An MCP server could not be started (or this build has no MCP client).
+    #[error("{0}")]
+    Mcp(String),
+    /// The demo workspace could not be created.
+    #[error("cannot create a demo workspace in {path}: {source}")]
+    DemoWorkspace {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// The default `--mcp-timeout`.
+pub const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Builds the full agent: `read_file`, `run_main`, the MCP servers' tools,
+/// `todo_write` and `task` (children get the `child_tools`), with the
+/// settings' gate.
+pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
+    let approver = settings.decision.approver(
+        &settings.input,
+        &settings.cancel,
+        settings.prompt_watch.as_ref().map(|watch| &watch.0),
+    );
+    assemble(
+        settings,
+        approver,
+        children,
+        None,
+        settings.trace.as_deref(),
+    )
+    .map(|(agent, _, _)| agent)
+}
+
+/// The agent, and the status of its trace if it writes one.
+fn assemble(
+    settings: &Settings,
+    approver: Arc<dyn Approver>,
+    children: Arc<dyn ChildModels>,
+    resume: Option<(&Resuming, &ResumePoint)>,
+    trace: Option<&Path>,
+) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
+    let child_budget = ChildBudget::new(settings.child_budget)?;
+    let builder = AgentBuilder::new(approver)
+        .limits(settings.limits, settings.cancel.clone())
+        .on_empty_reply(settings.on_empty_reply)
+        .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
+        .tool(
+            RunMain::new(&settings.workspace, settings.run.clone())?
+                .with_programs(settings.programs.clone()),
+        )?;
+    let (builder, mcp) = mcp_tools(settings, builder)?;
+    let whitelist: Vec<&str> = settings.child_tools.iter().map(String::as_str).collect();
+    let mut builder = builder.plan()?.subagents(
+        SubagentConfig::new(children, Hooks::none())
+            .budget(child_budget)
+            .whitelist(&whitelist),
+    )?;
+    if settings.progress {
+        builder = builder.monitor(StderrProgress);
+    }
+    // The host's own watcher of events (the CLI's Ctrl-C line names the
+    // tool the run waits for).
+    if let Some(watch) = &settings.watch {
+        builder = builder.monitor(WatchMonitor(watch.clone()));
+    }
+    let mut status = None;
+    let protected = script_of(settings);
+    if let Some((resuming, point)) = resume {
+        let file = resuming.append().map_err(|source| {
+            AppError::from(TraceTargetError::Io {
+                path: settings.resume.clone().unwrap_or_default(),
+                what: target::FileRole::Trace,
+                source,
+            })
+        })?;
+        let mut fields = point.trace_fields();
+        if let Some(workspace) = recorded_workspace(settings) {
+            fields["workspace"] = serde_json::json!(workspace);
+        }
+        let mut writer = TraceWriter::resume(file, fields);
+        if let Some(shutdown) = &settings.shutdown {
+            writer = writer.on_shutdown(shutdown);
+        }
+        mcp.record(&writer.notes());
+        status = Some(writer.status());
+        builder = builder.monitor(writer);
+    } else if let Some(path) = trace {
+        let mut writer =
+            TraceWriter::from_file(target::open(path, &settings.workspace, &protected)?);
+        if let Some(workspace) = recorded_workspace(settings) {
+            writer = writer.with_workspace(Path::new(&workspace));
+        }
+        if let Some(shutdown) = &settings.shutdown {
+            writer = writer.on_shutdown(shutdown);
+        }
+        mcp.record(&writer.notes());
+        status = Some(writer.status());
+        builder = builder.monitor(writer);
+    }
+    Ok((builder.build(), status, mcp))
+}
+
+/// The workspace a trace records: its canonical path, unless it is a
+/// temporary copy (which is gone once the run ends).
+fn recorded_workspace(settings: &Settings) -> Option<String> {
+    if settings.temporary_workspace {
+        return None;
+    }
+    let path =
+        std::fs::canonicalize(&settings.workspace).unwrap_or_else(|_| settings.workspace.clone());
+    Some(path.to_string_lossy().into_owned())
+}
+
+/// Refuses to go on with a run recorded in another workspace than the one
+/// given, unless the host says it is meant (`--other-workspace`).
+fn same_workspace(settings: &Settings, run: &RecordedRun) -> Result<(), ResumeError> {
+    let (Some(recorded), Some(given)) = (run.workspace(), recorded_workspace(settings)) else {
+        return Ok(());
+    };
+    if recorded == given || settings.other_workspace {
+        return Ok(());
+    }
+    Err(ResumeError::OtherWorkspace {
+        recorded: recorded.to_owned(),
+        given,
+    })
+}
+
+/// The file a run reads that nothing it writes may be: the script, if any.
+fn script_of(settings: &Settings) -> Vec<(&Path, &'static str)> {
+    settings
+        .script
+        .iter()
+        .map(|script| (script.as_path(), "script"))
+        .collect()
+}
+
+/// Starts the settings' MCP servers (all at once) and registers their tools.
+#[cfg(feature = "mcp")]
+fn mcp_tools(
+    settings: &Settings,
+    mut builder: AgentBuilder,
+) -> Result<(AgentBuilder, McpSetup), AppError> {
+    use crate::tools::mcp::{ExitNotice, McpSettings, McpTools};
+    if settings.mcp.is_empty() {
+        return Ok((builder, McpSetup::default()));
+    }
+    let notice = ExitNotice::default();
+    let tools = McpTools::start(
+        &settings.mcp,
+        &McpSettings {
+            cap: settings.read_limit,
+            timeout: settings.mcp_timeout,
+            cancel: settings.cancel.clone(),
+            exit_notice: notice.clone(),
+        },
+    )
+    .map_err(|err| AppError::Mcp(err.to_string()))?;
+    let mut lines: Vec<String> = tools
+        .warnings
+        .iter()
+        .map(|warning| format!("[mcp] {}", crate::core::text::printable(warning)))
+        .collect();
+    for (server, names) in &tools.servers {
+        lines.push(format!(
+            "[mcp] server {server}: {} tool(s): {}",
+            names.len(),
+            crate::core::text::printable(&names.join(", "))
+        ));
+    }
+    for source in tools.sources {
+        builder = builder.tool_source(source)?;
+    }
+    Ok((
+        builder,
+        McpSetup {
+            lines,
+            servers: tools.servers,
+            notice: Some(notice),
+        },
+    ))
+}
+
+/// What starting the MCP servers leaves for the run: the progress lines,
+/// the servers with their registered tools, and where a mid-run exit is told.
+#[derive(Debug, Default)]
+struct McpSetup {
+    lines: Vec<String>,
+    servers: Vec<(String, Vec<String>)>,
+    #[cfg(feature = "mcp")]
+    notice: Option<crate::tools::mcp::ExitNotice>,
+}
+
+impl McpSetup {
+    /// Records the servers in the trace (`notes`): a `started` line each
+    /// now, an `exited` line when one exits mid-run.
+    fn record(&self, notes: &crate::record::trace::TraceNotes) {
+        for (server, tools) in &self.servers {
+            notes.line(
+                "mcp_server",
+                serde_json::json!({"server": server, "event": "started", "tools": tools}),
+            );
+        }
+        #[cfg(feature = "mcp")]
+        if let Some(notice) = &self.notice {
+            let notes = notes.clone();
+            notice.set(move |server, how| {
+                notes.line(
+                    "mcp_server",
+                    serde_json::json!({"server": server, "event": "exited", "how": how}),
+                );
+            });
+        }
+    }
+}
+
+/// Without the `mcp` feature a run given servers is refused.
+#[cfg(not(feature = "mcp"))]
+fn mcp_tools(
+    settings: &Settings,
+    builder: AgentBuilder,
+) -> Result<(AgentBuilder, McpSetup), AppError> {
+    if settings.mcp.is_empty() {
+        Ok((builder, McpSetup::default()))
+    } else {
+        Err(AppError::Mcp(
+            "this subloop was built without the `mcp` feature; rebuild with default features to use MCP servers".to_owned(),
+        ))
+    }
+}
+
+/// A finished CLI run: the report, and whether its record is complete.
+#[derive(Debug)]
+pub struct Run {
+    /// What the run produced; a failed trace write is one of its `warnings`.
+    pub report: RunReport,
+    /// The first trace write error, if writing the trace failed.
+    pub trace_error: Option<String>,
+    /// Why the `--view` page could not be written, if it could not.
+    pub page_error: Option<String>,
+    /// The MCP servers of the run with their registered tools (in `--json`).
+    pub mcp_servers: Vec<(String, Vec<String>)>,
+}
+
+impl Run {
+    /// Whether the run succeeded as the CLI counts it: the status is
+    /// `answered` and the trace and the page (if any) were written whole.
+    pub fn succeeded(&self) -> bool {
+        self.report.outcome.status == crate::StatusKind::Answered
+            && self.trace_error.is_none()
+            && self.page_error.is_none()
+    }
+}
+
+/// The approver of a replay: the host's approver decides each call as
+/// usual, and its decision is compared with the recorded one before the call
+/// can run. A call the recorded run denied is not run now, whatever the
+/// host's approver says: the replay files the divergence first (and stops
+/// there unless it keeps going), and answers the call as denied.
+struct ReplayApprover {
+    inner: Arc<dyn Approver>,
+    recorded: Arc<RecordedRun>,
+    log: Arc<ReplayLog>,
+    /// How often each agent's call id was asked about (ids may come again
+    /// in a later question).
+    asked: Mutex<std::collections::HashMap<(String, String), usize>>,
+}
+
+impl Approver for ReplayApprover {
+    fn decide(
+        &self,
+        request: &crate::policy::permission::ApprovalRequest<'_>,
+    ) -> crate::policy::permission::Decision {
+        use crate::policy::permission::Decision;
+        let agent = request.agent.to_string();
+        let id = request.call.id().as_str();
+        let nth = {
+            let mut asked = self
+                .asked
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            let count = asked.entry((agent.clone(), id.to_owned())).or_insert(0);
+            *count += 1;
+            *count - 1
+        };
+        let recorded = self
+            .recorded
+            .tools(&agent)
+            .iter()
+            .filter(|line| {
+                line.get("id").and_then(serde_json::Value::as_str) == Some(id)
+                    && line.get("name").and_then(serde_json::Value::as_str)
+                        == Some(request.call.name())
+            })
+            .nth(nth)
+            .and_then(|line| line.get("decision").and_then(serde_json::Value::as_str))
+            .map(str::to_owned);
+        let now = self.inner.decide(request);
+        // A call denied now is not run either way; its result shows the
+        // difference in the next request.
+        if recorded.as_deref() != Some("denied") || now == Decision::Deny {
+            return now;
+        }
+        self.log.diverged(Divergence {
+            call: Some(self.log.made(&agent)),
+            agent,
+            difference: Difference::Tool {
+                id: id.to_owned(),
+                field: "decision".to_owned(),
+                recorded: "denied".to_owned(),
+                now: "allowed".to_owned(),
+            },
+        });
+        // Nothing the recorded run did not run runs in its replay.
+        Decision::Deny
+    }
+}
+
+/// Runs the parent on `models` and returns the report: [`prepare`], then [`Prepared::run`].
+pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
+    prepare(settings, models)?.run().map(|run| run.report)
+}
+
+/// A run assembled and checked but not started: every error that refuses
+/// a run (workspace, tools, trace file, budget, question) comes from
+/// [`prepare`], so a host can print progress only once the run will go ahead.
+pub struct Prepared {
+    agent: Agent,
+    parent: Box<dyn Model>,
+    budget: Budget,
+    question: String,
+    trace: Option<TraceStatus>,
+    trace_path: Option<PathBuf>,
+    resume: Option<ResumePoint>,
+    page: Option<PageOutput>,
+    mcp_lines: Vec<String>,
+    mcp_servers: Vec<(String, Vec<String>)>,
+    // A temporary workspace is removed afterwards, whatever happens.
+    _cleanup: TemporaryWorkspace,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("agent", &self.agent)
+            .field("budget", &self.budget)
+            .field("question", &self.question)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the agent and the models for a run on `settings`, checking
+/// everything a run needs before anything runs.
+pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError> {
+    let cleanup = TemporaryWorkspace::for_settings(settings);
+    let budget = Budget::new(settings.max_calls)?;
+    if settings.question.trim().is_empty() {
+        return Err(InputError::EmptyQuestion.into());
+    }
+    // A resumed run is rebuilt (and checked) before anything else happens.
+    let resuming = match &settings.resume {
+        Some(path) => {
+            let resuming = Resuming::load(path, settings)?;
+            same_workspace(settings, &resuming.run).map_err(|error| AppError::Resume {
+                path: path.clone(),
+                error,
+            })?;
+            let point = match &settings.follow_up {
+                Some(question) => {
+                    ResumePoint::follow_up(&resuming.run, question, budget, settings.on_empty_reply)
+                }
+                None => ResumePoint::rebuild(&resuming.run, budget, settings.on_empty_reply),
+            }
+            .map_err(|error| AppError::Resume {
+                path: path.clone(),
+                error,
+            })?;
+            Some((resuming, point))
+        }
+        None => None,
+    };
+    // The page is checked (and its temporary trace made) before anything
+    // is opened or started: a refused page leaves every file as it was.
+    let page = match &settings.view {
+        Some(path) => {
+            let page_trace = PageTrace::for_run(
+                settings.trace.as_deref().or(settings.resume.as_deref()),
+                settings.shutdown.as_ref(),
+            )
+            .map_err(AppError::View)?;
+            let mut protected = script_of(settings);
+            if let Some(resumed) = &settings.resume {
+                protected.push((resumed.as_path(), "trace file"));
+            }
+            let policy = Policy {
+                parent_calls: Some(settings.max_calls),
+                child_calls: Some(settings.child_budget),
+                ..Policy::default()
+            };
+            Some(PageOutput::open(
+                path,
+                &settings.workspace,
+                &protected,
+                page_trace,
+                policy,
+            )?)
+        }
+        None => None,
+    };
+    let trace_path: Option<PathBuf> = match (&settings.resume, &page) {
+        (Some(_), _) => None,
+        (None, Some(page)) => Some(page.trace_path().to_owned()),
+        (None, None) => settings.trace.clone(),
+    };
+    // Children of a resumed run are numbered after the earlier ones; a
+    // script's `children` are the resumed part's, from its first.
+    let earlier = resuming
+        .as_ref()
+        .map_or(0, |(_, point)| point.spent.delegations);
+    // A request in flight gives up as soon as this run is stopped.
+    #[cfg(feature = "live")]
+    let stop_slot: crate::providers::anthropic::StopSlot = Arc::default();
+    let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
+        Models::Script(script) => {
+            // Only the trace writes the replies as written: without one, no
+            // reply is parsed a second time per request.
+            let raw = trace_path.is_some() || settings.resume.is_some();
+            let Script { parent, children } = script;
+            let child_models = move |number: usize| -> Box<dyn Model + Send> {
+                let number = number.saturating_sub(earlier);
+                match number.checked_sub(1).and_then(|index| children.get(index)) {
+                    Some(replies) => Box::new(ScriptedModel::from_script(replies.clone(), raw)),
+                    // No such child: the failure scripted children give.
+                    None => ScriptedChildren::default().model_for(number),
+                }
+            };
+            (
+                Box::new(ScriptedModel::from_script(parent, raw)),
+                Arc::new(child_models),
+            )
+        }
+        Models::Demo => (Box::new(DemoParent), Arc::new(DemoChildren)),
+        #[cfg(feature = "live")]
+        Models::OpenAi(client) => {
+            use crate::providers::openai::OpenAiModel;
+            let children = Arc::clone(&client);
+            let child_slot = Arc::clone(&stop_slot);
+            let child_models = move |_number: usize| -> Box<dyn Model + Send> {
+                Box::new(OpenAiModel::with_stop(
+                    Arc::clone(&children),
+                    Arc::clone(&child_slot),
+                ))
+            };
+            (
+                Box::new(OpenAiModel::with_stop(client, Arc::clone(&stop_slot))),
+                Arc::new(child_models),
+            )
+        }
+        #[cfg(feature = "live")]
+        Models::Live(client) => {
+            use crate::providers::anthropic::AnthropicModel;
+            let children = Arc::clone(&client);
+            let child_slot = Arc::clone(&stop_slot);
+            let child_models = move |_number: usize| -> Box<dyn Model + Send> {
+                // Children of one batch stream at once: their text is
+                // shown by whole lines, so lines never tear.
+                Box::new(
+                    AnthropicModel::with_stop(Arc::clone(&children), Arc::clone(&child_slot))
+                        .with_whole_lines(),
+                )
+            };
+            (
+                Box::new(AnthropicModel::with_stop(client, Arc::clone(&stop_slot))),
+                Arc::new(child_models),
+            )
+        }
+    };
+    let (agent, trace, mcp) = assemble(
+        settings,
+        settings.decision.approver(
+            &settings.input,
+            &settings.cancel,
+            settings.prompt_watch.as_ref().map(|watch| &watch.0),
+        ),
+        children,
+        resuming.as_ref().map(|(resuming, point)| (resuming, point)),
+        trace_path.as_deref(),
+    )?;
+    #[cfg(feature = "live")]
+    let _ = stop_slot.set(agent.stop_probe());
+    Ok(Prepared {
+        agent,
+        parent,
+        budget,
+        question: settings.question.clone(),
+        trace,
+        trace_path: settings.trace.clone().or_else(|| settings.resume.clone()),
+        resume: resuming.map(|(_, point)| point),
+        page,
+        mcp_lines: mcp.lines,
+        mcp_servers: mcp.servers,
+        _cleanup: cleanup,
+    })
+}
+
+/// A trace read for `--resume`: the run it records, how many of its bytes
+/// are whole lines (a last line a crash cut short is dropped), and the file
+/// it was read from, locked before it was read.
+struct Resuming {
+    file: std::fs::File,
+    run: RecordedRun,
+    keep: u64,
+}
+
+impl Resuming {
+    /// Takes the trace's lock, then reads it: what is read is what this
+    /// run (and no other) goes on from.
+    fn load(path: &Path, settings: &Settings) -> Result<Self, AppError> {
+        use std::io::Read as _;
+        let read_error = |source| ReplayError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        // A trace that cannot be read says so, as before any other check.
+        std::fs::metadata(path).map_err(read_error)?;
+        let mut file = target::open_to_resume(path, &settings.workspace, &script_of(settings))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read_error)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
+        })?;
+        let whole = match text.rfind('\n') {
+            Some(end) => text.get(..=end).unwrap_or_default(),
+            None => "",
+        };
+        let run = RecordedRun::parse(whole).map_err(|message| ReplayError::Invalid {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok(Self {
+            file,
+            run,
+            keep: u64::try_from(whole.len()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// The trace file cut to its whole lines and positioned at its end,
+    /// for the resumed run's lines (the lock goes with it).
+    fn append(&self) -> std::io::Result<std::fs::File> {
+        use std::io::Seek as _;
+        let file = self.file.try_clone()?;
+        file.set_len(self.keep)?;
+        (&file).seek(std::io::SeekFrom::End(0))?;
+        Ok(file)
+    }
+}
+
+impl Prepared {
+    /// The MCP servers started and their tools (and any tool skipped), one
+    /// line each, for the progress output.
+    pub fn mcp_lines(&self) -> &[String] {
+        &self.mcp_lines
+    }
+
+    /// For a resumed run, the line saying where it goes on: the calls kept,
+    /// how the earlier part ended, and the calls answered "not executed".
+    pub fn resumed_line(&self) -> Option<String> {
+        let point = self.resume.as_ref()?;
+        let interrupted = match point.interrupted.len() {
+            0 => String::new(),
+            1 => "; 1 call it left unfinished is answered \"not executed\"".to_owned(),
+            n => format!("; {n} calls it left unfinished are answered \"not executed\""),
+        };
+        let asked = if point.follow_up.is_some() {
+            "; a follow-up question is asked"
+        } else {
+            ""
+        };
+        Some(format!(
+            "[resumed] after parent call {} (the earlier run ended {}; {} tokens, {} delegations spent){interrupted}{asked}",
+            point.spent.calls, point.ended, point.spent.tokens, point.spent.delegations
+        ))
+    }
+
+    /// Runs the parent: the report, with a failed trace write added to its
+    /// warnings, and the trace's write error.
+    pub fn run(mut self) -> Result<Run, AppError> {
+        let mut report = match self.resume {
+            Some(point) => self.agent.resume(point, self.parent.as_mut()),
+            None => self
+                .agent
+                .run(&self.question, self.budget, self.parent.as_mut())?,
+        };
+        let trace_error = self.trace.and_then(|status| status.error());
+        if let (Some(error), Some(path)) = (&trace_error, &self.trace_path) {
+            report.warnings.push(Warning {
+                agent: AgentId::Parent,
+                text: format!(
+                    "writing the trace {} failed: {error}; the trace is incomplete",
+                    path.display()
+                ),
+            });
+        }
+        // The page last: it is drawn from the finished trace.
+        let page_error = self.page.and_then(|page| {
+            let path = page.path().to_owned();
+            let error = page.write().err()?;
+            let text = format!("writing the view page {} failed: {error}", path.display());
+            let _ = writeln!(
+                std::io::stderr(),
+                "subloop: {}",
+                crate::core::text::printable(&text)
+            );
+            report.warnings.push(Warning {
+                agent: AgentId::Parent,
+                text: text.clone(),
+            });
+            Some(text)
+        });
+        Ok(Run {
+            report,
+            trace_error,
+            page_error,
+            mcp_servers: self.mcp_servers,
+        })
+    }
+}
+
+/// Replays the trace at `trace`: the parent and every child get their
+/// replies from it (child `n` from `child-n`'s lines), the tools run for real
+/// through `settings`' gate against its workspace, and every request is
+/// compared with the recorded one. The question is the recorded one
+/// (`settings.question` is not used); budgets, limits and policy come from
+/// `settings`, so give the recorded run's flags. Without `keep_going`, the
+/// first divergence stops the replay. After the run, each agent's number of
+/// requests, its tool calls (the trace's `tool` lines, which also hold a last
+/// round no request carried) and the parent's outcome (status and text) are
+/// compared too.
+pub fn replay(
+    settings: &Settings,
+    trace: &Path,
+    keep_going: bool,
+) -> Result<ReplayReport, AppError> {
+    let _cleanup = TemporaryWorkspace::for_settings(settings);
+    let recorded = Arc::new(RecordedRun::load(trace)?);
+    let question = recorded.question().ok_or_else(|| ReplayError::Invalid {
+        path: trace.to_owned(),
+        message: "the parent's first request holds no question".to_owned(),
+    })?;
+    let mut settings = settings.clone();
+    settings.question = question;
+    let budget = Budget::new(settings.max_calls)?;
+    let log = Arc::new(ReplayLog::new(keep_going));
+    let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));
+    let children = Arc::new(ReplayChildren::new(Arc::clone(&recorded), Arc::clone(&log)));
+    let replay_agent = || -> Result<Agent, AppError> {
+        let approver = Arc::new(ReplayApprover {
+            inner: settings.decision.approver(
+                &settings.input,
+                &settings.cancel,
+                settings.prompt_watch.as_ref().map(|watch| &watch.0),
+            ),
+            recorded: Arc::clone(&recorded),
+            log: Arc::clone(&log),
+            asked: Mutex::default(),
+        });
+        assemble(
+            &settings,
+            approver,
+            children.clone(),
+            None,
+            settings.trace.as_deref(),
+        )
+        .map(|(agent, _, _)| agent)
+    };
+    let agent = replay_agent()?;
+    let mut run = agent.run(&settings.question, budget, &mut parent)?;
+    // Follow-up questions (`run --resume --question`, `chat`): each is asked
+    // as it was, on the history replayed so far, as long as nothing diverged.
+    while !log.halted() && log.divergences().is_empty() {
+        let made = log.made("parent");
+        let recorded_messages = recorded.messages("parent");
+        let next = match recorded_messages.get(run.outcome.messages.len()) {
+            Some(message)
+                if run.outcome.status == crate::StatusKind::Answered
+                    && made < recorded.calls("parent")
+                    && message.role == crate::core::protocol::Role::User =>
+            {
+                message.text()
+            }
+            _ => break,
+        };
+        let prefix = recorded.parent_prefix(made);
+        let Ok(mut point) = ResumePoint::follow_up(&prefix, &next, budget, settings.on_empty_reply)
+        else {
+            break;
+        };
+        point.spent.tokens = run.total_usage().billed();
+        point.spent.delegations = run.children.len();
+        let agent = replay_agent()?;
+        let next_run = agent.resume(point, &mut parent);
+        run = merge_reports(run, next_run);
+    }
+    if !log.halted() {
+        let diverged = log.divergences();
+        for (name, recorded_calls) in recorded.agents() {
+            let now = log.made(name);
+            if now != recorded_calls && !diverged.iter().any(|found| found.agent == name) {
+                log.push(Divergence {
+                    agent: name.to_owned(),
+                    call: None,
+                    difference: Difference::CallCount {
+                        recorded: recorded_calls,
+                        now,
+                    },
+                });
+            }
+        }
+        // Tool records: the results of a last round no request carried.
+        let mut agents_now = vec![("parent".to_owned(), run.tools.as_slice())];
+        agents_now.extend(
+            run.children
+                .iter()
+                .map(|child| (child.agent.to_string(), child.tools.as_slice())),
+        );
+        let diverged = log.divergences();
+        for (name, tools) in agents_now {
+            if diverged.iter().any(|found| found.agent == name) {
+                continue;
+            }
+            if let Some(difference) = compare_tools_run(recorded.tools(&name), tools) {
+                log.push(Divergence {
+                    agent: name,
+                    call: None,
+                    difference,
+                });
+            }
+        }
+        let now = format!("{} {:?}", run.outcome.status, run.outcome.text);
+        let same = recorded.outcome().map(|outcome| {
+            (
+                outcome.status == run.outcome.status.as_str() && outcome.text == run.outcome.text,
+                format!("{} {:?}", outcome.status, outcome.text),
+            )
+        });
+        let difference = match same {
+            Some((true, _)) => None,
+            Some((false, recorded)) => Some(Difference::Outcome { recorded, now }),
+            None => Some(Difference::Outcome {
+                recorded: "no outcome (the recorded run did not finish)".to_owned(),
+                now,
+            }),
+        };
+        if let Some(difference) = difference {
+            log.push(Divergence {
+                agent: "parent".to_owned(),
+                call: None,
+                difference,
+            });
+        }
+    }
+    Ok(ReplayReport {
+        run,
+        recorded_status: recorded.outcome().map(|outcome| outcome.status.clone()),
+        recorded_requests: recorded.request_count(),
+        divergences: log.divergences(),
+    })
+}
+
+/// One report for a replayed run and its follow-up `next`: the last
+/// outcome (its history holds both), every call, child, warning and entry.
+fn merge_reports(mut run: RunReport, next: RunReport) -> RunReport {
+    run.usage_per_call.extend(next.usage_per_call);
+    run.empty_replies_continued += next.empty_replies_continued;
+    run.tools.extend(next.tools);
+    run.children.extend(next.children);
+    run.warnings.extend(next.warnings);
+    run.audit.extend(next.audit);
+    run.elapsed += next.elapsed;
+    let mut usage = run.outcome.usage;
+    usage.add(&next.outcome.usage);
+    run.outcome = next.outcome;
+    run.outcome.usage = usage;
+    run
+}
+
+/// Settings for `subloop demo`: the demo question, and the workspace given,
+/// or `examples/workspace` when run from the repository, or else a fresh
+/// temporary copy of the built-in files.
+pub fn demo_settings(workspace: Option<PathBuf>) -> Result<Settings, AppError> {
+    let local = Path::new("examples/workspace");
+    let (workspace, temporary) = match workspace {
+        Some(dir) => (dir, false),
+        None if local.join("main.py").is_file() && local.join("expected.txt").is_file() => {
+            (local.to_owned(), false)
+        }
+        None => (fresh_demo_workspace()?, true),
+    };
+    let mut settings = Settings::new(workspace);
+    settings.question = DEMO_QUESTION.to_owned();
+    settings.temporary_workspace = temporary;
+    Ok(settings)
+}
+
+fn fresh_demo_workspace() -> Result<PathBuf, AppError> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("subloop-demo-{}-{nanos}", std::process::id()));
+    let fail = |source| AppError::DemoWorkspace {
+        path: dir.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    for (name, text) in DEMO_FILES {
+        std::fs::write(dir.join(name), text).map_err(fail)?;
+    }
+    Ok(dir)
+}
+
+/// Removes a temporary demo workspace when dropped (hosts and the CLI hold
+/// one from the moment the copy exists, so no exit path leaves it behind),
+/// or when a signal ends the process (with the settings' [`Shutdown`]).
+#[derive(Debug)]
+pub struct TemporaryWorkspace(Option<(PathBuf, Option<Registration>)>);
+
+impl TemporaryWorkspace {
+    /// A guard for `settings`' workspace if it is a temporary copy; else one that does nothing.
+    pub fn for_settings(settings: &Settings) -> Self {
+        Self(settings.temporary_workspace.then(|| {
+            let dir = settings.workspace.clone();
+            let on_exit = dir.clone();
+            let registration = settings.shutdown.as_ref().map(|shutdown| {
+                shutdown.on_termination(move |_| {
+                    let _ = std::fs::remove_dir_all(&on_exit);
+                })
+            });
+            (dir, registration)
+        }))
+    }
+}
+
+impl Drop for TemporaryWorkspace {
+    fn drop(&mut self) {
+        if let Some((dir, _)) = &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}

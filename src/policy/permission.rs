@@ -1,0 +1,195 @@
+//! The permission gate: read-only tools pass; a tool that executes runs only
+//! after an [`Approver`] allows that call. A denial is answered
+//! `not executed: permission denied` and the tool does not start.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::core::agent_id::AgentId;
+use crate::core::conversation::ToolCall;
+use crate::policy::terminal::{LineRead, TerminalInput};
+use crate::run::limits::CancelHandle;
+
+/// The approver's answer for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Run it.
+    Allow,
+    /// Do not run it.
+    Deny,
+}
+
+/// What the approver is asked about.
+#[derive(Debug, Clone, Copy)]
+pub struct ApprovalRequest<'a> {
+    /// The agent asking.
+    pub agent: &'a AgentId,
+    /// The call.
+    pub call: &'a ToolCall,
+    /// A one-line description of what would happen (e.g. the command line).
+    pub action: &'a str,
+}
+
+/// Decides calls of tools that need approval. Shared by the parent and every child.
+pub trait Approver: Send + Sync {
+    /// Allow or deny one call.
+    fn decide(&self, request: &ApprovalRequest<'_>) -> Decision;
+}
+
+/// Allows every call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl Approver for AllowAll {
+    fn decide(&self, _request: &ApprovalRequest<'_>) -> Decision {
+        Decision::Allow
+    }
+}
+
+/// Denies every call.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DenyAll;
+
+impl Approver for DenyAll {
+    fn decide(&self, _request: &ApprovalRequest<'_>) -> Decision {
+        Decision::Deny
+    }
+}
+
+/// Asks on the terminal: a `y/N` prompt on stderr, the answer from stdin.
+///
+/// A stdin that is not a terminal, closed, or unreadable counts as "no",
+/// and so does a stderr the prompt cannot be written to. The answer is
+/// read through a shared [`TerminalInput`], so a host that reads its own
+/// lines from stdin (`subloop chat`) and this prompt take turns on one
+/// buffer; a cancelled run (a Ctrl-C at the prompt) gives up the question
+/// and counts as "no".
+pub struct AskTerminal {
+    lock: Mutex<()>,
+    input: Arc<TerminalInput>,
+    cancel: CancelHandle,
+    watch: Option<PromptWatch>,
+}
+
+/// Told when an approval prompt opens (with the tool it asks about) and
+/// when it closes (`None`): a host's Ctrl-C handling can then say that the
+/// call will not run, since it has not started.
+pub type PromptWatch = Arc<dyn Fn(Option<&str>) + Send + Sync>;
+
+impl std::fmt::Debug for AskTerminal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AskTerminal")
+            .field("input", &self.input)
+            .field("cancel", &self.cancel)
+            .field("watched", &self.watch.is_some())
+            .finish()
+    }
+}
+
+impl Default for AskTerminal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AskTerminal {
+    /// A terminal approver reading stdin, never cancelled.
+    pub fn new() -> Self {
+        Self::with_input(TerminalInput::stdin(), CancelHandle::new())
+    }
+
+    /// A terminal approver that reads its answers from `input` and gives
+    /// up a question (denying the call) once `cancel` is cancelled.
+    pub fn with_input(input: Arc<TerminalInput>, cancel: CancelHandle) -> Self {
+        Self {
+            lock: Mutex::new(()),
+            input,
+            cancel,
+            watch: None,
+        }
+    }
+
+    /// Tells `watch` when each prompt opens and closes.
+    pub fn watched(mut self, watch: Option<PromptWatch>) -> Self {
+        self.watch = watch;
+        self
+    }
+}
+
+impl Approver for AskTerminal {
+    fn decide(&self, request: &ApprovalRequest<'_>) -> Decision {
+        let _guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let mut stderr = std::io::stderr().lock();
+        if !self.input.is_terminal() {
+            // Denied either way; a broken stderr only loses the explanation.
+            let _ = writeln!(
+                stderr,
+                "[permission] {} wants to run `{}`: denied, stdin is not a terminal (use --decision allow to allow)",
+                request.agent,
+                crate::core::text::printable(request.action)
+            );
+            return Decision::Deny;
+        }
+        if self.cancel.is_cancelled() {
+            return Decision::Deny;
+        }
+        // What a Ctrl-C says from the moment the prompt shows is about this
+        // call, which has not started, not about a running one.
+        let _asking = Asking::open(self.watch.as_ref(), request.call.name());
+        // Nobody can see a prompt that cannot be written: deny without asking.
+        let prompt = write!(
+            stderr,
+            "[permission] {} wants to run `{}` ({}). Allow? [y/N] ",
+            request.agent,
+            crate::core::text::printable(request.action),
+            crate::core::text::printable(request.call.name())
+        )
+        .and_then(|()| stderr.flush());
+        if prompt.is_err() {
+            return Decision::Deny;
+        }
+        drop(stderr);
+        let cancel = &self.cancel;
+        match self.input.read_line(&|| cancel.is_cancelled()) {
+            LineRead::Line(line) if is_yes(&line) => Decision::Allow,
+            LineRead::Line(_) | LineRead::Failed(_) => Decision::Deny,
+            LineRead::End | LineRead::Stopped => {
+                // The prompt's line stays open: end it so the next output
+                // starts on a line of its own.
+                let _ = writeln!(std::io::stderr());
+                Decision::Deny
+            }
+        }
+    }
+}
+
+/// An open prompt, told to the watcher; closed when dropped.
+struct Asking<'a>(Option<&'a PromptWatch>);
+
+impl<'a> Asking<'a> {
+    fn open(watch: Option<&'a PromptWatch>, tool: &str) -> Self {
+        if let Some(watch) = watch {
+            watch(Some(tool));
+        }
+        Self(watch)
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        if let Some(watch) = self.0 {
+            watch(None);
+        }
+    }
+}
+
+/// `y` or `yes` (any case the usual way), around blanks.
+fn is_yes(line: &[u8]) -> bool {
+    matches!(line.trim_ascii(), b"y" | b"Y" | b"yes" | b"YES" | b"Yes")
+}

@@ -1,0 +1,429 @@
+//! The one HTTP layer of every provider: the transport ([`transport`]), the
+//! retry policy ([`retry`]), the send loop that applies it, the stop of a
+//! request in flight, and the scrubbing of secrets from error texts.
+//!
+//! A provider (`anthropic`, `openai`) builds its request body and headers,
+//! hands them to [`HttpClient::post`], and reads what comes back: a whole
+//! body (read inside the retry loop, so a timeout or a reset while reading
+//! it is retried like one before the headers) or an event stream (read by
+//! the provider, never retried once the headers arrived). How an error body
+//! reads is the provider's business: it passes a function that finds the
+//! error's kind and message in it.
+
+pub mod retry;
+pub mod sse;
+pub mod transport;
+
+use std::io::{BufReader, Read};
+use std::sync::{Arc, OnceLock, mpsc};
+use std::time::{Duration, SystemTime};
+
+use self::retry::{RetryPolicy, retryable_status, should_retry_header};
+use self::transport::{HttpResponse, Transport, TransportErrorKind};
+use crate::core::error::ModelFailure;
+
+/// Secrets shorter than this many characters are not scrubbed from error
+/// texts: replacing a one-letter "key" would garble every message, and so
+/// short a string is no secret worth hiding.
+pub const MIN_SCRUBBED_CHARS: usize = 8;
+/// The largest non-streaming body read (32 MiB).
+const MAX_BODY: u64 = 32 * 1024 * 1024;
+/// The largest error body read (1 MiB).
+const MAX_ERROR_BODY: u64 = 1024 * 1024;
+/// The largest event stream read (64 MiB).
+const MAX_STREAM: u64 = 64 * 1024 * 1024;
+
+/// The userinfo (`user:password`) of a URL, if it has one: everything
+/// before the last `@`. Wider than the URL grammar on purpose: a password
+/// pasted with an unencoded `/`, `?` or `#` is still hidden (at worst a
+/// path holding an `@` is hidden too).
+pub(crate) fn userinfo(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    rest.rsplit_once('@')
+        .map(|(info, _)| info)
+        .filter(|info| !info.is_empty())
+}
+
+/// `url` with its userinfo (`https://user:key@host`) replaced by `***`:
+/// the form that may be printed.
+pub fn redact_url(url: &str) -> String {
+    match userinfo(url) {
+        Some(info) => url.replacen(&format!("{info}@"), "***@", 1),
+        None => url.to_owned(),
+    }
+}
+
+/// Whether `url` starts with `http://` or `https://`.
+pub(crate) fn is_http_url(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
+}
+
+/// An API key. It has no `Display`, and `Debug` hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    /// Wraps a key.
+    pub fn new(key: impl Into<String>) -> Self {
+        Self(key.into())
+    }
+
+    /// The key itself, for the one header that carries it.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(***)")
+    }
+}
+
+/// What is hidden from every error text: the API key (if any) and the base
+/// URL's userinfo.
+#[derive(Clone)]
+pub struct Secrets {
+    key: Option<ApiKey>,
+    base_url: String,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secrets(***)")
+    }
+}
+
+impl Secrets {
+    /// The secrets of a provider's settings.
+    pub fn new(key: Option<&ApiKey>, base_url: &str) -> Self {
+        Self {
+            key: key.cloned(),
+            base_url: base_url.to_owned(),
+        }
+    }
+
+    /// Hides the secrets from an error text: the API key and the password
+    /// of the base URL when at least [`MIN_SCRUBBED_CHARS`] long, and the
+    /// base URL's whole userinfo wherever it appears before an `@`.
+    pub fn scrub(&self, mut text: String) -> String {
+        let long = |secret: &str| secret.chars().count() >= MIN_SCRUBBED_CHARS;
+        if let Some(key) = &self.key
+            && long(key.expose())
+        {
+            text = text.replace(key.expose(), "***");
+        }
+        if let Some(info) = userinfo(&self.base_url) {
+            text = text.replace(&format!("{info}@"), "***@");
+            if let Some((_, password)) = info.split_once(':')
+                && long(password)
+            {
+                text = text.replace(password, "***");
+            }
+        }
+        text
+    }
+}
+
+/// Says whether the run was stopped (cancelled, deadline passed, tokens spent).
+pub type StopProbe = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Where a run puts its [`StopProbe`] once it exists; one slot per run.
+pub type StopSlot = Arc<OnceLock<StopProbe>>;
+
+type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
+
+/// Finds an error's kind and message in an error body (`status`, body
+/// text); `None` when the body is not the provider's error shape.
+pub type ErrorReader<'a> = &'a dyn Fn(u16, &str) -> Option<(String, String)>;
+
+/// A successful (2xx) response.
+#[derive(Debug)]
+pub enum Success {
+    /// A whole body, already read.
+    Body(String),
+    /// An event stream (`content-type: text/event-stream`), to be read by the provider.
+    Stream(HttpResponse),
+}
+
+/// The sending half every provider shares: transport, retries, waits and secrets.
+pub struct HttpClient {
+    transport: Arc<dyn Transport>,
+    sleep: Sleeper,
+    policy: RetryPolicy,
+    secrets: Secrets,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+fn is_stream(response: &HttpResponse) -> bool {
+    response
+        .header("content-type")
+        .is_some_and(|kind| kind.starts_with("text/event-stream"))
+}
+
+fn read_body(response: HttpResponse) -> std::io::Result<String> {
+    let mut bytes = Vec::new();
+    response.body.take(MAX_BODY).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+impl HttpClient {
+    /// A client sending through `transport` with `policy`, hiding `secrets`.
+    pub fn new(transport: Arc<dyn Transport>, policy: RetryPolicy, secrets: Secrets) -> Self {
+        Self {
+            transport,
+            sleep: Arc::new(std::thread::sleep),
+            policy,
+            secrets,
+        }
+    }
+
+    /// Replaces how the client waits between retries (tests record instead of sleeping).
+    pub fn set_sleeper(&mut self, sleep: impl Fn(Duration) + Send + Sync + 'static) {
+        self.sleep = Arc::new(sleep);
+    }
+
+    /// A failure of `kind` whose message has the secrets scrubbed.
+    pub fn fail(&self, kind: &str, message: String) -> ModelFailure {
+        ModelFailure::with_kind(kind, self.secrets.scrub(message))
+    }
+
+    /// The failure of a request given up because the run was stopped.
+    pub fn abandoned(&self) -> ModelFailure {
+        self.fail(
+            "cancelled",
+            "the request was abandoned because the run was stopped".to_owned(),
+        )
+    }
+
+    /// POSTs `body` to `url`, retrying what is worth retrying (see
+    /// [`retry`]); no retry starts once `stop` says the run was stopped.
+    /// An error status becomes a failure whose text holds what
+    /// `read_error` finds in the body (else the body's first 200 characters).
+    pub fn post(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        stop: Option<&StopProbe>,
+        read_error: ErrorReader<'_>,
+    ) -> Result<Success, ModelFailure> {
+        let policy = self.policy;
+        let mut retry = 0;
+        loop {
+            let delay = match self.transport.post(url, headers, body) {
+                Ok(response) if (200..300).contains(&response.status) => {
+                    if is_stream(&response) {
+                        return Ok(Success::Stream(response));
+                    }
+                    // The body is read inside the loop: a timeout or a reset
+                    // while reading it is retried like one before the headers.
+                    match read_body(response) {
+                        Ok(text) => return Ok(Success::Body(text)),
+                        Err(err) => {
+                            let kind = match err.kind() {
+                                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
+                                    "timeout_error"
+                                }
+                                _ => "connection_error",
+                            };
+                            if retry >= policy.max_retries {
+                                let attempts = retry + 1;
+                                return Err(self.fail(
+                                    kind,
+                                    format!("{kind}: reading the response failed: {err} (after {attempts} attempt(s))"),
+                                ));
+                            }
+                            policy.delay(retry, None, None, SystemTime::now())
+                        }
+                    }
+                }
+                Ok(mut response) => {
+                    let failure = self.error_response(&mut response, retry, read_error);
+                    let wanted = should_retry_header(response.header("x-should-retry"))
+                        .unwrap_or_else(|| retryable_status(response.status));
+                    if !wanted || retry >= policy.max_retries {
+                        return Err(failure);
+                    }
+                    policy.delay(
+                        retry,
+                        response.header("retry-after-ms"),
+                        response.header("retry-after"),
+                        SystemTime::now(),
+                    )
+                }
+                Err(err) => {
+                    let kind = match err.kind {
+                        TransportErrorKind::Timeout => "timeout_error",
+                        TransportErrorKind::Connection => "connection_error",
+                        TransportErrorKind::Other => "request_error",
+                    };
+                    if err.kind == TransportErrorKind::Other || retry >= policy.max_retries {
+                        let attempts = retry + 1;
+                        return Err(
+                            self.fail(kind, format!("{kind}: {err} (after {attempts} attempt(s))"))
+                        );
+                    }
+                    policy.delay(retry, None, None, SystemTime::now())
+                }
+            };
+            if stop.is_some_and(|probe| probe()) {
+                return Err(self.abandoned());
+            }
+            (self.sleep)(delay);
+            retry += 1;
+        }
+    }
+
+    fn error_response(
+        &self,
+        response: &mut HttpResponse,
+        retry: u32,
+        read_error: ErrorReader<'_>,
+    ) -> ModelFailure {
+        let mut text = String::new();
+        let _ = (&mut response.body)
+            .take(MAX_ERROR_BODY)
+            .read_to_string(&mut text);
+        let attempts = retry + 1;
+        let status = response.status;
+        match read_error(status, &text) {
+            Some((kind, message)) => self.fail(
+                &kind,
+                format!("HTTP {status} {kind}: {message} (after {attempts} attempt(s))"),
+            ),
+            None => {
+                let snippet: String = text.chars().take(200).collect();
+                self.fail(
+                    "http_error",
+                    format!("HTTP {status}: {snippet} (after {attempts} attempt(s))"),
+                )
+            }
+        }
+    }
+}
+
+/// Where streamed text is shown as it arrives (the CLI prints it on stderr).
+pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The body of an event stream, as a provider's stream reader gets it.
+pub type StreamBody = BufReader<std::io::Take<Box<dyn Read + Send>>>;
+
+/// Reads an event stream with `read`, which shows text through the
+/// callback it is given: on `sink` if there is one, and once the stream is
+/// over, a `"\n"` when the text shown did not end its line, so what is
+/// printed next (a progress line, an error) starts on a line of its own. A
+/// hostile stream cannot grow without bound: past 64 MiB it just ends.
+///
+/// With `whole_lines`, the text reaches the sink only as whole lines (the
+/// last one ended by a `"\n"` when the stream is over), so a stream running
+/// beside others never leaves a line open for their text or progress lines
+/// to join.
+pub fn read_stream_with<T>(
+    response: HttpResponse,
+    sink: Option<&TextSink>,
+    whole_lines: bool,
+    read: impl FnOnce(StreamBody, &mut dyn FnMut(&str)) -> T,
+) -> T {
+    // Whether the text shown so far ends in the middle of a line.
+    let mut open_line = false;
+    // With `whole_lines`, the text of the line not yet ended.
+    let mut pending = String::new();
+    let mut on_text = |text: &str| {
+        if let Some(sink) = sink
+            && !text.is_empty()
+        {
+            if whole_lines {
+                pending.push_str(text);
+                if let Some(end) = pending.rfind('\n') {
+                    let rest = pending.split_off(end + 1);
+                    sink(&std::mem::replace(&mut pending, rest));
+                }
+            } else {
+                open_line = !text.ends_with('\n');
+                sink(text);
+            }
+        }
+    };
+    // A hostile stream cannot grow without bound: past the cap it just ends.
+    let result = read(BufReader::new(response.body.take(MAX_STREAM)), &mut on_text);
+    // The streamed text ends its line, so what is printed next (a progress
+    // line, an error) starts on a line of its own.
+    if let Some(sink) = sink {
+        if !pending.is_empty() {
+            pending.push('\n');
+            sink(&pending);
+        } else if open_line {
+            sink("\n");
+        }
+    }
+    result
+}
+
+/// How waiting for a request on a worker thread ended.
+#[derive(Debug)]
+pub enum Waited<T> {
+    /// The work finished with this.
+    Done(T),
+    /// The run was stopped first; the worker is left to its own timeouts.
+    Stopped,
+    /// The worker thread died without an answer.
+    Died,
+}
+
+/// Runs `work` on a worker thread while this one checks `probe` every
+/// 20 ms, so cancelling or a deadline does not wait for the HTTP timeouts.
+pub fn until_stopped<T: Send + 'static>(
+    probe: &StopProbe,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Waited<T> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(work());
+    });
+    loop {
+        match receiver.recv_timeout(Duration::from_millis(20)) {
+            Ok(result) => return Waited::Done(result),
+            Err(mpsc::RecvTimeoutError::Timeout) if probe() => return Waited::Stopped,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Waited::Died,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_scrubbed_when_long_enough() {
+        let key = ApiKey::new("sk-very-secret-1234");
+        let secrets = Secrets::new(Some(&key), "https://user:hunter2hunter2@host/v1");
+        let text = secrets.scrub(
+            "sk-very-secret-1234 at https://user:hunter2hunter2@host and hunter2hunter2".into(),
+        );
+        assert_eq!(text, "*** at https://***@host and ***");
+        let none = Secrets::new(None, "http://localhost:8080/v1");
+        assert_eq!(none.scrub("plain".into()), "plain");
+        let short = Secrets::new(Some(&ApiKey::new("k")), "http://h");
+        assert_eq!(short.scrub("keep k".into()), "keep k");
+    }
+
+    #[test]
+    fn a_worker_that_finishes_is_done_and_a_stop_is_seen() {
+        let never: StopProbe = Arc::new(|| false);
+        assert!(matches!(until_stopped(&never, || 7), Waited::Done(7)));
+        let always: StopProbe = Arc::new(|| true);
+        let (hold, wait) = mpsc::channel::<()>();
+        let waited = until_stopped(&always, move || wait.recv().is_ok());
+        assert!(matches!(waited, Waited::Stopped));
+        drop(hold);
+    }
+}

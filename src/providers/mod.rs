@@ -1,0 +1,14 @@
+//! Models: the Anthropic Messages API ([`anthropic`]) and OpenAI-compatible
+//! servers ([`openai`]) over a shared HTTP transport ([`http`]), replies
+//! from a script ([`scripted`]), and the demo's offline models ([`demo`]).
+//!
+//! May import: [`crate::core`], [`crate::run`].
+
+#[cfg(feature = "live")]
+pub mod anthropic;
+pub mod demo;
+#[cfg(feature = "live")]
+pub mod http;
+pub mod openai;
+mod script_reader;
+pub mod scripted;

@@ -1,0 +1,358 @@
+//! A [`Request`] as a Chat Completions request body.
+//!
+//! * the system prompt is a `system` message, and the attachment (the plan)
+//!   a second `system` message right after it: before the history, so it
+//!   never follows `tool` messages;
+//! * a user message's text is a `user` message; its `tool_result` blocks
+//!   are `tool` messages with `tool_call_id`, in call order, before any text
+//!   of the same message;
+//! * an assistant turn's text and `tool_use` blocks are one `assistant`
+//!   message with `tool_calls` (`function.arguments` is the input as a JSON
+//!   string; an input kept as text because it was not a JSON object is sent
+//!   back exactly as received); thinking blocks have no Chat Completions
+//!   form and are left out;
+//! * tools are `{"type": "function", "function": {name, description, parameters}}`.
+
+use serde_json::{Map, Value, json};
+
+use crate::core::protocol::{Block, Message, Request, Role, ToolResultContent, join_text};
+
+/// Which field carries the reply's token limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxTokensField {
+    /// `max_completion_tokens`: OpenAI's current field (its reasoning models
+    /// refuse `max_tokens`).
+    MaxCompletionTokens,
+    /// `max_tokens`: the older field, the one most compatible servers know.
+    MaxTokens,
+}
+
+impl MaxTokensField {
+    /// The field for a server: `max_completion_tokens` for OpenAI's own
+    /// endpoint (`api.openai.com`), `max_tokens` for every other server.
+    pub fn for_base_url(base_url: &str) -> Self {
+        let rest = base_url
+            .split_once("://")
+            .map_or(base_url, |(_, rest)| rest);
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let host = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
+        let host = host.split(':').next().unwrap_or(host);
+        if host.eq_ignore_ascii_case("api.openai.com") {
+            Self::MaxCompletionTokens
+        } else {
+            Self::MaxTokens
+        }
+    }
+
+    /// The other field.
+    pub fn other(self) -> Self {
+        match self {
+            Self::MaxCompletionTokens => Self::MaxTokens,
+            Self::MaxTokens => Self::MaxCompletionTokens,
+        }
+    }
+
+    /// Whether an error body says the server does not take this field:
+    /// its `param` names the field (OpenAI), or, without a `param`, its
+    /// message calls the quoted field unsupported.
+    pub fn refused_by(self, error_body: &str) -> bool {
+        let Ok(body) = serde_json::from_str::<Value>(error_body) else {
+            return false;
+        };
+        let error = body.get("error").unwrap_or(&body);
+        let name = self.as_str();
+        // `param` decides when the server names one; else the message.
+        if let Some(param) = error.get("param").and_then(Value::as_str) {
+            return param == name;
+        }
+        let message = error
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let named = message.contains(&format!("'{name}'"))
+            || message.contains(&format!("`{name}`"))
+            || message.contains(&format!("\"{name}\""));
+        named && (message.contains("unsupported") || message.contains("not supported"))
+    }
+
+    /// The JSON field name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxCompletionTokens => "max_completion_tokens",
+            Self::MaxTokens => "max_tokens",
+        }
+    }
+}
+
+/// What a body needs besides the request.
+#[derive(Debug, Clone, Copy)]
+pub struct BodySettings<'a> {
+    /// The model name.
+    pub model: &'a str,
+    /// The reply's token limit.
+    pub max_tokens: u32,
+    /// The field the limit goes in.
+    pub max_tokens_field: MaxTokensField,
+    /// Ask for a stream (`stream: true` and usage in its last chunk).
+    pub stream: bool,
+}
+
+/// `function.arguments` of a stored input: the text kept as received when
+/// the input is a string (arguments that were not a JSON object), else the
+/// input as JSON text.
+pub fn arguments_text(input: &Value) -> String {
+    match input {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn assistant_message(message: &Message) -> Value {
+    let text = join_text(message.content.iter());
+    let calls: Vec<Value> = message
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            Block::ToolUse { id, name, input } => Some(json!({
+                "id": id,
+                "type": "function",
+                "function": {"name": name, "arguments": arguments_text(input)},
+            })),
+            _ => None,
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert("role".into(), json!("assistant"));
+    // Text is null when there are calls and no text (as the API sends it).
+    let content = if text.is_empty() && !calls.is_empty() {
+        Value::Null
+    } else {
+        Value::String(text)
+    };
+    out.insert("content".into(), content);
+    if !calls.is_empty() {
+        out.insert("tool_calls".into(), Value::Array(calls));
+    }
+    Value::Object(out)
+}
+
+fn push_user_message(message: &Message, out: &mut Vec<Value>) {
+    for block in &message.content {
+        if let Block::ToolResult {
+            tool_use_id,
+            content,
+            ..
+        } = block
+        {
+            let text = match content {
+                ToolResultContent::Text(text) => text.to_string(),
+                blocks => blocks.text(),
+            };
+            out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": text}));
+        }
+    }
+    let text = join_text(message.content.iter());
+    let has_results = message
+        .content
+        .iter()
+        .any(|block| matches!(block, Block::ToolResult { .. }));
+    // A message of results alone is the tool messages; any other user
+    // message is kept, even without text, so no turn disappears.
+    if !text.is_empty() || !has_results {
+        out.push(json!({"role": "user", "content": text}));
+    }
+}
+
+/// The exact JSON body of a Chat Completions request.
+pub fn request_body(request: &Request<'_>, settings: BodySettings<'_>) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 2);
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
+        messages.push(json!({"role": "system", "content": text}));
+    }
+    for message in request.messages {
+        match message.role {
+            Role::User => push_user_message(message, &mut messages),
+            Role::Assistant => messages.push(assistant_message(message)),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(settings.model));
+    body.insert(
+        settings.max_tokens_field.as_str().into(),
+        json!(settings.max_tokens),
+    );
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({"type": "function", "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.input_schema,
+                }})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if settings.stream {
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Value::Object(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::protocol::{ToolDefinition, ToolUseId};
+
+    fn settings(stream: bool) -> BodySettings<'static> {
+        BodySettings {
+            model: "m",
+            max_tokens: 100,
+            max_tokens_field: MaxTokensField::MaxTokens,
+            stream,
+        }
+    }
+
+    #[test]
+    fn a_tool_round_maps_to_system_user_assistant_and_tool_messages() {
+        let tools = [ToolDefinition {
+            name: "read_file".into(),
+            description: "reads".into(),
+            input_schema: json!({"type": "object"}),
+        }];
+        let messages = [
+            Message::user_text("question"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    Block::text("looking"),
+                    Block::Thinking {
+                        thinking: "hm".into(),
+                        signature: "s".into(),
+                    },
+                    Block::tool_use("call_1", "read_file", json!({"path": "a"})),
+                    Block::tool_use("call_2", "read_file", json!("{\"path\": ")),
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: vec![
+                    Block::ToolResult {
+                        tool_use_id: ToolUseId::new("call_1"),
+                        content: ToolResultContent::Text("alpha".into()),
+                        is_error: false,
+                    },
+                    Block::ToolResult {
+                        tool_use_id: ToolUseId::new("call_2"),
+                        content: ToolResultContent::Text("not executed: x".into()),
+                        is_error: true,
+                    },
+                ],
+            },
+        ];
+        let request = Request {
+            system: "sys",
+            tools: &tools,
+            messages: &messages,
+            attachment: Some("plan"),
+        };
+        let body = request_body(&request, settings(false));
+        assert_eq!(
+            body,
+            json!({
+                "model": "m",
+                "max_tokens": 100,
+                "messages": [
+                    {"role": "system", "content": "sys"},
+                    {"role": "system", "content": "plan"},
+                    {"role": "user", "content": "question"},
+                    {"role": "assistant", "content": "looking", "tool_calls": [
+                        {"id": "call_1", "type": "function",
+                         "function": {"name": "read_file", "arguments": "{\"path\":\"a\"}"}},
+                        {"id": "call_2", "type": "function",
+                         "function": {"name": "read_file", "arguments": "{\"path\": "}},
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "alpha"},
+                    {"role": "tool", "tool_call_id": "call_2", "content": "not executed: x"},
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "read_file", "description": "reads",
+                    "parameters": {"type": "object"}}}],
+            })
+        );
+    }
+
+    #[test]
+    fn calls_without_text_have_null_content_and_streams_ask_for_usage() {
+        let messages = [
+            Message::user_text("q"),
+            Message {
+                role: Role::Assistant,
+                content: vec![Block::tool_use("c", "t", json!({}))],
+            },
+        ];
+        let request = Request {
+            system: "",
+            tools: &[],
+            messages: &messages,
+            attachment: None,
+        };
+        let body = request_body(&request, settings(true));
+        assert_eq!(body["messages"][0], json!({"role": "user", "content": "q"}));
+        assert_eq!(body["messages"][1]["content"], Value::Null);
+        assert_eq!(
+            body["messages"][1]["tool_calls"][0]["function"]["arguments"],
+            "{}"
+        );
+        assert_eq!(body["stream"], true);
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert!(body.get("tools").is_none());
+    }
+
+    #[test]
+    fn a_refused_token_field_is_recognised() {
+        let openai = r#"{"error": {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}"#;
+        assert!(MaxTokensField::MaxTokens.refused_by(openai));
+        assert!(!MaxTokensField::MaxCompletionTokens.refused_by(openai));
+        let worded = r#"{"error": {"message": "Unsupported parameter: 'max_completion_tokens'"}}"#;
+        assert!(MaxTokensField::MaxCompletionTokens.refused_by(worded));
+        let other = r#"{"error": {"message": "max_tokens is too large", "param": "messages"}}"#;
+        assert!(!MaxTokensField::MaxTokens.refused_by(other));
+        assert!(!MaxTokensField::MaxTokens.refused_by("not json"));
+        assert_eq!(
+            MaxTokensField::MaxTokens.other(),
+            MaxTokensField::MaxCompletionTokens
+        );
+    }
+
+    #[test]
+    fn the_token_field_follows_the_server() {
+        use MaxTokensField::*;
+        assert_eq!(
+            MaxTokensField::for_base_url("https://api.openai.com/v1"),
+            MaxCompletionTokens
+        );
+        assert_eq!(
+            MaxTokensField::for_base_url("https://u:p@API.openai.com:443/v1"),
+            MaxCompletionTokens
+        );
+        for other in [
+            "http://localhost:11434/v1",
+            "http://localhost:8080/v1",
+            "https://openrouter.ai/api/v1",
+            "https://api.openai.com.evil.example/v1",
+        ] {
+            assert_eq!(MaxTokensField::for_base_url(other), MaxTokens, "{other}");
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Runs on disk: the JSON Lines [`trace`] (where it may be written:
+//! [`target`]; each line's shape is checked when it is read), a trace read back
+//! ([`recorded`]), a replay compared with it ([`compare`]), a run resumed
+//! from it ([`resume`]), the loop's [`invariants`] checked over it, the JSON
+//! [`report`] of a run, and the run shown on a terminal ([`view`]) or as a
+//! page ([`view_html`]).
+//!
+//! May import: every layer below: [`crate::core`], [`crate::run`],
+//! [`crate::policy`], [`crate::tools`], [`crate::providers`], [`crate::agent`].
+
+pub mod compare;
+pub mod invariants;
+pub(crate) mod lines;
+pub mod recorded;
+pub mod report;
+pub mod resume;
+pub mod target;
+pub mod trace;
+pub mod view;
+pub mod view_html;

@@ -1,0 +1,748 @@
+//! Resuming a run that ended early, from its trace.
+//!
+//! [`ResumePoint::rebuild`] reads the parent's part of a trace
+//! ([`RecordedRun`]) back into a [`Conversation<AwaitingModel>`] by the
+//! conversation's own transitions: each recorded reply goes through
+//! [`Conversation::receive`] and each recorded round of results through
+//! [`Conversation::submit`], so a history rebuilt from disk is checked by the
+//! same rules as one built live (a reply that breaks the protocol, a result
+//! for an unknown id, an unanswered id are refused, never trusted). After
+//! every round the rebuilt history must equal the one the next recorded
+//! request carried.
+//!
+//! The last recorded reply may have tool calls without results: the process
+//! was killed while they ran. They are not run again (`run_main` may already
+//! have had its effect): each is answered [`INTERRUPTED`] (a `task` call with
+//! a report of status `cancelled`), so the model can ask again and the gate
+//! asks again. Results a `tool` line recorded (a last round no request
+//! carried, as after `call_limit` or `deadline`) are used as recorded. A
+//! last request without a reply (killed in flight) or with a failed one
+//! (`model_error`) is asked again, and counted once.
+//!
+//! The run's limits span both parts: the rebuilt conversation already counts
+//! the earlier model calls against the budget, and [`Spent`] carries the
+//! tokens and delegations used, which [`crate::Agent::resume`] counts before
+//! anything runs. The plan is the one the last successful `todo_write` set.
+
+use serde_json::{Value, json};
+use thiserror::Error;
+
+use crate::core::conversation::{
+    AfterTools, AwaitingModel, Budget, Conversation, OnEmptyReply, Reply, ToolResult,
+};
+use crate::core::error::InputError;
+use crate::core::plan::{Plan, PlanItem};
+use crate::core::protocol::{Block, Message, Role, ToolUseId};
+use crate::record::recorded::RecordedRun;
+
+/// The result given to a call the earlier run started but did not finish.
+pub const INTERRUPTED: &str = "not executed: the run was interrupted before this call finished";
+
+/// Why a trace cannot be resumed. Nothing has run when this is returned.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ResumeError {
+    /// The recorded run finished with an answer: there is nothing to continue.
+    #[error(
+        "the recorded run is answered: there is nothing to continue (ask a follow-up question instead)"
+    )]
+    Answered,
+    /// The recorded run ended in a way a continuation cannot mend.
+    #[error("the recorded run ended {status} at parent call {call}: it cannot be resumed")]
+    Final {
+        /// `protocol_error` or `model_stopped`.
+        status: String,
+        /// The call whose reply ended it.
+        call: u32,
+    },
+    /// The recorded history breaks a rule of the conversation.
+    #[error("parent call {call}: {message}")]
+    Broken {
+        /// The parent call where the history breaks.
+        call: u32,
+        /// What is wrong.
+        message: String,
+    },
+    /// A follow-up question was given, but the recorded run is not answered.
+    #[error(
+        "a follow-up question needs an answered run; this one ended {ended}: resume it without a question"
+    )]
+    NotAnswered {
+        /// How the recorded run ended.
+        ended: String,
+    },
+    /// The run was recorded in another workspace than the one given.
+    #[error(
+        "the run was recorded in the workspace {recorded}, not {given}: give --workspace {recorded}, or --other-workspace to go on in {given}"
+    )]
+    OtherWorkspace {
+        /// The workspace the trace records.
+        recorded: String,
+        /// The workspace given now.
+        given: String,
+    },
+    /// The trace contradicts itself (see [`consistency`]).
+    #[error("the trace contradicts itself at {0}")]
+    Inconsistent(Inconsistency),
+    /// The budget given does not cover the calls already made.
+    #[error(
+        "the recorded run already made {made} parent calls for its current question: give a --max-calls above {made} to continue it"
+    )]
+    BudgetSpent {
+        /// The calls already made for the current question.
+        made: u32,
+    },
+    /// The question or budget is unusable.
+    #[error(transparent)]
+    Input(#[from] InputError),
+}
+
+/// What the earlier part of the run spent, counted against the run's limits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    /// Parent model calls made (and counted by the rebuilt conversation).
+    pub calls: u32,
+    /// Input + output tokens of every reply, parent and children.
+    pub tokens: u64,
+    /// Delegations made (children are numbered after them).
+    pub delegations: usize,
+}
+
+/// A run rebuilt from its trace, ready to continue.
+#[derive(Debug)]
+pub struct ResumePoint {
+    /// The parent's conversation, waiting for the next model call.
+    pub conversation: Conversation<AwaitingModel>,
+    /// How many of its messages the trace already holds (the next request
+    /// line carries only the rest).
+    pub sent: usize,
+    /// What the earlier part spent.
+    pub spent: Spent,
+    /// The plan the last successful `todo_write` set, if any.
+    pub plan: Option<Plan>,
+    /// The calls answered [`INTERRUPTED`], in order.
+    pub interrupted: Vec<ToolUseId>,
+    /// How the earlier part ended: its `outcome` status, or `interrupted`
+    /// when the trace has none (the process was killed).
+    pub ended: String,
+    /// The follow-up question asked now, if any.
+    pub follow_up: Option<String>,
+}
+
+impl ResumePoint {
+    /// Rebuilds the parent of `run` with `budget` (the whole run's budget,
+    /// earlier calls included) and `on_empty` (the run's empty-reply policy).
+    pub fn rebuild(
+        run: &RecordedRun,
+        budget: Budget,
+        on_empty: OnEmptyReply,
+    ) -> Result<Self, ResumeError> {
+        consistent(run)?;
+        Self::build(run, "parent", budget, on_empty, None)
+    }
+
+    /// Rebuilds the answered run `run` and asks it the follow-up `question`
+    /// ([`Conversation::follow_up`]): `budget` is the new question's; the
+    /// tokens and delegations spent still count against the run's limits.
+    pub fn follow_up(
+        run: &RecordedRun,
+        question: &str,
+        budget: Budget,
+        on_empty: OnEmptyReply,
+    ) -> Result<Self, ResumeError> {
+        consistent(run)?;
+        Self::build(run, "parent", budget, on_empty, Some(question))
+    }
+
+    /// Checks that the recorded history of `agent` (`parent` or `child-N`)
+    /// is what the conversation's own transitions make of its recorded
+    /// replies and results — the rules [`ResumePoint::rebuild`] holds a
+    /// trace to — whether or not the run could go on. The error is the
+    /// first place it breaks ([`ResumeError::Broken`] or a question that
+    /// could not start). A run that could not go on (answered, ended by a
+    /// protocol error) still passes when its history holds.
+    pub fn check_history(run: &RecordedRun, agent: &str) -> Result<(), ResumeError> {
+        let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
+        let mut first = None;
+        // The trace does not say which empty-reply policy the run had: a
+        // history that holds under either holds.
+        for on_empty in [OnEmptyReply::Stop, OnEmptyReply::Continue] {
+            match Self::build(run, agent, unbounded, on_empty, None) {
+                Err(err @ (ResumeError::Broken { .. } | ResumeError::Input(_))) => {
+                    first.get_or_insert(err);
+                }
+                Ok(_) | Err(_) => return Ok(()),
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    fn build(
+        run: &RecordedRun,
+        agent: &str,
+        budget: Budget,
+        on_empty: OnEmptyReply,
+        question: Option<&str>,
+    ) -> Result<Self, ResumeError> {
+        let mut follow_up = question;
+        let asked = question.map(str::to_owned);
+        let messages = run.messages(agent);
+        let question = match messages.first() {
+            Some(first) if first.role == Role::User => first.text(),
+            _ => {
+                return Err(broken(1, "the first message is not the user's question"));
+            }
+        };
+        // The recorded calls are rebuilt without a budget; the current
+        // question's is checked at the end.
+        let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
+        let mut conversation = Conversation::start(&question, unbounded)?.on_empty_reply(on_empty);
+        let recorded_calls = run.calls(agent);
+        let mut interrupted = Vec::new();
+        let mut kept = 0;
+        // Both histories only grow: each request compares what it added.
+        let mut verified = 0;
+        for call in 1..=recorded_calls {
+            let number = call;
+            // The history this request carried must be the rebuilt one.
+            let carried = run.request(agent, number).map(|request| request.messages);
+            let history = conversation.history();
+            let same = carried.is_some_and(|carried| {
+                carried.len() == history.len() && carried.get(verified..) == history.get(verified..)
+            });
+            if !same {
+                return Err(broken(
+                    number,
+                    "the recorded request does not carry the history its earlier replies and results make",
+                ));
+            }
+            verified = history.len();
+            kept = number;
+            let reply = match run.reply(agent, number) {
+                Some(Ok(reply)) => reply.clone(),
+                // Failed or never answered: only the last request may be; it is asked again.
+                Some(Err(_)) | None if call == recorded_calls && follow_up.is_none() => {
+                    kept = number - 1;
+                    break;
+                }
+                Some(Err(_)) | None if call == recorded_calls => {
+                    return Err(ResumeError::NotAnswered {
+                        ended: "interrupted".to_owned(),
+                    });
+                }
+                Some(Err(_)) => return Err(broken(number, "a failed request is followed by more")),
+                None => {
+                    return Err(broken(
+                        number,
+                        "a request without a reply is followed by more",
+                    ));
+                }
+            };
+            match conversation.receive(reply) {
+                Reply::Tools(waiting) => {
+                    let results = if call < recorded_calls {
+                        recorded_results(messages, waiting.history().len()).ok_or_else(|| {
+                            broken(
+                                number + 1,
+                                "the results of this round are not the next message",
+                            )
+                        })?
+                    } else {
+                        let lines = run.tools_after_reply(agent, number);
+                        last_round(run, lines, waiting.calls(), &mut interrupted)
+                    };
+                    conversation = match waiting.submit(results) {
+                        Ok(AfterTools::Continue(next)) => next,
+                        Ok(AfterTools::CallLimit(_)) => {
+                            return Err(broken(number, "more calls than a conversation can make"));
+                        }
+                        Err(rejected) => return Err(broken(number, &rejected.error.to_string())),
+                    };
+                }
+                Reply::Continued(next) => conversation = next,
+                Reply::Answered(done) => {
+                    // The next question: recorded after this answer, or given now.
+                    let (next, next_budget) = if call < recorded_calls {
+                        match messages.get(done.history().len()) {
+                            Some(message)
+                                if message.role == Role::User
+                                    && message
+                                        .content
+                                        .iter()
+                                        .all(|block| matches!(block, Block::Text { .. })) =>
+                            {
+                                (message.text(), unbounded)
+                            }
+                            _ => {
+                                return Err(broken(
+                                    number + 1,
+                                    "an answer is followed by something other than a question",
+                                ));
+                            }
+                        }
+                    } else {
+                        (
+                            follow_up.take().ok_or(ResumeError::Answered)?.to_owned(),
+                            budget,
+                        )
+                    };
+                    conversation = done
+                        .follow_up(&next, next_budget)
+                        .map_err(|(_, error)| ResumeError::Input(error))?;
+                }
+                Reply::ModelStopped(done) => {
+                    return Err(ResumeError::Final {
+                        status: done.status_kind().to_string(),
+                        call: number,
+                    });
+                }
+                Reply::ProtocolError(done) => {
+                    return Err(if call == recorded_calls {
+                        ResumeError::Final {
+                            status: done.status_kind().to_string(),
+                            call: number,
+                        }
+                    } else {
+                        broken(number, done.text())
+                    });
+                }
+            }
+        }
+        if follow_up.is_some() {
+            return Err(ResumeError::NotAnswered {
+                ended: run.outcome().map_or_else(
+                    || "interrupted".to_owned(),
+                    |outcome| outcome.status.clone(),
+                ),
+            });
+        }
+        let conversation = conversation
+            .rebudget(budget)
+            .map_err(|made| ResumeError::BudgetSpent { made })?;
+        // The trace holds the messages of every request kept.
+        let sent = if kept == 0 {
+            0
+        } else {
+            run.request(agent, kept)
+                .map_or(0, |request| request.messages.len())
+        };
+        let plan = last_plan(conversation.history());
+        let spent = Spent {
+            calls: conversation.calls_made(),
+            tokens: run.spent_tokens(),
+            delegations: run.delegations(),
+        };
+        let ended = run.outcome().map_or_else(
+            || "interrupted".to_owned(),
+            |outcome| outcome.status.clone(),
+        );
+        Ok(Self {
+            conversation,
+            sent,
+            spent,
+            plan,
+            interrupted,
+            ended,
+            follow_up: asked,
+        })
+    }
+
+    /// The trace's `resumed` line fields: the parent calls kept (later lines
+    /// of the parent replace any after them), how the earlier part ended,
+    /// what it spent, and the calls answered [`INTERRUPTED`].
+    pub fn trace_fields(&self) -> Value {
+        json!({
+            "calls": self.spent.calls,
+            "ended": self.ended,
+            "tokens": self.spent.tokens,
+            "delegations": self.spent.delegations,
+            "interrupted": self.interrupted,
+            "follow_up": self.follow_up,
+        })
+    }
+}
+
+/// The first way `run` contradicts itself, as an error.
+fn consistent(run: &RecordedRun) -> Result<(), ResumeError> {
+    match consistency(run).into_iter().next() {
+        // The parent's own history breaking is said as before.
+        Some(Inconsistency {
+            agent,
+            call: Some(call),
+            id: None,
+            detail,
+        }) if agent == "parent"
+            && detail.starts_with("the ")
+            && ResumePoint::check_history(run, "parent").is_err() =>
+        {
+            Err(ResumeError::Broken {
+                call,
+                message: detail,
+            })
+        }
+        Some(first) => Err(ResumeError::Inconsistent(first)),
+        None => Ok(()),
+    }
+}
+
+fn broken(call: u32, message: &str) -> ResumeError {
+    ResumeError::Broken {
+        call,
+        message: message.to_owned(),
+    }
+}
+
+/// The tool results of the user message at `index` of the recorded history.
+fn recorded_results(messages: &[Message], index: usize) -> Option<Vec<ToolResult>> {
+    let message = messages.get(index)?;
+    if message.role != Role::User {
+        return None;
+    }
+    message
+        .content
+        .iter()
+        .map(|block| match block {
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => Some(ToolResult {
+                tool_use_id: tool_use_id.clone(),
+                content: content.text(),
+                is_error: *is_error,
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Results for the last recorded round: each call's `tool` line recorded
+/// after that reply (same id and tool name), or [`INTERRUPTED`] when it has
+/// none.
+fn last_round(
+    run: &RecordedRun,
+    lines: &[Value],
+    calls: &[crate::core::conversation::ToolCall],
+    interrupted: &mut Vec<ToolUseId>,
+) -> Vec<ToolResult> {
+    calls
+        .iter()
+        .map(|call| {
+            let recorded = lines.iter().find(|line| {
+                line.get("id").and_then(Value::as_str) == Some(call.id().as_str())
+                    && line.get("name").and_then(Value::as_str) == Some(call.name())
+            });
+            let content = recorded.and_then(|line| line.get("content").and_then(Value::as_str));
+            match (recorded, content) {
+                (Some(line), Some(content)) => ToolResult {
+                    tool_use_id: call.id().clone(),
+                    content: content.to_owned(),
+                    is_error: line
+                        .get("is_error")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(true),
+                },
+                _ => {
+                    interrupted.push(call.id().clone());
+                    let content = if call.name() == "task" {
+                        json!({
+                            "status": "cancelled",
+                            "summary": INTERRUPTED,
+                            "calls": run.child_calls(call.id().as_str()),
+                        })
+                        .to_string()
+                    } else {
+                        INTERRUPTED.to_owned()
+                    };
+                    ToolResult {
+                        tool_use_id: call.id().clone(),
+                        content,
+                        is_error: true,
+                    }
+                }
+            }
+        })
+        .collect()
+}
+
+/// The plan set by the last `todo_write` call whose result was not an error.
+fn last_plan(history: &[Message]) -> Option<Plan> {
+    let mut ok_ids = Vec::new();
+    for message in history {
+        for block in &message.content {
+            if let Block::ToolResult {
+                tool_use_id,
+                is_error: false,
+                ..
+            } = block
+            {
+                ok_ids.push(tool_use_id);
+            }
+        }
+    }
+    history.iter().rev().find_map(|message| {
+        message.content.iter().rev().find_map(|block| match block {
+            Block::ToolUse { id, name, input } if name == "todo_write" && ok_ids.contains(&id) => {
+                let items: Vec<PlanItem> =
+                    serde_json::from_value(input.get("items")?.clone()).ok()?;
+                Plan::new(items).ok()
+            }
+            _ => None,
+        })
+    })
+}
+
+/// One place where a trace contradicts itself (see [`consistency`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inconsistency {
+    /// `parent` or `child-N`.
+    pub agent: String,
+    /// The model call (1-based) where it is, when it is in one.
+    pub call: Option<u32>,
+    /// The tool_use id it is about, if one.
+    pub id: Option<String>,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Inconsistency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.agent)?;
+        if let Some(call) = self.call {
+            write!(f, " call {call}")?;
+        }
+        if let Some(id) = &self.id {
+            write!(f, " ({id})")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// At most this many characters of a text in an [`Inconsistency`].
+const SHOWN: usize = 60;
+
+fn shown(text: &str) -> String {
+    let mut short: String = text.chars().take(SHOWN).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    format!("{short:?}")
+}
+
+/// The rules by which a recorded run must agree with itself, one set for
+/// every reader that trusts a trace ([`ResumePoint::rebuild`] refuses a
+/// trace that breaks one; [`crate::record::invariants::check`] reports each as a
+/// breach of [`crate::record::invariants::Invariant::Consistent`]):
+///
+/// - each agent's history is what the conversation's own transitions make
+///   of its recorded replies and results ([`ResumePoint::check_history`]);
+/// - each `tool` line answers a call of the reply before it, once, in call
+///   order, and says what the next request sent the model for that call
+///   (content and `is_error`); a call the next request answered has its
+///   `tool` line unless it was answered [`INTERRUPTED`] on a resume;
+/// - a run that ended after a whole round (its outcome `call_limit`,
+///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
+///   signal forced) has a `tool` line for every call of its last round;
+/// - the parent's outcome agrees with its last reply: `answered` only after
+///   an answer, and an answer is followed by `answered` (or by a signal's
+///   `cancelled`);
+/// - every child was started by a `task` call of the parent.
+pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
+    let mut found = Vec::new();
+    let agents: Vec<(String, u32)> = run
+        .agents()
+        .map(|(agent, calls)| (agent.to_owned(), calls))
+        .collect();
+    for (agent, calls) in &agents {
+        let mut note = |call: Option<u32>, id: Option<&str>, detail: String| {
+            found.push(Inconsistency {
+                agent: agent.clone(),
+                call,
+                id: id.map(str::to_owned),
+                detail,
+            });
+        };
+        match ResumePoint::check_history(run, agent) {
+            Ok(()) => {}
+            Err(ResumeError::Broken { call, message }) => note(Some(call), None, message),
+            Err(other) => note(Some(1), None, other.to_string()),
+        }
+        tool_lines_agree(run, agent, *calls, &mut note);
+        if agent != "parent" {
+            match run.started_by(agent) {
+                None => note(
+                    Some(1),
+                    None,
+                    "a child without the task call that started it (parent_tool_use_id)".to_owned(),
+                ),
+                Some(id) if run.delegation(agent).is_none() => note(
+                    Some(1),
+                    Some(id),
+                    format!("started by {id}, which is no task call of the parent"),
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+    if let Some(outcome) = run.outcome() {
+        let calls = run.calls("parent");
+        let last = run.reply("parent", calls);
+        // An answer by the conversation's own rules (a reply it takes as one).
+        let answer = matches!(last, Some(Ok(reply)) if is_answer(reply));
+        let what = match last {
+            Some(Ok(_)) if answer => "is an answer",
+            Some(Ok(_)) => "is not an answer",
+            Some(Err(_)) => "failed",
+            None => "is missing",
+        };
+        let status = outcome.status.as_str();
+        // After an answer the run may still have been stopped by a limit or
+        // a signal before its outcome was written; nothing else follows one.
+        let after_answer = matches!(
+            status,
+            "answered" | "cancelled" | "deadline" | "token_limit" | "delegation_limit"
+        );
+        if (status == "answered" && !answer) || (answer && !after_answer) {
+            found.push(Inconsistency {
+                agent: "parent".to_owned(),
+                call: Some(calls),
+                id: None,
+                detail: format!("the outcome says {status}, but the last reply {what}"),
+            });
+        }
+    }
+    found
+}
+
+/// Files an inconsistency: at which call, about which id, what.
+type Note<'a> = &'a mut dyn FnMut(Option<u32>, Option<&str>, String);
+
+/// Whether the conversation takes `reply` as an answer (under either
+/// empty-reply policy: an empty reply is never one).
+fn is_answer(reply: &crate::core::protocol::ModelResponse) -> bool {
+    let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
+    Conversation::start("?", unbounded)
+        .is_ok_and(|conversation| matches!(conversation.receive(reply.clone()), Reply::Answered(_)))
+}
+
+/// The `tool` lines of `agent` against the calls they answer (see [`consistency`]).
+fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) {
+    let early = run
+        .tools(agent)
+        .len()
+        .saturating_sub(run.tools_after_reply(agent, 1).len());
+    if early > 0 {
+        note(
+            Some(1),
+            None,
+            format!("{early} tool line(s) before any reply"),
+        );
+    }
+    let messages = run.messages(agent);
+    let whole_round = agent == "parent"
+        && run.outcome().is_some_and(|outcome| {
+            matches!(
+                outcome.status.as_str(),
+                "call_limit" | "deadline" | "token_limit" | "delegation_limit"
+            ) || (outcome.status == "cancelled" && !outcome.text.starts_with("cancelled by "))
+        });
+    for call in 1..=calls {
+        let lines = run.tools_of_reply(agent, call);
+        let asked: Vec<&str> = match run.reply(agent, call) {
+            Some(Ok(reply)) => reply
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    crate::core::protocol::ReplyBlock::Known(Block::ToolUse { id, .. }) => {
+                        Some(id.as_str())
+                    }
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let line_ids: Vec<&str> = lines
+            .iter()
+            .map(|line| line.get("id").and_then(Value::as_str).unwrap_or_default())
+            .collect();
+        for id in &line_ids {
+            if !asked.contains(id) {
+                note(
+                    Some(call),
+                    Some(id),
+                    format!("a tool line for {id}, which reply {call} did not ask for"),
+                );
+            }
+        }
+        let mut in_order: Vec<&str> = line_ids.clone();
+        in_order.dedup();
+        let expected: Vec<&str> = asked
+            .iter()
+            .copied()
+            .filter(|id| line_ids.contains(id))
+            .collect();
+        if line_ids.len() != expected.len() || line_ids != expected {
+            if line_ids.len() > expected.len() && in_order.len() == line_ids.len() {
+                // Ids outside the reply: noted above.
+            } else {
+                note(
+                    Some(call),
+                    None,
+                    format!("tool lines {line_ids:?} do not answer {asked:?} once each, in order"),
+                );
+            }
+        }
+        // What the next request sent the model for these calls.
+        let sent = run
+            .request(agent, call)
+            .map(|request| request.messages.len() + 1)
+            .filter(|_| call < calls)
+            .and_then(|index| messages.get(index));
+        for id in &asked {
+            let line = lines
+                .iter()
+                .find(|line| line.get("id").and_then(Value::as_str) == Some(id));
+            let result = sent.and_then(|message| {
+                message.content.iter().find_map(|block| match block {
+                    Block::ToolResult {
+                        tool_use_id,
+                        content,
+                        is_error,
+                    } if tool_use_id.as_str() == *id => Some((content.text(), *is_error)),
+                    _ => None,
+                })
+            });
+            match (line, result) {
+                (Some(line), Some((content, is_error))) => {
+                    let recorded = line
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let recorded_error = line.get("is_error").and_then(Value::as_bool);
+                    if recorded != content || recorded_error != Some(is_error) {
+                        note(
+                            Some(call),
+                            Some(id),
+                            format!(
+                                "the tool line says {} (is_error {}), the next request sent {} (is_error {is_error})",
+                                shown(recorded),
+                                recorded_error.unwrap_or_default(),
+                                shown(&content)
+                            ),
+                        );
+                    }
+                }
+                (None, Some((content, _))) if !content.contains(INTERRUPTED) => note(
+                    Some(call),
+                    Some(id),
+                    "the next request answered this call, but it has no tool line".to_owned(),
+                ),
+                (None, None) if call == calls && whole_round => note(
+                    Some(call),
+                    Some(id),
+                    "the run ended after this round, but this call has no tool line".to_owned(),
+                ),
+                _ => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! A JSON Lines trace of a run: every request and reply of the parent and of
+//! every child, one object per line, written and flushed line by line.
+//!
+//! Every line has `agent` (`parent`, `child-1`, ...) and `kind`; a child's
+//! lines also have `parent_tool_use_id`. The first line also carries
+//! `version`, the format version ([`TRACE_VERSION`]); a reader refuses a
+//! trace of another version, and reads a trace without one (written before
+//! the field existed, in the same format) as version 1. Kinds:
+//!
+//! | kind | fields |
+//! |---|---|
+//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` (and on the parent's, `workspace`: the directory the tools work in, unless it was a temporary copy), which a later request carries again when the tools offered changed (an MCP server's list did) |
+//! | `response` | `call`, `response` (the reply as received) |
+//! | `model_failed` | `call`, `error` |
+//! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
+//! | `tool` | `name`, `id`, `decision`, `is_error`, `content` (the result exactly as sent to the model) |
+//! | `warning` | `text` |
+//! | `outcome` | `status`, `text`, `calls`, `usage` |
+//! | `mcp_server` | (parent) `server`, `event` (`started`, with `tools`: the registered names; `exited`, with `how`: the exit status and the server's last stderr lines, when it exits mid-run) |
+//! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"), `workspace` (where the resumed run works): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
+//!
+//! A write that fails stops the trace (one line on stderr; [`TraceStatus`]
+//! tells the host afterwards). When the host's [`Shutdown`] runs (a signal ends the process), the
+//! trace still ends with an `outcome` line, status `cancelled`, for every
+//! agent that had not finished.
+//!
+//! Each message is written once, so the trace grows linearly; [`rebuild_requests`]
+//! replays a trace into every request exactly as it was sent. A `tool` line
+//! is written the moment its result exists, so the results of a last round
+//! that no later request carried (the run stopped after it) are on record too. No credential
+//! is ever part of a request or a reply, so none can reach the trace.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use crate::agent::executor::ToolRecord;
+use crate::core::agent_id::AgentId;
+use crate::core::protocol::{Message, ToolDefinition, Usage};
+use crate::run::driver::Event;
+use crate::run::monitor::Monitor;
+use crate::run::shutdown::{Registration, Shutdown, Termination};
+
+/// The trace format version written on a trace's first line, and the only one read.
+pub const TRACE_VERSION: u64 = 1;
+
+/// The format version declared by `first`, a trace's first line: its
+/// `version` field, or 1 when there is none (traces written before the field
+/// existed have the same format). Any version but [`TRACE_VERSION`] is an
+/// error saying which version was found.
+pub fn check_version(first: &Value) -> Result<u64, String> {
+    match first.get("version") {
+        None => Ok(1),
+        Some(Value::Number(number)) if number.as_u64() == Some(TRACE_VERSION) => Ok(TRACE_VERSION),
+        Some(other) => Err(format!(
+            "trace format version {other} is not supported: this subloop reads version {TRACE_VERSION}"
+        )),
+    }
+}
+
+/// Writes the trace; each line goes to the file in one write.
+///
+/// If the process is ended by a signal the host handles through a [`Shutdown`] ([`TraceWriter::on_shutdown`])
+/// (`SIGTERM`, `SIGHUP`, a second Ctrl-C), the trace still ends with an
+/// `outcome` line, status `cancelled`, for every agent that had not
+/// finished (children first, the parent last).
+#[derive(Debug)]
+pub struct TraceWriter {
+    shared: Arc<Mutex<TraceFile>>,
+    /// The tool names each agent's last request offered: when they change
+    /// (a tool source's list changed), the request carries the definitions again.
+    offered: HashMap<AgentId, Vec<String>>,
+    /// The workspace the run works in, written on the parent's first request.
+    workspace: Option<String>,
+    _termination: Option<Registration>,
+}
+
+/// Writes lines of the host's own into a trace (see [`TraceWriter::notes`]).
+#[derive(Debug, Clone)]
+pub struct TraceNotes(Arc<Mutex<TraceFile>>);
+
+impl TraceNotes {
+    /// One line for the parent: `kind` and `fields` (an object).
+    pub fn line(&self, kind: &str, fields: Value) {
+        lock(&self.0).emit(&AgentId::Parent, kind, fields);
+    }
+}
+
+/// Whether the trace was written completely: a handle a host keeps after
+/// giving the writer to an agent.
+#[derive(Debug, Clone)]
+pub struct TraceStatus(Arc<Mutex<TraceFile>>);
+
+impl TraceStatus {
+    /// The first write error, if a write failed (no line was written after it).
+    pub fn error(&self) -> Option<String> {
+        lock(&self.0).error.clone()
+    }
+}
+
+#[derive(Debug)]
+struct TraceFile {
+    file: File,
+    error: Option<String>,
+    /// Set once the process is ending: no line may follow the last outcome.
+    closed: bool,
+    /// Agents that sent a request and have not finished: (agent, calls, usage).
+    open: Vec<(AgentId, u32, Usage)>,
+    /// Whether a line was written (the first one carries the format version).
+    started: bool,
+}
+
+fn lock(shared: &Mutex<TraceFile>) -> MutexGuard<'_, TraceFile> {
+    shared.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// One trace line: `version` on the first line of a trace, then `agent`,
+/// `kind`, `parent_tool_use_id` for a child, then `fields`.
+fn render(agent: &AgentId, kind: &str, fields: Value, first: bool) -> String {
+    let mut object = Map::new();
+    if first {
+        object.insert("version".into(), json!(TRACE_VERSION));
+    }
+    object.insert("agent".into(), json!(agent));
+    object.insert("kind".into(), json!(kind));
+    if let Some(id) = agent.parent_tool_use_id() {
+        object.insert("parent_tool_use_id".into(), json!(id));
+    }
+    if let Value::Object(fields) = fields {
+        object.extend(fields);
+    }
+    let mut text = Value::Object(object).to_string();
+    text.push('\n');
+    text
+}
+
+impl TraceFile {
+    /// Renders and writes one line (the first one with the format version).
+    fn emit(&mut self, agent: &AgentId, kind: &str, fields: Value) {
+        let text = render(agent, kind, fields, !self.started);
+        self.started = true;
+        self.write(&text);
+    }
+
+    fn write(&mut self, text: &str) {
+        if self.error.is_some() || self.closed {
+            return;
+        }
+        if let Err(err) = self.file.write_all(text.as_bytes()) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "subloop: writing the trace failed; it is incomplete from here on: {err}"
+            );
+            self.error = Some(err.to_string());
+        }
+    }
+
+    /// The process is ending: an `outcome` line for every unfinished agent, then nothing more.
+    fn terminate(&mut self, termination: &Termination) {
+        let open = std::mem::take(&mut self.open);
+        let (parent, children): (Vec<_>, Vec<_>) = open
+            .into_iter()
+            .partition(|(agent, ..)| *agent == AgentId::Parent);
+        for (agent, calls, usage) in children.into_iter().chain(parent) {
+            let text = format!(
+                "cancelled by {}: subloop was stopped before this agent finished; the programs run_main was running were killed",
+                termination.cause()
+            );
+            let fields =
+                json!({"status": "cancelled", "text": text, "calls": calls, "usage": usage});
+            self.emit(&agent, "outcome", fields);
+        }
+        self.closed = true;
+    }
+
+    /// Keeps track of which agents are running, for [`TraceFile::terminate`].
+    fn track(&mut self, agent: &AgentId, event: &Event<'_>) {
+        let index = self.open.iter().position(|(who, ..)| who == agent);
+        match (event, index) {
+            (Event::Request { call, .. }, Some(index)) => {
+                if let Some(open) = self.open.get_mut(index) {
+                    open.1 = *call;
+                }
+            }
+            (Event::Request { call, .. }, None) => {
+                self.open.push((agent.clone(), *call, Usage::default()));
+            }
+            (Event::Response { response, .. }, Some(index)) => {
+                if let (Some(open), Some(usage)) = (self.open.get_mut(index), &response.usage) {
+                    open.2.add(usage);
+                }
+            }
+            (Event::Finished { .. }, Some(index)) => {
+                self.open.remove(index);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl TraceWriter {
+    /// Creates (or truncates) the trace file.
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        Ok(Self::from_file(File::create(path)?))
+    }
+
+    /// A writer that goes on with the trace `file` of a run being resumed
+    /// (opened at its end, see [`crate::record::target::open_to_append`]):
+    /// writes a `resumed` line with `fields` (the calls kept, what the earlier
+    /// part ended with and spent: [`crate::record::resume::ResumePoint::trace_fields`]),
+    /// then the resumed run's lines. The first line, with the format version,
+    /// is already there.
+    pub fn resume(file: File, fields: Value) -> Self {
+        let mut writer = Self::from_file(file);
+        lock(&writer.shared).started = true;
+        writer.line(&AgentId::Parent, "resumed", fields);
+        writer
+    }
+
+    /// Records `workspace` (the directory the run's tools work in) on the
+    /// parent's first request line, so that a resume can tell whether it
+    /// goes on in the same place.
+    pub fn with_workspace(mut self, workspace: &Path) -> Self {
+        self.workspace = Some(workspace.to_string_lossy().into_owned());
+        self
+    }
+
+    /// A writer on a file already opened for writing.
+    pub fn from_file(file: File) -> Self {
+        let shared = Arc::new(Mutex::new(TraceFile {
+            file,
+            error: None,
+            closed: false,
+            started: false,
+            open: Vec::new(),
+        }));
+        Self {
+            shared,
+            offered: HashMap::new(),
+            workspace: None,
+            _termination: None,
+        }
+    }
+
+    /// Registers with the host's `shutdown`: when the process is ended by
+    /// a signal, the trace still ends with an `outcome` line, status
+    /// `cancelled`, for every agent that had not finished, and nothing is
+    /// written after it.
+    pub fn on_shutdown(mut self, shutdown: &Arc<Shutdown>) -> Self {
+        let on_exit = Arc::clone(&self.shared);
+        self._termination = Some(shutdown.on_termination(move |termination| {
+            // The run may hold the lock for a moment; never wait long.
+            let until = Instant::now() + Duration::from_secs(1);
+            loop {
+                match on_exit.try_lock() {
+                    Ok(mut file) => break file.terminate(termination),
+                    Err(std::sync::TryLockError::Poisoned(poison)) => {
+                        break poison.into_inner().terminate(termination);
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(std::sync::TryLockError::WouldBlock) => break,
+                }
+            }
+        }));
+        self
+    }
+
+    /// A handle that writes lines of the host's own (parent, `kind`,
+    /// `fields`) into this trace, such as the MCP servers' start and exit.
+    pub fn notes(&self) -> TraceNotes {
+        TraceNotes(Arc::clone(&self.shared))
+    }
+
+    /// A handle that tells afterwards whether every line was written.
+    pub fn status(&self) -> TraceStatus {
+        TraceStatus(Arc::clone(&self.shared))
+    }
+
+    fn line(&mut self, agent: &AgentId, kind: &str, fields: Value) {
+        lock(&self.shared).emit(agent, kind, fields);
+    }
+}
+
+impl Monitor for TraceWriter {
+    fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
+        lock(&self.shared).track(agent, event);
+        match event {
+            Event::Request {
+                call,
+                request,
+                new_messages,
+            } => {
+                let names: Vec<String> = request
+                    .tool_names()
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect();
+                let mut fields = json!({
+                    "call": call,
+                    "tools": names,
+                    "messages": new_messages,
+                    "attachment": request.attachment,
+                });
+                if *call == 1 {
+                    fields["system"] = json!(request.system);
+                    if let (AgentId::Parent, Some(workspace)) = (agent, &self.workspace) {
+                        fields["workspace"] = json!(workspace);
+                    }
+                }
+                let changed = self.offered.get(agent) != Some(&names);
+                if *call == 1 || changed {
+                    fields["tool_definitions"] = json!(request.tools);
+                    self.offered.insert(agent.clone(), names);
+                }
+                self.line(agent, "request", fields);
+            }
+            Event::Response {
+                call,
+                response,
+                raw,
+            } => {
+                // The reply as received when there is one; else the parsed form.
+                let response = match raw {
+                    Some(raw) => (*raw).clone(),
+                    None => json!(response),
+                };
+                self.line(
+                    agent,
+                    "response",
+                    json!({"call": call, "response": response}),
+                );
+            }
+            Event::EmptyReplyContinued { call, prompt } => {
+                self.line(
+                    agent,
+                    "empty_reply",
+                    json!({"call": call, "continued_with": prompt}),
+                );
+            }
+            Event::ModelFailed { call, failure } => {
+                let fields =
+                    json!({"call": call, "error": failure.message, "error_type": failure.kind});
+                self.line(agent, "model_failed", fields);
+            }
+            Event::Finished { outcome } => {
+                let fields = json!({
+                    "status": outcome.status,
+                    "text": outcome.text,
+                    "calls": outcome.calls,
+                    "usage": outcome.usage,
+                });
+                self.line(agent, "outcome", fields);
+            }
+            Event::ToolRequested { .. } | Event::ToolFinished { .. } => {}
+        }
+    }
+
+    fn tool(&mut self, agent: &AgentId, record: &ToolRecord) {
+        self.line(agent, "tool", json!(record));
+    }
+
+    fn warning(&mut self, agent: &AgentId, warning: &str) {
+        self.line(agent, "warning", json!({"text": warning}));
+    }
+}
+
+/// A request as rebuilt from a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RebuiltRequest {
+    /// The agent that sent it.
+    pub agent: String,
+    /// Its 1-based number for that agent.
+    pub call: u64,
+    /// The system prompt.
+    pub system: String,
+    /// The tool definitions offered.
+    pub tools: Vec<ToolDefinition>,
+    /// The history sent.
+    pub messages: Vec<Message>,
+    /// The attached plan, if any.
+    pub attachment: Option<String>,
+}
+
+/// Rebuilds every request of a trace, in trace order. A line that is not a
+/// complete JSON object (such as a last line cut by a crash) is an error
+/// naming its number, and so is a first line of another format version
+/// ([`check_version`]).
+pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
+    struct AgentState {
+        system: String,
+        tools: Vec<ToolDefinition>,
+        messages: Vec<Message>,
+    }
+    let mut agents: HashMap<String, AgentState> = HashMap::new();
+    let mut requests = Vec::new();
+    for (index, line) in trace.lines().enumerate() {
+        let number = index + 1;
+        let value: Value =
+            serde_json::from_str(line).map_err(|err| format!("line {number}: {err}"))?;
+        if number == 1 {
+            check_version(&value).map_err(|err| format!("line 1: {err}"))?;
+        }
+        if value["kind"] == "resumed" && value["agent"] == "parent" {
+            // The parent's requests after the kept ones are asked again below.
+            let kept = value["calls"]
+                .as_u64()
+                .ok_or(format!("line {number}: a `resumed` line without `calls`"))?;
+            requests.retain(|request: &RebuiltRequest| {
+                request.agent != "parent" || request.call <= kept
+            });
+            let held = requests
+                .iter()
+                .rev()
+                .find(|request| request.agent == "parent")
+                .map(|request| request.messages.clone())
+                .unwrap_or_default();
+            if let Some(state) = agents.get_mut("parent") {
+                state.messages = held;
+            }
+            continue;
+        }
+        if value["kind"] != "request" {
+            continue;
+        }
+        let agent = value["agent"]
+            .as_str()
+            .ok_or(format!("line {number}: no agent"))?
+            .to_owned();
+        let call = value["call"]
+            .as_u64()
+            .ok_or(format!("line {number}: no call number"))?;
+        let new: Vec<Message> = serde_json::from_value(value["messages"].clone())
+            .map_err(|err| format!("line {number}: messages: {err}"))?;
+        let state = match agents.get_mut(&agent) {
+            Some(state) if call > 1 => state,
+            _ => {
+                let tools = serde_json::from_value(value["tool_definitions"].clone())
+                    .map_err(|err| format!("line {number}: tool_definitions: {err}"))?;
+                let system = value["system"].as_str().unwrap_or_default().to_owned();
+                agents.insert(
+                    agent.clone(),
+                    AgentState {
+                        system,
+                        tools,
+                        messages: Vec::new(),
+                    },
+                );
+                agents.get_mut(&agent).ok_or("agent state lost")?
+            }
+        };
+        // The offered tools changed (a tool source's list did): the
+        // request carries the definitions again.
+        if call > 1 && !value["tool_definitions"].is_null() {
+            state.tools = serde_json::from_value(value["tool_definitions"].clone())
+                .map_err(|err| format!("line {number}: tool_definitions: {err}"))?;
+        }
+        state.messages.extend(new);
+        requests.push(RebuiltRequest {
+            agent,
+            call,
+            system: state.system.clone(),
+            tools: state.tools.clone(),
+            messages: state.messages.clone(),
+            attachment: value["attachment"].as_str().map(str::to_owned),
+        });
+    }
+    Ok(requests)
+}

@@ -1,0 +1,264 @@
+//! `subloop view TRACE`: a recorded run as a compact timeline — one line per
+//! model call and per tool call, each child indented under the `task` call
+//! that started it, each follow-up question before the call it asked — then
+//! the outcome, the counts, and the verdict of every loop invariant
+//! ([`crate::record::invariants`]).
+//!
+//! Model and tool text is escaped as on stderr ([`crate::core::text::printable`]),
+//! so a trace cannot drive the terminal. Colour only when asked for (the CLI
+//! asks when stdout is a terminal and `NO_COLOR` is unset).
+
+use serde_json::Value;
+
+use crate::core::protocol::{Block, ReplyBlock, Role};
+use crate::core::text::printable;
+use crate::record::invariants::Verdict;
+use crate::record::recorded::RecordedRun;
+
+/// The longest tool result shown on a line, in characters.
+const PREVIEW: usize = 60;
+
+struct Paint(bool);
+
+impl Paint {
+    fn code(&self, code: &str, text: &str) -> String {
+        if self.0 {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    /// Green for what went as asked, red for refusals and failures, plain otherwise.
+    fn mark(&self, word: &str) -> String {
+        match word {
+            "allowed" | "not_required" | "answered" | "held" => self.code("32", word),
+            "denied" | "blocked" | "over_limit" | "invalid" | "unregistered" | "stopped"
+            | "broken" => self.code("31", word),
+            _ => self.code("33", word),
+        }
+    }
+}
+
+/// The timeline of `run` and the `verdicts` over it; `colour` adds ANSI colours.
+pub fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
+    let paint = Paint(colour);
+    let mut out = String::new();
+    let mut shown = Vec::new();
+    agent_lines(run, "parent", 0, &paint, &mut out, &mut shown);
+    // Children whose `task` call has no result line (the run was killed
+    // while they ran) are shown after the parent.
+    let unattached: Vec<String> = run
+        .agents()
+        .map(|(agent, _)| agent.to_owned())
+        .filter(|agent| !shown.contains(agent))
+        .collect();
+    for agent in unattached {
+        let from = run.started_by(&agent).map(printable).unwrap_or_default();
+        out.push_str(&format!(
+            "{agent} (started by {from}, whose result is not recorded):\n"
+        ));
+        agent_lines(run, &agent, 1, &paint, &mut out, &mut shown);
+    }
+    let agents = run.agents().count();
+    let calls: u32 = run.agents().map(|(_, calls)| calls).sum();
+    let tools: usize = run.agents().map(|(agent, _)| run.tools(agent).len()).sum();
+    match run.outcome() {
+        Some(outcome) => out.push_str(&format!(
+            "outcome: {} — {}\n",
+            paint.mark(&outcome.status),
+            printable(&outcome.text)
+        )),
+        None => out.push_str("outcome: none recorded (the run did not finish)\n"),
+    }
+    out.push_str(&format!(
+        "{agents} agent(s), {calls} model call(s), {tools} tool call(s)\n"
+    ));
+    out.push_str("invariants:\n");
+    for verdict in verdicts {
+        let word = if verdict.held() { "held" } else { "broken" };
+        out.push_str(&format!(
+            "  {} {}\n",
+            paint.mark(word),
+            verdict.invariant.rule()
+        ));
+        for breach in &verdict.breaches {
+            let call = breach
+                .at
+                .call
+                .map(|call| format!(" call {call}"))
+                .unwrap_or_default();
+            let id = breach
+                .at
+                .id
+                .as_deref()
+                .map(|id| format!(" {}", printable(id)))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "      at {}{call}{id}: {}\n",
+                breach.at.agent,
+                printable(&breach.detail)
+            ));
+        }
+    }
+    out
+}
+
+/// The lines of one agent, `depth` levels in.
+fn agent_lines(
+    run: &RecordedRun,
+    agent: &str,
+    depth: usize,
+    paint: &Paint,
+    out: &mut String,
+    shown: &mut Vec<String>,
+) {
+    if shown.iter().any(|done| done == agent) {
+        return;
+    }
+    shown.push(agent.to_owned());
+    let pad = "    ".repeat(depth);
+    let calls = run.calls(agent);
+    for call in 1..=calls {
+        for question in follow_ups(run, agent, call) {
+            out.push_str(&format!(
+                "{pad}{agent} follow-up question: {}\n",
+                printable(&question)
+            ));
+        }
+        let offered = run
+            .request(agent, call)
+            .map_or(0, |request| request.tools.len());
+        let reply = match run.reply(agent, call) {
+            Some(Ok(reply)) => {
+                let stop = reply.stop_reason.as_ref().map_or_else(
+                    || "no stop reason".to_owned(),
+                    |reason| reason.as_str().to_owned(),
+                );
+                let usage = reply
+                    .usage
+                    .as_ref()
+                    .map(|usage| {
+                        format!(
+                            ", {} in / {} out tokens",
+                            usage.input_tokens, usage.output_tokens
+                        )
+                    })
+                    .unwrap_or_default();
+                let text: String = reply
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        ReplyBlock::Known(Block::Text { text }) => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let said = if text.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", preview(&text))
+                };
+                format!("{stop}{usage}{said}")
+            }
+            Some(Err(failure)) => {
+                paint.code("31", &format!("failed: {}", printable(&failure.message)))
+            }
+            None => "no reply recorded".to_owned(),
+        };
+        out.push_str(&format!(
+            "{pad}{agent} call {call} ({offered} tools offered) -> {reply}\n"
+        ));
+        // This reply's tool lines: those before the next reply's.
+        let own = run.tools_of_reply(agent, call);
+        for line in own {
+            tool_line(line, &pad, paint, out);
+            let id = line.get("id").and_then(Value::as_str).unwrap_or_default();
+            if line.get("name").and_then(Value::as_str) == Some("task") && agent == "parent" {
+                let children: Vec<String> = run
+                    .agents()
+                    .filter(|(child, _)| {
+                        run.started_by(child) == Some(id)
+                            && run.delegation(child).map(|(at, _)| at) == Some(call)
+                    })
+                    .map(|(child, _)| child.to_owned())
+                    .collect();
+                for child in children {
+                    agent_lines(run, &child, depth + 1, paint, out, shown);
+                }
+            }
+        }
+    }
+}
+
+/// The follow-up questions asked before request `call` of `agent`: after
+/// the reply to the call before it answered (it asked for no tool and said
+/// something), the user messages of text alone that this request added to
+/// the history. An empty reply answered with a prompt to continue asked no
+/// question.
+pub(crate) fn follow_ups(run: &RecordedRun, agent: &str, call: u32) -> Vec<String> {
+    let Some(earlier) = call.checked_sub(1).filter(|&earlier| earlier > 0) else {
+        return Vec::new();
+    };
+    let answered = match run.reply(agent, earlier) {
+        Some(Ok(reply)) => {
+            let mut said = false;
+            for block in &reply.content {
+                match block {
+                    ReplyBlock::Known(Block::ToolUse { .. }) => return Vec::new(),
+                    ReplyBlock::Known(Block::Text { text }) if !text.trim().is_empty() => {
+                        said = true;
+                    }
+                    _ => {}
+                }
+            }
+            said
+        }
+        _ => false,
+    };
+    let (Some(before), Some(now)) = (run.request(agent, earlier), run.request(agent, call)) else {
+        return Vec::new();
+    };
+    if !answered {
+        return Vec::new();
+    }
+    now.messages
+        .get(before.messages.len()..)
+        .unwrap_or_default()
+        .iter()
+        .filter(|message| {
+            message.role == Role::User
+                && !message.content.is_empty()
+                && message
+                    .content
+                    .iter()
+                    .all(|block| matches!(block, Block::Text { .. }))
+        })
+        .map(crate::core::protocol::Message::text)
+        .collect()
+}
+
+fn tool_line(line: &Value, pad: &str, paint: &Paint, out: &mut String) {
+    let text = |name: &str| line.get(name).and_then(Value::as_str).unwrap_or_default();
+    let error = if line.get("is_error").and_then(Value::as_bool) == Some(true) {
+        " error"
+    } else {
+        ""
+    };
+    out.push_str(&format!(
+        "{pad}    tool {} {} [{}{error}]: {}\n",
+        printable(text("name")),
+        printable(text("id")),
+        paint.mark(text("decision")),
+        preview(text("content"))
+    ));
+}
+
+/// The first [`PREVIEW`] characters of `text` on one line, escaped.
+fn preview(text: &str) -> String {
+    let shown = printable(text);
+    match shown.char_indices().nth(PREVIEW) {
+        Some((cut, _)) => format!("{}…", shown.get(..cut).unwrap_or_default()),
+        None => shown,
+    }
+}

@@ -1,0 +1,11 @@
+//! The one loop: the [`driver`] that takes a conversation from question to
+//! finish, the [`model::Model`] it asks, the [`limits`] of a run and its
+//! cancellation, and the [`monitor::Monitor`] that watches it.
+//!
+//! May import: [`crate::core`].
+
+pub mod driver;
+pub mod limits;
+pub mod model;
+pub mod monitor;
+pub mod shutdown;

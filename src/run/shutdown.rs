@@ -1,0 +1,156 @@
+//! What must happen when the host's process is ended by a signal: a
+//! [`Shutdown`] is a list of actions (the trace writes an `outcome` line for
+//! every agent that had not finished; a temporary workspace or trace is
+//! removed) that the host runs, last registered first, before it exits.
+//!
+//! The library installs no signal handler and keeps no process-wide list:
+//! a host that wants these actions makes a [`Shutdown`], hands it to what
+//! it runs, and calls [`Shutdown::run`] from its own signal handling (the
+//! `subloop` binary does, for Ctrl-C, `SIGTERM` and `SIGHUP`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Why the process is ending, as told to a shutdown action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Termination {
+    /// The signal (`SIGINT` for a second Ctrl-C, `SIGTERM`, `SIGHUP`).
+    pub signal: i32,
+    /// The exit code the process ends with (130, 143, 129).
+    pub exit_code: u8,
+}
+
+impl Termination {
+    /// The termination a signal brings: exit code 128 + its number.
+    pub fn by_signal(signal: i32) -> Self {
+        Self {
+            signal,
+            exit_code: u8::try_from(128 + signal).unwrap_or(1),
+        }
+    }
+
+    /// What ended the run, for texts: `a second Ctrl-C`, `SIGTERM`, `SIGHUP`.
+    pub fn cause(&self) -> &'static str {
+        match self.signal {
+            libc::SIGINT => "a second Ctrl-C",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGHUP => "SIGHUP",
+            _ => "a signal",
+        }
+    }
+}
+
+type Action = Arc<dyn Fn(&Termination) + Send + Sync>;
+
+/// The actions to run when the process is ended (see the module docs).
+#[derive(Default)]
+pub struct Shutdown {
+    actions: Mutex<Vec<(u64, Action)>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for Shutdown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shutdown").finish_non_exhaustive()
+    }
+}
+
+/// Keeps a shutdown action registered; dropping it removes the action.
+#[must_use = "the action is removed when this is dropped"]
+pub struct Registration {
+    shutdown: Arc<Shutdown>,
+    id: u64,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Registration").field(&self.id).finish()
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.shutdown
+            .actions
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
+impl Shutdown {
+    /// An empty list, to share with what a host runs.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Registers `action` until the returned registration is dropped.
+    pub fn on_termination(
+        self: &Arc<Self>,
+        action: impl Fn(&Termination) + Send + Sync + 'static,
+    ) -> Registration {
+        let id = self.next.fetch_add(1, Ordering::SeqCst);
+        self.actions
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .push((id, Arc::new(action)));
+        Registration {
+            shutdown: Arc::clone(self),
+            id,
+        }
+    }
+
+    /// Runs every registered action, last registered first. Never waits
+    /// long for the list (a run may be registering at that moment), and an
+    /// action that panics does not stop the others.
+    pub fn run(&self, termination: &Termination) {
+        let until = Instant::now() + Duration::from_secs(2);
+        let actions: Vec<Action> = loop {
+            match self.actions.try_lock() {
+                Ok(actions) => break actions.iter().map(|(_, a)| Arc::clone(a)).collect(),
+                Err(std::sync::TryLockError::Poisoned(poison)) => {
+                    break poison
+                        .into_inner()
+                        .iter()
+                        .map(|(_, a)| Arc::clone(a))
+                        .collect();
+                }
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => break Vec::new(),
+            }
+        };
+        for action in actions.iter().rev() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| action(termination)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_128_plus_the_signal() {
+        assert_eq!(Termination::by_signal(libc::SIGINT).exit_code, 130);
+        assert_eq!(Termination::by_signal(libc::SIGTERM).exit_code, 143);
+        assert_eq!(Termination::by_signal(libc::SIGHUP).exit_code, 129);
+    }
+
+    #[test]
+    fn actions_run_last_first_until_dropped() {
+        let shutdown = Shutdown::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (a, b) = (Arc::clone(&seen), Arc::clone(&seen));
+        let first = shutdown.on_termination(move |_| a.lock().expect("lock").push(1));
+        let second = shutdown.on_termination(move |_| b.lock().expect("lock").push(2));
+        shutdown.run(&Termination::by_signal(libc::SIGTERM));
+        assert_eq!(*seen.lock().expect("lock"), [2, 1]);
+        drop(second);
+        drop(first);
+        shutdown.run(&Termination::by_signal(libc::SIGTERM));
+        assert_eq!(seen.lock().expect("lock").len(), 2);
+    }
+}
