@@ -1,7 +1,8 @@
-//! The README tells the truth: its demo transcript is what `subloop demo
-//! --decision allow` prints, its library example is `examples/library.rs`
-//! (built by `cargo test`), it lists every test file, and the toolchain it
-//! asks for is the `rust-version` of `Cargo.toml`.
+//! The README and the manual in `docs/` tell the truth: the README's demo
+//! transcript is what `subloop demo --decision allow` prints, its library
+//! example is `examples/library.rs` (built by `cargo test`), the toolchain it
+//! asks for is the `rust-version` of `Cargo.toml`, and `docs/testing.md`
+//! lists every test file.
 
 mod common;
 
@@ -45,6 +46,30 @@ fn fenced_after(text: &str, after: &str, fence: &str) -> String {
     format!("{}\n", body.get(..close).unwrap_or_default())
 }
 
+/// The text of the section that starts with the line `heading`, up to the
+/// next heading of the same or a higher level.
+fn section<'a>(text: &'a str, heading: &str) -> &'a str {
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let start = text
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no section `{heading}`"))
+        + heading.len()
+        + 2;
+    let rest = text.get(start..).unwrap_or_default();
+    let end = rest
+        .match_indices("\n#")
+        .find(|(at, _)| {
+            let line = rest.get(at + 1..).unwrap_or_default();
+            let hashes = line.chars().take_while(|c| *c == '#').count();
+            hashes <= level
+                && line
+                    .get(hashes..)
+                    .is_some_and(|after| after.starts_with(' '))
+        })
+        .map_or(rest.len(), |(at, _)| at);
+    rest.get(..end).unwrap_or_default()
+}
+
 #[test]
 fn the_demo_transcript_is_what_the_demo_prints() {
     let readme = read("README.md");
@@ -77,11 +102,8 @@ fn the_library_example_is_the_compiled_example_file() {
 
 #[test]
 fn every_test_file_is_listed() {
-    let readme = read("README.md");
-    let tests = readme
-        .split("\n## Tests\n")
-        .nth(1)
-        .expect("a Tests section");
+    let testing = read("docs/testing.md");
+    let tests = section(&testing, "## The tests");
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let mut count = 0;
     for entry in std::fs::read_dir(dir).expect("tests/") {
@@ -90,7 +112,7 @@ fn every_test_file_is_listed() {
             let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
             assert!(
                 tests.contains(&format!("`{stem}`")),
-                "the README's Tests section does not list `{stem}`"
+                "the Tests section of docs/testing.md does not list `{stem}`"
             );
             count += 1;
         }
