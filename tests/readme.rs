@@ -1,8 +1,9 @@
 //! The README and the manual in `docs/` tell the truth: the README's demo
 //! transcript is what `subloop demo --decision allow` prints, its library
 //! example is `examples/library.rs` (built by `cargo test`), the toolchain it
-//! asks for is the `rust-version` of `Cargo.toml`, and `docs/testing.md`
-//! lists every test file.
+//! asks for is the `rust-version` of `Cargo.toml`; `docs/testing.md` lists
+//! every test file; and every flag in a table of the docs is a flag of the
+//! command it is listed under (by that command's `--help`).
 
 mod common;
 
@@ -68,6 +69,68 @@ fn section<'a>(text: &'a str, heading: &str) -> &'a str {
         })
         .map_or(rest.len(), |(at, _)| at);
     rest.get(..end).unwrap_or_default()
+}
+
+/// The README and every page of `docs/`, as (name, text).
+fn pages() -> Vec<(String, String)> {
+    let mut pages = vec![("README.md".to_owned(), read("README.md"))];
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("docs/")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .collect();
+    names.sort();
+    for name in names {
+        let text = read(&format!("docs/{name}"));
+        pages.push((format!("docs/{name}"), text));
+    }
+    pages
+}
+
+/// Lines outside fenced code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|line| {
+            if line.starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
+}
+
+/// The commands whose help a flag table can be checked against.
+const COMMANDS: [&str; 5] = ["demo", "run", "replay", "chat", "view"];
+
+fn help_of(command: &str) -> String {
+    let output = Command::new(common::bin())
+        .args([command, "--help"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run subloop");
+    assert_eq!(output.status.code(), Some(0), "subloop {command} --help");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// The command a heading names as `` `subloop COMMAND`… ``, if any.
+fn command_named(heading: &str) -> Option<&'static str> {
+    COMMANDS.into_iter().find(|command| {
+        let named = format!("`subloop {command}");
+        heading.match_indices(&named).any(|(at, _)| {
+            heading
+                .get(at + named.len()..)
+                .is_some_and(|rest| rest.starts_with('`') || rest.starts_with(' '))
+        })
+    })
 }
 
 #[test]
@@ -136,4 +199,57 @@ fn the_toolchain_asked_for_is_the_rust_version() {
         "the README's prerequisites do not name rust-version {version}"
     );
     assert!(readme.contains("`python3`"), "python3 is a prerequisite");
+}
+
+#[test]
+fn every_flag_in_a_table_is_in_the_help_of_its_command() {
+    let helps: Vec<(&str, String)> = COMMANDS.iter().map(|c| (*c, help_of(c))).collect();
+    let mut checked = 0;
+    for (page, text) in pages() {
+        // The command of the nearest heading that names one: a `##` heading
+        // sets it (or clears it), a deeper one only overrides it.
+        let mut command: Option<&str> = None;
+        for line in prose(&text) {
+            let hashes = line.chars().take_while(|c| *c == '#').count();
+            if hashes > 0 && line.get(hashes..).is_some_and(|rest| rest.starts_with(' ')) {
+                let named = command_named(line);
+                if hashes <= 2 || named.is_some() {
+                    command = named;
+                }
+                continue;
+            }
+            let Some(cell) = line.strip_prefix("| `--") else {
+                continue;
+            };
+            let cell = cell
+                .split('`')
+                .next()
+                .unwrap_or_default()
+                .replace("\\|", "|");
+            let flag = format!("--{cell}");
+            let in_help = |help: &str| {
+                help.match_indices(&flag).any(|(at, _)| {
+                    !help
+                        .get(at + flag.len()..)
+                        .and_then(|rest| rest.chars().next())
+                        .is_some_and(|next| next.is_ascii_alphanumeric() || next == '-')
+                })
+            };
+            match command {
+                Some(command) => {
+                    let help = &helps.iter().find(|(c, _)| *c == command).expect("help").1;
+                    assert!(
+                        in_help(help),
+                        "{page}: `{flag}` is in a table under `subloop {command}` but not in `subloop {command} --help`"
+                    );
+                }
+                None => assert!(
+                    helps.iter().any(|(_, help)| in_help(help)),
+                    "{page}: `{flag}` is in a table but in no command's help"
+                ),
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "{checked} flags checked");
 }
