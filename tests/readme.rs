@@ -2,8 +2,9 @@
 //! transcript is what `subloop demo --decision allow` prints, its library
 //! example is `examples/library.rs` (built by `cargo test`), the toolchain it
 //! asks for is the `rust-version` of `Cargo.toml`; `docs/testing.md` lists
-//! every test file; and every flag in a table of the docs is a flag of the
-//! command it is listed under (by that command's `--help`).
+//! every test file; every flag in a table of the docs is a flag of the
+//! command it is listed under (by that command's `--help`); and every link
+//! between the pages reaches a page and a heading that exist.
 
 mod common;
 
@@ -252,4 +253,72 @@ fn every_flag_in_a_table_is_in_the_help_of_its_command() {
         }
     }
     assert!(checked > 20, "{checked} flags checked");
+}
+
+/// GitHub's anchor for a heading: lower case, spaces to `-`, punctuation dropped.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim_start_matches('#')
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn every_link_between_the_pages_reaches_a_heading() {
+    let pages = pages();
+    let anchors = |name: &str| -> Vec<String> {
+        let text = &pages.iter().find(|(page, _)| page == name).expect("page").1;
+        prose(text)
+            .into_iter()
+            .filter(|line| line.starts_with('#'))
+            .map(anchor)
+            .collect()
+    };
+    let mut checked = 0;
+    for (page, text) in &pages {
+        let dir = Path::new(page).parent().unwrap_or(Path::new(""));
+        for line in prose(text) {
+            for (at, _) in line.match_indices("](") {
+                let target = line.get(at + 2..).unwrap_or_default();
+                let target = target.split(')').next().unwrap_or_default();
+                if target.contains("://") {
+                    continue;
+                }
+                let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+                let name = if file.is_empty() {
+                    page.clone()
+                } else {
+                    // `docs/x.md` from the README, `x.md` or `../README.md` from docs/.
+                    let joined = dir.join(file);
+                    let mut parts: Vec<String> = Vec::new();
+                    for part in joined.components() {
+                        match part {
+                            std::path::Component::ParentDir => {
+                                parts.pop();
+                            }
+                            other => parts.push(other.as_os_str().to_string_lossy().into_owned()),
+                        }
+                    }
+                    parts.join("/")
+                };
+                let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(&name);
+                assert!(path.exists(), "{page}: the link `{target}` reaches no file");
+                if !fragment.is_empty() {
+                    assert!(
+                        anchors(&name).iter().any(|a| a == fragment),
+                        "{page}: the link `{target}` reaches no heading of {name}"
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 20, "{checked} links checked");
 }
