@@ -71,7 +71,8 @@
 //! use subloop::policy::permission::DenyAll;
 //! use subloop::agent::subagent::{ScriptedChildren, SubagentConfig};
 //! use subloop::tools::{ReadFile, DEFAULT_READ_LIMIT};
-//! use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, ScriptedModel, StatusKind};
+//! use subloop::providers::scripted::ScriptedModel;
+//! use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, StatusKind};
 //!
 //! let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");
 //! let children = ScriptedChildren(vec![vec![Ok(ModelResponse::answer("main.py prints 42"))]]);

@@ -15,7 +15,9 @@
 //! ```
 //! use proptest::prelude::*;
 //! use subloop::testing::{check_conversation, scripted_replies};
-//! use subloop::{Executor, ToolCall, ToolDefinition, ToolOutput};
+//! use subloop::core::conversation::{ToolCall, ToolOutput};
+//! use subloop::core::protocol::ToolDefinition;
+//! use subloop::run::driver::Executor;
 //!
 //! struct Echo(Vec<ToolDefinition>);
 //! impl Executor for Echo {

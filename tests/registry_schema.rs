@@ -15,7 +15,7 @@ use subloop::AgentBuilder;
 use subloop::Budget;
 use subloop::ModelResponse;
 use subloop::StatusKind;
-use subloop::agent::executor::CallDecision;
+use subloop::core::call::CallDecision;
 use subloop::core::conversation::ToolOutput;
 use subloop::core::error::SetupError;
 use subloop::core::plan::SharedPlan;

@@ -14,7 +14,7 @@ use subloop::AgentBuilder;
 use subloop::Budget;
 use subloop::ModelResponse;
 use subloop::StatusKind;
-use subloop::agent::executor::CallDecision;
+use subloop::core::call::CallDecision;
 use subloop::core::conversation::ToolOutput;
 use subloop::policy::permission::{AllowAll, Approver, DenyAll};
 use subloop::tools::{RunMain, RunSettings, split_command};

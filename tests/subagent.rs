@@ -17,11 +17,11 @@ use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
 use subloop::agent::PARENT_SYSTEM;
-use subloop::agent::executor::CallDecision;
 use subloop::agent::subagent::{
     CHILD_SYSTEM, ChildBudget, ChildModels, MAX_SUMMARY_CHARS, ScriptedChildren, SubagentConfig,
     TRUNCATION_NOTE,
 };
+use subloop::core::call::CallDecision;
 use subloop::core::conversation::ToolOutput;
 use subloop::core::error::ModelFailure;
 use subloop::core::error::SetupError;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::agent::executor::{Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome};
@@ -15,8 +16,6 @@ use crate::core::plan::SharedPlan;
 use crate::core::protocol::Usage;
 use crate::policy::hooks::{AuditEntry, AuditLog, Hooks};
 use crate::policy::permission::Approver;
-use crate::record::report::JsonReport;
-use crate::record::resume::ResumePoint;
 use crate::run::driver;
 use crate::run::limits::{CancelHandle, Limits, RunGuard};
 use crate::run::model::Model;
@@ -219,30 +218,6 @@ impl RunReport {
         }
         total
     }
-
-    /// The CLI's `--json` object: `status`, `text`, `calls`, `tools`,
-    /// `children` (agent, task, report, tools), `warnings`,
-    /// `empty_replies_continued` (also per child), `usage`, and
-    /// `accounting` (per agent and in total: model calls, tool calls,
-    /// delegations, tokens, elapsed time) with the run's `limits`.
-    ///
-    /// A `Value` for hosts that inspect it; [`RunReport::write_json`] writes
-    /// the same object without building one.
-    pub fn to_json(&self) -> serde_json::Value {
-        // Every key is a string, so this cannot fail; null stands in if it ever did.
-        serde_json::to_value(self.json_report()).unwrap_or(serde_json::Value::Null)
-    }
-
-    /// The `--json` object as a typed view of this report, to serialize directly.
-    pub fn json_report(&self) -> JsonReport<'_> {
-        JsonReport::new(self)
-    }
-
-    /// Writes the `--json` object (one line, no newline) to `out`, serialized
-    /// straight from the report.
-    pub fn write_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
-        serde_json::to_writer(out, &self.json_report())
-    }
 }
 
 impl Agent {
@@ -265,7 +240,7 @@ impl Agent {
         Ok(self.drive(conversation, 0, model))
     }
 
-    /// Continues a run cut short, from `point` (see [`crate::record::resume`]): its
+    /// Continues a run cut short, from `point` (which `record::resume` rebuilds from a trace): its
     /// rebuilt history, with the tokens and delegations it already spent
     /// counted against this run's limits and its plan restored. The
     /// conversation's call budget already counts the earlier calls.

@@ -7,6 +7,8 @@
 
 mod builder;
 pub mod executor;
+mod resume_point;
 pub mod subagent;
 
 pub use builder::*;
+pub use resume_point::{ResumePoint, Spent};

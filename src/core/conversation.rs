@@ -22,7 +22,8 @@
 //! ([`Conversation::follow_up`]) — so "keep going after the end" does not compile:
 //!
 //! ```compile_fail
-//! use subloop::{Budget, Conversation, ModelResponse, Reply};
+//! use subloop::core::conversation::Reply;
+//! use subloop::{Budget, Conversation, ModelResponse};
 //! let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
 //! if let Reply::Answered(done) = conversation.receive(ModelResponse::answer("hello")) {
 //!     done.receive(ModelResponse::answer("again")); // no `receive` on Finished
@@ -33,7 +34,8 @@
 //! ask the model again until every call is answered.
 //!
 //! ```compile_fail
-//! use subloop::{Budget, Conversation, ModelResponse, Reply};
+//! use subloop::core::conversation::Reply;
+//! use subloop::{Budget, Conversation, ModelResponse};
 //! use serde_json::json;
 //! let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
 //! let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
@@ -1010,7 +1012,8 @@ impl Conversation<Finished<Answered>> {
     /// has no such transition:
     ///
     /// ```compile_fail
-    /// use subloop::{Budget, Conversation, ModelResponse, Reply, AfterTools, ToolOutput};
+    /// use subloop::core::conversation::{AfterTools, Reply, ToolOutput};
+    /// use subloop::{Budget, Conversation, ModelResponse};
     /// use serde_json::json;
     /// let budget = Budget::new(1).unwrap();
     /// let conversation = Conversation::start("hi", budget).unwrap();

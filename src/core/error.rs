@@ -10,6 +10,9 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+/// The largest `read_file` limit: 1 GiB.
+pub const MAX_READ_LIMIT: usize = 1 << 30;
+
 use crate::core::protocol::ToolUseId;
 
 /// A conversation could not start.
@@ -111,7 +114,7 @@ pub enum SetupError {
         message: String,
     },
     /// `read_file`'s limit is outside 1 byte to 1 GiB.
-    #[error("the read limit must be 1 to {max} bytes (1 GiB), got {0}", max = crate::tools::MAX_READ_LIMIT)]
+    #[error("the read limit must be 1 to {max} bytes (1 GiB), got {0}", max = MAX_READ_LIMIT)]
     ReadLimit(usize),
     /// The child budget is outside 1..=8.
     #[error("the child call budget must be 1 to 8 model requests (got {0})")]

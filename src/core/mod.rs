@@ -5,6 +5,7 @@
 //! May import: nothing of this crate outside `core`.
 
 pub mod agent_id;
+pub mod call;
 pub mod conversation;
 pub mod error;
 pub mod plan;

@@ -1,7 +1,7 @@
 //! [`SharedText`]: an immutable string shared by reference count.
 //!
 //! A tool result is held in three places at once: the history (sent with
-//! every later request), the call's [`crate::agent::executor::ToolRecord`], and the
+//! every later request), the call's `ToolRecord` (`core::call`), and the
 //! events observers see. Holding it as one shared allocation instead of
 //! copies keeps a long run's memory at one copy of what its tools said.
 

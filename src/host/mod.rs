@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::agent::executor::Warning;
 use crate::agent::subagent::{
     ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig,
 };
 use crate::agent::{Agent, AgentBuilder, RunReport};
 use crate::core::agent_id::AgentId;
+use crate::core::call::Warning;
 use crate::core::conversation::{Budget, OnEmptyReply};
 use crate::core::error::{InputError, ScriptError, SetupError};
 use crate::host::progress::StderrProgress;

@@ -2,8 +2,8 @@
 
 use std::io::Write;
 
-use crate::agent::executor::ToolRecord;
 use crate::core::agent_id::AgentId;
+use crate::core::call::ToolRecord;
 use crate::core::text::printable;
 use crate::run::driver::Event;
 use crate::run::monitor::Monitor;

@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::agent::executor::CallDecision;
 use crate::core::agent_id::AgentId;
+use crate::core::call::CallDecision;
 use crate::core::conversation::{ToolCall, ToolOutput};
 use crate::core::protocol::ToolUseId;
 

@@ -10,5 +10,4 @@ pub mod demo;
 #[cfg(feature = "live")]
 pub mod http;
 pub mod openai;
-mod script_reader;
 pub mod scripted;

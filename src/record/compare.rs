@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::agent::RunReport;
-use crate::agent::executor::ToolRecord;
+use crate::core::call::ToolRecord;
 use crate::core::conversation::StatusKind;
 use crate::core::protocol::{Block, Message, Request, ToolDefinition, ToolResultContent};
 

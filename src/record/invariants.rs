@@ -1,5 +1,5 @@
 //! The loop's invariants, checked over a recorded run (a trace read into a
-//! [`RecordedRun`]): one definition, used by [`crate::testing`]'s checker for
+//! [`RecordedRun`]): one definition, used by the `testing` feature's checker for
 //! the pairing of calls and results, and by hosts that check recorded runs
 //! (for instance in CI).
 //!

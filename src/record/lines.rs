@@ -3,14 +3,14 @@
 //! A trace is input like any other: a hand-edited line of the wrong shape
 //! (`null`, a number, a `decision` of `7`, a `content` that is an object)
 //! is refused with its line number rather than read as something else. The
-//! kinds and their fields are those [`crate::record::trace`] writes; a field this
+//! kinds and their fields are those the trace writer (`record::trace`) writes; a field this
 //! reader does not know is ignored, a known field of the wrong type, an
 //! unknown `kind` and a line that is not an object are errors.
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::agent::executor::CallDecision;
+use crate::core::call::CallDecision;
 use crate::core::conversation::StatusKind;
 use crate::core::protocol::{Message, ToolDefinition};
 

@@ -1,7 +1,7 @@
 //! A model that answers from a recorded trace, checking each request
 //! against the recorded one.
 //!
-//! [`RecordedRun::parse`] reads a trace (see [`crate::record::trace`]): for every
+//! [`RecordedRun::parse`] reads a trace (see `record::trace`): for every
 //! agent (`parent`, `child-1`, ...) its requests in call order, each with the
 //! reply the trace holds for it (`response` or `model_failed`). A
 //! [`ReplayModel`] for one agent answers its `n`-th request with the recorded
@@ -418,7 +418,7 @@ impl RecordedRun {
 
     /// The run as it stood after the parent's first `calls` requests and
     /// their replies (its children's lines are kept): a recorded question
-    /// with the follow-ups after it cut off, for [`crate::record::resume`].
+    /// with the follow-ups after it cut off, for `record::resume`.
     pub fn parent_prefix(&self, calls: u32) -> Self {
         let mut prefix = self.clone();
         if let Some(parent) = prefix.agents.get_mut("parent") {

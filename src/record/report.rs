@@ -197,6 +197,32 @@ impl<'a> JsonReport<'a> {
     }
 }
 
+impl RunReport {
+    /// The CLI's `--json` object: `status`, `text`, `calls`, `tools`,
+    /// `children` (agent, task, report, tools), `warnings`,
+    /// `empty_replies_continued` (also per child), `usage`, and
+    /// `accounting` (per agent and in total: model calls, tool calls,
+    /// delegations, tokens, elapsed time) with the run's `limits`.
+    ///
+    /// A `Value` for hosts that inspect it; [`RunReport::write_json`] writes
+    /// the same object without building one.
+    pub fn to_json(&self) -> serde_json::Value {
+        // Every key is a string, so this cannot fail; null stands in if it ever did.
+        serde_json::to_value(self.json_report()).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The `--json` object as a typed view of this report, to serialize directly.
+    pub fn json_report(&self) -> JsonReport<'_> {
+        JsonReport::new(self)
+    }
+
+    /// Writes the `--json` object (one line, no newline) to `out`, serialized
+    /// straight from the report.
+    pub fn write_json(&self, out: impl std::io::Write) -> serde_json::Result<()> {
+        serde_json::to_writer(out, &self.json_report())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -204,8 +230,8 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::agent::executor::CallDecision;
     use crate::agent::subagent::TaskReport;
+    use crate::core::call::CallDecision;
     use crate::run::limits::Limits;
 
     /// How `RunReport::to_json` built the object before (a `Value`, field by

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use crate::core::conversation::{
-    AfterTools, AwaitingModel, Budget, Conversation, OnEmptyReply, Reply, ToolResult,
+    AfterTools, Budget, Conversation, OnEmptyReply, Reply, ToolResult,
 };
 use crate::core::error::InputError;
 use crate::core::plan::{Plan, PlanItem};
@@ -96,37 +96,7 @@ pub enum ResumeError {
     Input(#[from] InputError),
 }
 
-/// What the earlier part of the run spent, counted against the run's limits.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Spent {
-    /// Parent model calls made (and counted by the rebuilt conversation).
-    pub calls: u32,
-    /// Input + output tokens of every reply, parent and children.
-    pub tokens: u64,
-    /// Delegations made (children are numbered after them).
-    pub delegations: usize,
-}
-
-/// A run rebuilt from its trace, ready to continue.
-#[derive(Debug)]
-pub struct ResumePoint {
-    /// The parent's conversation, waiting for the next model call.
-    pub conversation: Conversation<AwaitingModel>,
-    /// How many of its messages the trace already holds (the next request
-    /// line carries only the rest).
-    pub sent: usize,
-    /// What the earlier part spent.
-    pub spent: Spent,
-    /// The plan the last successful `todo_write` set, if any.
-    pub plan: Option<Plan>,
-    /// The calls answered [`INTERRUPTED`], in order.
-    pub interrupted: Vec<ToolUseId>,
-    /// How the earlier part ended: its `outcome` status, or `interrupted`
-    /// when the trace has none (the process was killed).
-    pub ended: String,
-    /// The follow-up question asked now, if any.
-    pub follow_up: Option<String>,
-}
+pub use crate::agent::{ResumePoint, Spent};
 
 impl ResumePoint {
     /// Rebuilds the parent of `run` with `budget` (the whole run's budget,
@@ -530,8 +500,8 @@ fn shown(text: &str) -> String {
 
 /// The rules by which a recorded run must agree with itself, one set for
 /// every reader that trusts a trace ([`ResumePoint::rebuild`] refuses a
-/// trace that breaks one; [`crate::record::invariants::check`] reports each as a
-/// breach of [`crate::record::invariants::Invariant::Consistent`]):
+/// trace that breaks one; `record::invariants::check` reports each as a
+/// breach of its `Consistent` invariant):
 ///
 /// - each agent's history is what the conversation's own transitions make
 ///   of its recorded replies and results ([`ResumePoint::check_history`]);

@@ -39,8 +39,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use crate::agent::executor::ToolRecord;
 use crate::core::agent_id::AgentId;
+use crate::core::call::ToolRecord;
 use crate::core::protocol::{Message, ToolDefinition, Usage};
 use crate::run::driver::Event;
 use crate::run::monitor::Monitor;
@@ -212,7 +212,7 @@ impl TraceWriter {
     /// A writer that goes on with the trace `file` of a run being resumed
     /// (opened at its end, see [`crate::record::target::open_to_append`]):
     /// writes a `resumed` line with `fields` (the calls kept, what the earlier
-    /// part ended with and spent: [`crate::record::resume::ResumePoint::trace_fields`]),
+    /// part ended with and spent: `ResumePoint::trace_fields` in `record::resume`),
     /// then the resumed run's lines. The first line, with the format version,
     /// is already there.
     pub fn resume(file: File, fields: Value) -> Self {

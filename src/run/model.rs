@@ -1,4 +1,4 @@
-//! The [`Model`] trait (its implementations are in [`crate::providers`]).
+//! The [`Model`] trait (its implementations are in the `providers` layer).
 //!
 //! A model turns a [`Request`] into a [`ModelResponse`] or a [`ModelFailure`].
 //! The loop never retries: a failure finishes the conversation `model_error`.

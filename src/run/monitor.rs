@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::agent::executor::ToolRecord;
 use crate::core::agent_id::AgentId;
+use crate::core::call::ToolRecord;
 use crate::core::protocol::Usage;
 use crate::run::driver::{Event, Observer};
 use crate::run::limits::RunGuard;

@@ -5,7 +5,6 @@
 //! model and the dispatch table, so a name the request did not offer cannot
 //! be dispatched.
 
-mod confine;
 pub mod mcp;
 mod read_file;
 mod registry;
@@ -13,7 +12,7 @@ pub(crate) mod run_main;
 pub mod schema;
 mod todo;
 
-pub use confine::Resolution;
+pub use read_file::Resolution;
 pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, MAX_READ_LIMIT, ReadError, ReadFile};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};

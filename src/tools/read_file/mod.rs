@@ -19,16 +19,19 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use thiserror::Error;
 
-use super::confine::{Resolution, Workspace};
-use super::{Capability, ReadOnlyTool, Tool, ToolContext};
+mod confine;
+
 use crate::core::conversation::ToolOutput;
 use crate::core::error::SetupError;
+use crate::tools::{Capability, ReadOnlyTool, Tool, ToolContext};
+pub use confine::Resolution;
+use confine::Workspace;
 
 /// The default read limit: 64 KiB.
 pub const DEFAULT_READ_LIMIT: usize = 64 * 1024;
 
 /// The largest read limit accepted: 1 GiB.
-pub const MAX_READ_LIMIT: usize = 1 << 30;
+pub use crate::core::error::MAX_READ_LIMIT;
 
 /// The longest path accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;

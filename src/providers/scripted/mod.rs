@@ -13,6 +13,8 @@
 //! whole script invalid, before anything runs. `children[i]` is
 //! the script of the i-th delegation of the run.
 
+mod reader;
+
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -84,7 +86,7 @@ impl RawReplies {
     /// request of kind `invalid_script` saying why.
     pub fn reply(&self, index: usize) -> Option<ScriptedReply> {
         self.get(index).map(|text| {
-            super::script_reader::reply_text(text).unwrap_or_else(|message| {
+            reader::reply_text(text).unwrap_or_else(|message| {
                 Err(ModelFailure::with_kind(
                     "invalid_script",
                     format!("scripted reply {index} is not a reply: {message}"),
@@ -161,7 +163,7 @@ impl Script {
             source,
         })?;
         // The text read is the one copy the replies are kept in.
-        super::script_reader::parse_shared(Arc::new(text)).map_err(|message| ScriptError::Invalid {
+        reader::parse_shared(Arc::new(text)).map_err(|message| ScriptError::Invalid {
             path: path.to_owned(),
             message,
         })
@@ -173,7 +175,7 @@ impl Script {
     /// value of the whole script is built), each checked and dropped; a
     /// second light scan finds where each reply's text is.
     pub fn parse(text: &str) -> Result<Self, String> {
-        super::script_reader::parse_shared(Arc::new(text.to_owned()))
+        reader::parse_shared(Arc::new(text.to_owned()))
     }
 }
 

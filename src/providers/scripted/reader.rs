@@ -33,7 +33,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::scripted::{RawReplies, Script, ScriptedReply};
+use super::{RawReplies, Script, ScriptedReply};
 use crate::core::error::ModelFailure;
 use crate::core::protocol::{ModelResponse, ReplyBlock, StopReason, Usage};
 

@@ -20,7 +20,7 @@ use std::path::Path;
 #[cfg(target_os = "linux")]
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::read_file::ReadError;
+use super::ReadError;
 
 /// How `read_file` resolves a path beneath the workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,7 +279,7 @@ fn openat(dir: RawFd, name: &CStr, flags: libc::c_int) -> Result<OwnedFd, libc::
 /// The target of the symlink `name` in `dir`, or `None` if it is not a symlink.
 fn readlinkat(dir: RawFd, name: &CStr) -> Result<Option<Vec<u8>>, ReadError> {
     // One byte more than the longest target, to see a cut one.
-    let mut buf = vec![0u8; super::read_file::MAX_PATH_BYTES + 1];
+    let mut buf = vec![0u8; super::MAX_PATH_BYTES + 1];
     // SAFETY: `name` is NUL-terminated; `buf` is writable for `buf.len()` bytes.
     let n = unsafe { libc::readlinkat(dir, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if n < 0 {
