@@ -724,6 +724,7 @@ proptest! {
                         let i = (0..n).find(|&i| id(i) == bad);
                         prop_assert!(i.is_some_and(|i| count(i) == 0), "{} is not missing", bad);
                     }
+                    other => prop_assert!(false, "an error of a kind this test does not know: {}", other),
                 }
                 // And the handed-back state still accepts a correct answer.
                 let fixed: Vec<ToolResult> = (0..n)

@@ -209,10 +209,7 @@ fn twelve_sequential_delegations_run_eight_children_and_refuse_four() {
 #[test]
 fn twelve_delegations_in_one_reply_run_the_first_eight() {
     let dir = workspace();
-    let limits = Limits {
-        max_delegations: 8,
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_delegations(8);
     let agent = agent(&dir, limits, CancelHandle::new(), child_answers(12)).build();
     let calls = ModelResponse::tool_calls(
         (0..12).map(|i| (format!("p{i}"), "task", json!({"task": format!("job {i}")}))),
@@ -242,10 +239,7 @@ fn twelve_delegations_in_one_reply_run_the_first_eight() {
 #[test]
 fn a_deadline_during_a_slow_tool_stops_the_run_at_the_next_boundary() {
     let dir = workspace();
-    let limits = Limits {
-        deadline: Some(Duration::from_millis(300)),
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_deadline(Duration::from_millis(300));
     let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
     let two_runs =
         ModelResponse::tool_calls([("r1", "run_main", json!({})), ("r2", "run_main", json!({}))]);
@@ -293,10 +287,7 @@ fn a_deadline_during_a_slow_tool_stops_the_run_at_the_next_boundary() {
 #[test]
 fn a_token_budget_crossed_by_usage_stops_at_the_next_boundary() {
     let dir = workspace();
-    let limits = Limits {
-        max_tokens_total: Some(1200),
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_tokens_total(1200);
     let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
     let replies: Vec<ScriptedReply> = (0..6)
         .map(|i| Ok(with_usage(reads(&format!("r{i}_"), 1), 400, 100)))
@@ -325,10 +316,7 @@ fn a_token_budget_crossed_by_usage_stops_at_the_next_boundary() {
 #[test]
 fn a_child_s_tokens_count_against_the_run() {
     let dir = workspace();
-    let limits = Limits {
-        max_tokens_total: Some(1000),
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_tokens_total(1000);
     let child: Arc<dyn ChildModels> = Arc::new(ScriptedChildren(vec![vec![
         Ok(with_usage(reads("c", 1), 900, 200)),
         Ok(ModelResponse::answer("never reached")),
@@ -674,7 +662,8 @@ proptest! {
         tokens in proptest::option::of(100u64..1500),
     ) {
         let dir = workspace();
-        let limits = Limits { max_tools_per_reply: max_tools, max_delegations, deadline: None, max_tokens_total: tokens };
+        let mut limits = Limits::default().with_max_tools_per_reply(max_tools).with_max_delegations(max_delegations);
+        limits.max_tokens_total = tokens;
         let children: Vec<Vec<ScriptedReply>> = children.into_iter().map(|c| c.into_iter().map(Ok).collect()).collect();
         let agent = AgentBuilder::new(Arc::new(AllowAll))
             .limits(limits, CancelHandle::new())
@@ -708,10 +697,7 @@ impl Model for SlowModel {
 #[test]
 fn parallel_children_that_finished_keep_their_reports_when_the_deadline_passes() {
     let dir = workspace();
-    let limits = Limits {
-        deadline: Some(Duration::from_millis(150)),
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_deadline(Duration::from_millis(150));
     let children: Arc<dyn ChildModels> = Arc::new(Slow(Duration::from_millis(400)));
     let agent = agent(&dir, limits, CancelHandle::new(), children).build();
     let two = ModelResponse::tool_calls([
@@ -740,10 +726,7 @@ fn parallel_children_that_finished_keep_their_reports_when_the_deadline_passes()
 #[test]
 fn tools_answered_because_the_run_stopped_are_on_record() {
     let dir = workspace();
-    let limits = Limits {
-        max_tokens_total: Some(10),
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_tokens_total(10);
     let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
     let mut model = ScriptedModel::new(vec![Ok(with_usage(reads("t", 3), 50, 5))]);
     let report = agent
@@ -770,10 +753,7 @@ fn tools_answered_because_the_run_stopped_are_on_record() {
 #[test]
 fn limits_set_after_subagents_still_bind_the_children() {
     let dir = workspace();
-    let limits = Limits {
-        max_delegations: 1,
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_delegations(1);
     // `.limits()` after `.subagents()`: the task tool must see the same guard.
     let agent = agent(
         &dir,
@@ -865,10 +845,7 @@ fn a_second_ctrl_c_kills_the_running_program_before_exiting() {
 #[test]
 fn a_stop_during_the_last_budgeted_round_reports_the_stop_not_the_budget() {
     let dir = workspace();
-    let limits = Limits {
-        max_tokens_total: Some(10),
-        ..Limits::default()
-    };
+    let limits = Limits::default().with_max_tokens_total(10);
     let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
     let mut model = ScriptedModel::new(vec![Ok(with_usage(reads("t", 2), 50, 5))]);
     let report = agent

@@ -163,6 +163,7 @@ pub struct ToolResult {
 
 /// What made a reply unacceptable; the conversation finishes `protocol_error`.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum Violation {
     /// A block of an unknown type, or with broken fields.
     #[error("unsupported `{kind}` block: {reason}")]

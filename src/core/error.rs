@@ -17,6 +17,7 @@ use crate::core::protocol::ToolUseId;
 
 /// A conversation could not start.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum InputError {
     /// The call budget was 0; a conversation needs at least one model request.
     #[error("the call budget must be at least 1 model request (got 0)")]
@@ -28,6 +29,7 @@ pub enum InputError {
 
 /// Raw tool results handed to [`crate::Conversation::submit`] did not match the pending calls.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum SubmitError {
     /// A pending call got no result.
     #[error("no result for tool_use id `{0}`")]
@@ -70,6 +72,7 @@ impl ModelFailure {
 
 /// A replay script could not be loaded.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ScriptError {
     /// The file could not be read.
     #[error("cannot read script {path}: {source}")]
@@ -93,6 +96,7 @@ pub enum ScriptError {
 
 /// An agent could not be assembled.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum SetupError {
     /// Two tools share a name.
     #[error("two tools are named `{0}`")]

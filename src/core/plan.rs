@@ -43,6 +43,7 @@ pub struct PlanItem {
 
 /// Why a plan was refused; the old plan stays.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum PlanError {
     /// More than [`MAX_ITEMS`] items.
     #[error("a plan holds at most {MAX_ITEMS} items (got {0})")]

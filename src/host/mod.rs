@@ -247,6 +247,7 @@ pub enum Models {
 
 /// Why a run could not start.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum AppError {
     /// The agent could not be assembled.
     #[error(transparent)]

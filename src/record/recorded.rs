@@ -30,6 +30,7 @@ use crate::run::model::Model;
 
 /// A trace that cannot be replayed.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The trace file could not be read.
     #[error("cannot read trace {path}: {source}")]

@@ -40,6 +40,7 @@ pub const INTERRUPTED: &str = "not executed: the run was interrupted before this
 
 /// Why a trace cannot be resumed. Nothing has run when this is returned.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ResumeError {
     /// The recorded run finished with an answer: there is nothing to continue.
     #[error(

@@ -40,6 +40,7 @@ impl std::fmt::Display for FileRole {
 
 /// Why a trace path (or another file a run writes) was refused.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum TraceTargetError {
     /// The path names a file the run reads, such as the script.
     #[error("the {what} {path} is the {kind} {protected}: writing the {what} would overwrite it")]

@@ -24,8 +24,18 @@ use serde::Serialize;
 use crate::core::conversation::{Interrupt, InterruptKind};
 use crate::core::protocol::Usage;
 
-/// The run-wide limits.
+/// The run-wide limits. Fields may be added: build one from
+/// [`Limits::default`] and the `with_…` methods (or set the fields).
+///
+/// ```
+/// use std::time::Duration;
+/// let limits = subloop::Limits::default()
+///     .with_deadline(Duration::from_secs(60))
+///     .with_max_delegations(2);
+/// assert_eq!(limits.max_delegations, 2);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Limits {
     /// Tool calls run per model reply; the rest are refused (default 16).
     pub max_tools_per_reply: usize,
@@ -45,6 +55,32 @@ impl Default for Limits {
             deadline: None,
             max_tokens_total: None,
         }
+    }
+}
+
+impl Limits {
+    /// These limits with at most `n` tool calls run per model reply.
+    pub fn with_max_tools_per_reply(mut self, n: usize) -> Self {
+        self.max_tools_per_reply = n;
+        self
+    }
+
+    /// These limits with at most `n` subagents per run.
+    pub fn with_max_delegations(mut self, n: usize) -> Self {
+        self.max_delegations = n;
+        self
+    }
+
+    /// These limits with a wall-clock deadline for the whole run.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// These limits with a token budget (input + output) for the whole run.
+    pub fn with_max_tokens_total(mut self, tokens: u64) -> Self {
+        self.max_tokens_total = Some(tokens);
+        self
     }
 }
 

@@ -64,6 +64,7 @@ fn read_error(_status: u16, text: &str) -> Option<(String, String)> {
 
 /// Why a live client could not be configured.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum LiveError {
     /// `ANTHROPIC_API_KEY` is missing or empty.
     #[error("ANTHROPIC_API_KEY is not set; export your API key to use --live")]

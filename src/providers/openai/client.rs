@@ -27,6 +27,7 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// Why the client could not be configured.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum OpenAiError {
     /// Neither `--model` nor `OPENAI_MODEL` names a model.
     #[error(

@@ -30,6 +30,7 @@ pub struct ServerConfig {
 
 /// A configuration that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum McpConfigError {
     /// The file is not JSON of the expected shape.
     #[error("MCP config {source_name}: {message}")]

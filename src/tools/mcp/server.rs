@@ -40,6 +40,7 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 
 /// Why a server could not be started.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// The program could not be started.
     #[error("MCP server {name}: cannot start `{command}`: {source}")]

@@ -38,6 +38,7 @@ pub const MAX_PATH_BYTES: usize = 4096;
 
 /// Why a file was not read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// The path is empty.
     #[error("the path is empty")]
