@@ -33,7 +33,7 @@ use subloop::Budget;
 use subloop::Conversation;
 use subloop::Hooks;
 use subloop::ModelResponse;
-use subloop::agent::subagent::{ScriptedChildren, SubagentConfig};
+use subloop::agent::subagent::SubagentConfig;
 use subloop::core::agent_id::AgentId;
 use subloop::core::conversation::AfterTools;
 use subloop::core::conversation::Reply;
@@ -41,6 +41,7 @@ use subloop::core::conversation::ToolOutput;
 use subloop::host::{self, DecisionMode, Settings};
 use subloop::policy::permission::DenyAll;
 use subloop::providers::scripted::Script;
+use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::run::driver::Event;
 use subloop::run::monitor::Monitor;
@@ -171,8 +172,7 @@ impl Monitor for TurnClock {
 /// The long replay as `subloop run` wires it (every tool, the plan, `task`); returns the transcript's bytes.
 fn long_replay_once(dir: &Path, script: &Script) -> usize {
     let settings = long_settings(dir);
-    let children: Arc<dyn subloop::agent::subagent::ChildModels> =
-        Arc::new(ScriptedChildren::default());
+    let children: Arc<dyn subloop::run::model::ChildModels> = Arc::new(ScriptedChildren::default());
     let agent = host::build_agent(&settings, children).expect("agent");
     let mut model = ScriptedModel::from_script(script.parent.clone(), false);
     let report = agent

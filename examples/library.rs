@@ -8,8 +8,9 @@ use std::sync::Arc;
 use subloop::AgentBuilder;
 use subloop::Budget;
 use subloop::Hooks;
-use subloop::agent::subagent::{ChildBudget, DemoChildren, SubagentConfig};
+use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::AskTerminal;
+use subloop::providers::demo::DemoChildren;
 use subloop::providers::demo::{DEMO_QUESTION, DemoParent};
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 

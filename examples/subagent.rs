@@ -12,8 +12,9 @@ use subloop::AgentBuilder;
 use subloop::Budget;
 use subloop::Hooks;
 use subloop::ModelResponse;
-use subloop::agent::subagent::{ChildBudget, ScriptedChildren, SubagentConfig};
+use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 

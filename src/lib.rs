@@ -69,7 +69,8 @@
 //! use std::sync::Arc;
 //! use serde_json::json;
 //! use subloop::policy::permission::DenyAll;
-//! use subloop::agent::subagent::{ScriptedChildren, SubagentConfig};
+//! use subloop::agent::subagent::SubagentConfig;
+//! use subloop::providers::scripted::ScriptedChildren;
 //! use subloop::tools::{ReadFile, DEFAULT_READ_LIMIT};
 //! use subloop::providers::scripted::ScriptedModel;
 //! use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, StatusKind};

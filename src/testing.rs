@@ -591,7 +591,7 @@ fn fuzz_submit(first: Option<&ScriptedReply>, args: &Value) {
 /// replaying the same replies, every tool behind a denying gate.
 fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &Value) {
     use std::sync::Arc;
-    let children = crate::agent::subagent::ScriptedChildren(vec![replies.clone(); 3]);
+    let children = crate::providers::scripted::ScriptedChildren(vec![replies.clone(); 3]);
     let built = crate::AgentBuilder::new(Arc::new(crate::policy::permission::DenyAll))
         .read_only_tool(match crate::tools::ReadFile::new(workspace, 64) {
             Ok(tool) => tool,

@@ -19,16 +19,18 @@ use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
 use subloop::agent::executor::{CallDecision, ToolRecord};
-use subloop::agent::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::agent::subagent::SubagentConfig;
 use subloop::core::agent_id::AgentId;
 use subloop::core::conversation::ToolOutput;
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Request;
 use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::run::driver::Event;
 use subloop::run::limits::{CancelHandle, Limits};
+use subloop::run::model::ChildModels;
 use subloop::run::monitor::Monitor;
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,

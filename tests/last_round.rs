@@ -18,7 +18,7 @@ use subloop::Hooks;
 use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
-use subloop::agent::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::agent::subagent::SubagentConfig;
 use subloop::core::call::ToolRecord;
 use subloop::core::conversation::ToolOutput;
 use subloop::core::protocol::Block;
@@ -27,10 +27,12 @@ use subloop::core::protocol::Role;
 use subloop::core::protocol::ToolResultContent;
 use subloop::core::protocol::Usage;
 use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::record::trace::{TraceWriter, rebuild_requests};
 use subloop::run::limits::{CancelHandle, Limits};
+use subloop::run::model::ChildModels;
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
 };

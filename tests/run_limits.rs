@@ -17,7 +17,7 @@ use subloop::Model;
 use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
-use subloop::agent::subagent::{ChildModels, ScriptedChildren, SubagentConfig};
+use subloop::agent::subagent::SubagentConfig;
 use subloop::core::call::CallDecision;
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Block;
@@ -26,10 +26,12 @@ use subloop::core::protocol::Request;
 use subloop::core::protocol::Role;
 use subloop::core::protocol::Usage;
 use subloop::policy::permission::AllowAll;
+use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::record::trace::TraceWriter;
 use subloop::run::limits::{CancelHandle, Limits};
+use subloop::run::model::ChildModels;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 
 fn workspace() -> TempDir {

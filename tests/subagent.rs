@@ -18,8 +18,7 @@ use subloop::RunReport;
 use subloop::StatusKind;
 use subloop::agent::PARENT_SYSTEM;
 use subloop::agent::subagent::{
-    CHILD_SYSTEM, ChildBudget, ChildModels, MAX_SUMMARY_CHARS, ScriptedChildren, SubagentConfig,
-    TRUNCATION_NOTE,
+    CHILD_SYSTEM, ChildBudget, MAX_SUMMARY_CHARS, SubagentConfig, TRUNCATION_NOTE,
 };
 use subloop::core::call::CallDecision;
 use subloop::core::conversation::ToolOutput;
@@ -31,7 +30,9 @@ use subloop::core::protocol::ReplyBlock;
 use subloop::core::protocol::StopReason;
 use subloop::policy::hooks::{Hook, HookCall, HookError, Hooks, Verdict};
 use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
+use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedReply;
+use subloop::run::model::ChildModels;
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyTool, RunMain, RunSettings, Tool, ToolContext,
 };

@@ -17,7 +17,7 @@ use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
 use subloop::agent::PARENT_SYSTEM;
-use subloop::agent::subagent::{CHILD_SYSTEM, ChildBudget, ChildModels, SubagentConfig};
+use subloop::agent::subagent::{CHILD_SYSTEM, ChildBudget, SubagentConfig};
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
@@ -25,6 +25,7 @@ use subloop::host::{self, DecisionMode, Models, Settings};
 use subloop::policy::permission::{AllowAll, Approver, DenyAll};
 use subloop::providers::demo::{DEMO_QUESTION, DemoChild, DemoParent};
 use subloop::record::trace::{TraceWriter, rebuild_requests};
+use subloop::run::model::ChildModels;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 
 use common::{SeenRequest, TempDir};

@@ -29,14 +29,13 @@ use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
     Budget, Conversation, OnEmptyReply, Outcome, StatusKind, ToolOutput,
 };
-use crate::core::error::{ModelFailure, SetupError};
-use crate::core::protocol::{ModelResponse, Request, ToolUseId};
+use crate::core::error::SetupError;
+use crate::core::protocol::ToolUseId;
 use crate::policy::hooks::{AuditLog, Hooks};
 use crate::policy::permission::Approver;
-use crate::providers::scripted::{ScriptedModel, ScriptedReply};
 use crate::run::driver;
 use crate::run::limits::RunGuard;
-use crate::run::model::Model;
+use crate::run::model::ChildModels;
 use crate::run::monitor::{AgentObserver, SharedMonitor};
 use crate::tools::{Capability, ReadOnlyRegistry, Registry, Tool, ToolContext, refusal};
 
@@ -85,51 +84,6 @@ impl Default for ChildBudget {
             None => panic!("the default child budget is not zero"),
         };
         Self(Budget::from_nonzero(FOUR))
-    }
-}
-
-/// Gives each delegation its model.
-pub trait ChildModels: Send + Sync {
-    /// The model for the `number`-th delegation of the run (1-based).
-    fn model_for(&self, number: usize) -> Box<dyn Model + Send>;
-}
-
-/// Any `Fn(number) -> model` hands out child models (e.g. one live client per child).
-impl<F> ChildModels for F
-where
-    F: Fn(usize) -> Box<dyn Model + Send> + Send + Sync,
-{
-    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
-        self(number)
-    }
-}
-
-/// A model that fails every request with the same failure.
-#[derive(Debug, Clone)]
-pub struct FailingModel(pub ModelFailure);
-
-impl Model for FailingModel {
-    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
-        Err(self.0.clone())
-    }
-}
-
-/// Child models from a script's `children`: `children[i]` for delegation `i + 1`.
-#[derive(Debug, Clone, Default)]
-pub struct ScriptedChildren(pub Vec<Vec<ScriptedReply>>);
-
-impl ChildModels for ScriptedChildren {
-    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
-        match number.checked_sub(1).and_then(|index| self.0.get(index)) {
-            Some(replies) => Box::new(ScriptedModel::new(replies.clone())),
-            None => Box::new(FailingModel(ModelFailure::with_kind(
-                "script_exhausted",
-                format!(
-                    "the script has no children[{}] for delegation {number}",
-                    number.saturating_sub(1)
-                ),
-            ))),
-        }
     }
 }
 
@@ -518,15 +472,5 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
                 })
                 .collect()
         })
-    }
-}
-
-/// Every delegation gets the demo's child model.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DemoChildren;
-
-impl ChildModels for DemoChildren {
-    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
-        Box::new(crate::providers::demo::DemoChild)
     }
 }

@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::agent::subagent::{
-    ChildBudget, ChildModels, DemoChildren, ScriptedChildren, SubagentConfig,
-};
+use crate::agent::subagent::{ChildBudget, SubagentConfig};
 use crate::agent::{Agent, AgentBuilder, RunReport};
 use crate::core::agent_id::AgentId;
 use crate::core::call::Warning;
@@ -28,7 +26,9 @@ use crate::policy::hooks::Hooks;
 use crate::policy::permission::PromptWatch;
 use crate::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use crate::policy::terminal::TerminalInput;
+use crate::providers::demo::DemoChildren;
 use crate::providers::demo::{DEMO_QUESTION, DemoParent};
+use crate::providers::scripted::ScriptedChildren;
 use crate::providers::scripted::{Script, ScriptedModel};
 use crate::record::compare::{Difference, Divergence, ReplayReport, compare_tools_run};
 use crate::record::invariants::Policy;
@@ -39,6 +39,7 @@ use crate::record::trace::{TraceStatus, TraceWriter};
 use crate::record::view_html::{PageOutput, PageTrace};
 use crate::run::driver::Event;
 use crate::run::limits::{CancelHandle, Limits};
+use crate::run::model::ChildModels;
 use crate::run::model::Model;
 use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown};

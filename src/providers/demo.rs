@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::core::error::ModelFailure;
 use crate::core::protocol::{Block, Message, ModelResponse, Request, Role};
-use crate::run::model::Model;
+use crate::run::model::{ChildModels, Model};
 
 /// The task text the demo parent delegates.
 pub const DEMO_TASK: &str = "Read main.py and expected.txt in the workspace. Say what output the source \
@@ -207,5 +207,15 @@ impl Model for DemoChild {
             ))
         };
         Ok(reply)
+    }
+}
+
+/// Every delegation gets the demo's child model.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DemoChildren;
+
+impl ChildModels for DemoChildren {
+    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(DemoChild)
     }
 }

@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::agent::subagent::ChildModels;
 use crate::core::error::ModelFailure;
 use crate::core::protocol::{Block, Message, ModelResponse, ReplyBlock, Request, ToolDefinition};
 use crate::providers::scripted::ScriptedReply;
 use crate::record::compare::{Difference, Divergence, differences};
 use crate::record::trace::check_version;
+use crate::run::model::ChildModels;
 use crate::run::model::Model;
 
 /// A trace that cannot be replayed.

@@ -54,3 +54,19 @@ impl<M: Model + ?Sized> Model for Box<M> {
         (**self).respond_received(request)
     }
 }
+
+/// Gives each delegation its model.
+pub trait ChildModels: Send + Sync {
+    /// The model for the `number`-th delegation of the run (1-based).
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send>;
+}
+
+/// Any `Fn(number) -> model` hands out child models (e.g. one live client per child).
+impl<F> ChildModels for F
+where
+    F: Fn(usize) -> Box<dyn Model + Send> + Send + Sync,
+{
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        self(number)
+    }
+}

@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::core::error::{ModelFailure, ScriptError};
 use crate::core::protocol::{ModelResponse, Request};
-use crate::run::model::{Model, Received};
+use crate::run::model::{ChildModels, Model, Received};
 
 /// One scripted reply: a response, or a failed request.
 pub type ScriptedReply = Result<ModelResponse, ModelFailure>;
@@ -258,6 +258,35 @@ impl Model for ScriptedModel {
         match self.next_reply() {
             Some((reply, raw)) => reply.map(|response| Received { response, raw }),
             None => Err(self.exhausted()),
+        }
+    }
+}
+
+/// A model that fails every request with the same failure.
+#[derive(Debug, Clone)]
+pub struct FailingModel(pub ModelFailure);
+
+impl Model for FailingModel {
+    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        Err(self.0.clone())
+    }
+}
+
+/// Child models from a script's `children`: `children[i]` for delegation `i + 1`.
+#[derive(Debug, Clone, Default)]
+pub struct ScriptedChildren(pub Vec<Vec<ScriptedReply>>);
+
+impl ChildModels for ScriptedChildren {
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        match number.checked_sub(1).and_then(|index| self.0.get(index)) {
+            Some(replies) => Box::new(ScriptedModel::new(replies.clone())),
+            None => Box::new(FailingModel(ModelFailure::with_kind(
+                "script_exhausted",
+                format!(
+                    "the script has no children[{}] for delegation {number}",
+                    number.saturating_sub(1)
+                ),
+            ))),
         }
     }
 }
