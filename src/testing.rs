@@ -184,12 +184,7 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
         self.inner.attachment()
     }
 
-    fn prepare(&mut self, calls: &[ToolCall]) {
-        self.inner.prepare(calls);
-    }
-
     fn execute(&mut self, call: &ToolCall) -> ToolOutput {
-        self.executed.push(call.clone());
         self.inner.execute(call)
     }
 
@@ -197,14 +192,27 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
         self.inner.interrupt()
     }
 
-    fn prepared(&self, call: &ToolCall) -> bool {
-        self.inner.prepared(call)
-    }
-
-    fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
-        // Answered by the driver without running: it counts as asked, not as run.
-        self.skipped.push(call.clone());
-        self.inner.skipped(call, output);
+    /// The host's own round, watched: a call answered `not executed`
+    /// because the round was stopped counts as asked, not as run.
+    fn execute_round(
+        &mut self,
+        calls: &[ToolCall],
+        observer: &mut dyn crate::run::driver::Observer,
+    ) -> crate::run::driver::Round {
+        let round = self.inner.execute_round(calls, observer);
+        for (call, output) in calls.iter().zip(&round.outputs) {
+            let stopped = round.stopped.is_some()
+                && output.is_error
+                && output
+                    .content
+                    .starts_with("not executed: the run was stopped (");
+            if stopped {
+                self.skipped.push(call.clone());
+            } else {
+                self.executed.push(call.clone());
+            }
+        }
+        round
     }
 }
 

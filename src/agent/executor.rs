@@ -13,7 +13,7 @@ use crate::core::plan::SharedPlan;
 use crate::core::protocol::{ToolDefinition, ToolUseId};
 use crate::policy::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
 use crate::policy::permission::{ApprovalRequest, Approver, Decision};
-use crate::run::driver::Executor;
+use crate::run::driver::{Event, Executor, Observer, Round, stopped_output};
 use crate::run::limits::RunGuard;
 use crate::run::monitor::SharedMonitor;
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
@@ -401,12 +401,60 @@ impl Executor for Toolbox<'_> {
         self.plan.map(SharedPlan::render)
     }
 
+    fn execute(&mut self, call: &ToolCall) -> ToolOutput {
+        if let Some(run) = self.batches.remove(call.id()) {
+            self.run_batch(&run);
+        }
+        let answer = match self.prepared.remove(call.id()) {
+            Some(answer) => answer,
+            None => self.process(call),
+        };
+        self.deliver(answer)
+    }
+
+    fn interrupt(&self) -> Option<Interrupt> {
+        self.gate.guard.interrupt()
+    }
+
+    /// Plans the round (the per-reply limit, batches of consecutive
+    /// delegating calls), then runs it in call order; once the run is
+    /// stopped, a call that has not run is answered `not executed` (with an
+    /// audit entry and a record, decision `stopped`), and a batch whose first
+    /// call cannot start does not start at all. A call a started batch
+    /// already ran is delivered even after the stop: a result is never lost.
+    fn execute_round(&mut self, calls: &[ToolCall], observer: &mut dyn Observer) -> Round {
+        if self.interrupt().is_none() {
+            self.plan_round(calls);
+        }
+        let mut round = Round::default();
+        for call in calls {
+            observer.on_event(&Event::ToolRequested { call });
+            let output = match self.interrupt() {
+                Some(interrupt) if !self.prepared.contains_key(call.id()) => {
+                    let output = stopped_output(&interrupt);
+                    self.skip(call, &output);
+                    round.stopped = Some(interrupt);
+                    output
+                }
+                _ => self.execute(call),
+            };
+            observer.on_event(&Event::ToolFinished {
+                call,
+                output: &output,
+            });
+            round.outputs.push(output);
+        }
+        round
+    }
+}
+
+impl Toolbox<'_> {
     /// Plans the reply: each run of two or more *consecutive* calls to one
     /// delegating tool (such as `task`) becomes a batch, started when
-    /// [`Executor::execute`] reaches the run's first call, so every earlier
+    /// the round reaches the run's first call, so every earlier
     /// call of the reply has finished and every later one waits for it.
     /// Everything else runs one by one, in call order.
-    fn prepare(&mut self, calls: &[ToolCall]) {
+    fn plan_round(&mut self, calls: &[ToolCall]) {
         let limit = self.gate.guard.limits().max_tools_per_reply;
         self.over_limit = calls
             .iter()
@@ -427,26 +475,8 @@ impl Executor for Toolbox<'_> {
         }
     }
 
-    fn execute(&mut self, call: &ToolCall) -> ToolOutput {
-        if let Some(run) = self.batches.remove(call.id()) {
-            self.run_batch(&run);
-        }
-        let answer = match self.prepared.remove(call.id()) {
-            Some(answer) => answer,
-            None => self.process(call),
-        };
-        self.deliver(answer)
-    }
-
-    fn interrupt(&self) -> Option<Interrupt> {
-        self.gate.guard.interrupt()
-    }
-
-    fn prepared(&self, call: &ToolCall) -> bool {
-        self.prepared.contains_key(call.id())
-    }
-
-    fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
+    /// Records a call the round answered without running it.
+    fn skip(&mut self, call: &ToolCall, output: &ToolOutput) {
         // A batch whose first call cannot start does not start at all.
         self.batches.remove(call.id());
         self.audit(call, Phase::Before, None);

@@ -534,6 +534,19 @@ pub enum AfterTools {
     CallLimit(Conversation<Finished<CallLimit>>),
 }
 
+/// What answering a whole round led to ([`Conversation::answer_round`]).
+#[derive(Debug)]
+pub enum AfterRound {
+    /// Budget left: ask the model again (a stop during the round ends the
+    /// run at the next boundary).
+    Continue(Conversation<AwaitingModel>),
+    /// Budget spent: finished with the results in the history.
+    CallLimit(Conversation<Finished<CallLimit>>),
+    /// The run was stopped during its last round: finished with the stop's
+    /// status, the round's results in the history.
+    Stopped(Interrupted),
+}
+
 /// Raw results were refused; the unchanged state is handed back.
 #[derive(Debug)]
 pub struct Rejected<C> {
@@ -583,6 +596,22 @@ impl<S> Conversation<S> {
     /// Token counts summed over the replies so far.
     pub fn usage(&self) -> Usage {
         self.core.usage
+    }
+
+    /// Finishes with the status and text of `interrupt`.
+    fn stopped_by(self, interrupt: Interrupt) -> Interrupted {
+        let text = interrupt.text;
+        match interrupt.kind {
+            InterruptKind::Deadline => {
+                Interrupted::Deadline(self.finish(Deadline { _private: () }, text))
+            }
+            InterruptKind::TokenLimit => {
+                Interrupted::TokenLimit(self.finish(TokenLimit { _private: () }, text))
+            }
+            InterruptKind::Cancelled => {
+                Interrupted::Cancelled(self.finish(Cancelled { _private: () }, text))
+            }
+        }
     }
 
     fn finish<T: Status>(self, status: T, text: String) -> Conversation<Finished<T>> {
@@ -655,18 +684,7 @@ impl Conversation<AwaitingModel> {
     /// Stops at this turn boundary, before the next model request, for a
     /// run-wide reason (deadline, token budget, cancellation).
     pub fn interrupt(self, interrupt: Interrupt) -> Interrupted {
-        let text = interrupt.text;
-        match interrupt.kind {
-            InterruptKind::Deadline => {
-                Interrupted::Deadline(self.finish(Deadline { _private: () }, text))
-            }
-            InterruptKind::TokenLimit => {
-                Interrupted::TokenLimit(self.finish(TokenLimit { _private: () }, text))
-            }
-            InterruptKind::Cancelled => {
-                Interrupted::Cancelled(self.finish(Cancelled { _private: () }, text))
-            }
-        }
+        self.stopped_by(interrupt)
     }
 
     /// The request in flight was abandoned (or failed) while the run was
@@ -904,6 +922,33 @@ impl Conversation<AwaitingTools> {
             })
             .collect();
         self.after_results(blocks)
+    }
+
+    /// Answers a whole round with `outputs`, one per call in call order (a
+    /// call without one is answered as an error saying so), for an executor
+    /// that ran the round itself (the driver's `Executor::execute_round`).
+    /// `stopped` is the interrupt that stopped the round, if one did: when
+    /// the round also spent the last call of the budget, the conversation
+    /// finishes with the interrupt's status rather than `call_limit`, since
+    /// the stop, not the budget, ended it; with budget left it goes on, and
+    /// the stop ends it at the next boundary.
+    pub fn answer_round(self, outputs: Vec<ToolOutput>, stopped: Option<Interrupt>) -> AfterRound {
+        let mut outputs = outputs.into_iter();
+        let after = self.answer_with(|call| {
+            outputs.next().unwrap_or_else(|| {
+                ToolOutput::error(format!(
+                    "{} failed: the round gave no result for this call",
+                    call.name()
+                ))
+            })
+        });
+        match (after, stopped) {
+            (AfterTools::Continue(next), _) => AfterRound::Continue(next),
+            (AfterTools::CallLimit(done), None) => AfterRound::CallLimit(done),
+            (AfterTools::CallLimit(done), Some(interrupt)) => {
+                AfterRound::Stopped(done.stopped_by(interrupt))
+            }
+        }
     }
 
     /// The raw form, for hosts and fuzzers: results in any order, one per

@@ -7,7 +7,7 @@
 //! finishes the conversation `model_error`; the loop never retries.
 
 use crate::core::conversation::{
-    AfterTools, AwaitingModel, CONTINUE_PROMPT, Conversation, Interrupt, Outcome, Reply, ToolCall,
+    AfterRound, AwaitingModel, CONTINUE_PROMPT, Conversation, Interrupt, Outcome, Reply, ToolCall,
     ToolOutput,
 };
 use crate::core::error::ModelFailure;
@@ -32,31 +32,41 @@ pub trait Executor {
         None
     }
 
-    /// Called once per tool reply, before [`Executor::execute`] is called for
-    /// each call in order; lets an executor plan the reply (e.g. group
-    /// consecutive independent calls into one concurrent batch, started when
-    /// the batch's first call is executed). Effects must stay in call order:
-    /// a call may not start before every earlier call of the reply has
-    /// finished. The default does nothing.
-    fn prepare(&mut self, calls: &[ToolCall]) {
-        let _ = calls;
-    }
-
-    /// Runs one call and returns its output; the driver pairs it with the call's id.
+    /// Runs one call and returns its output.
     fn execute(&mut self, call: &ToolCall) -> ToolOutput;
 
-    /// Told when the driver answered `call` itself without running it
-    /// (the run was stopped), so the executor can record it.
-    fn skipped(&mut self, call: &ToolCall, output: &ToolOutput) {
-        let _ = (call, output);
-    }
-
-    /// Whether `call` already ran, in a batch started by an earlier call of
-    /// the same reply: its result is delivered even after an interrupt,
-    /// since a result is never lost.
-    fn prepared(&self, call: &ToolCall) -> bool {
-        let _ = call;
-        false
+    /// Runs a whole round (the calls of one reply) and returns one output
+    /// per call, in call order, with the interrupt that stopped the round
+    /// if one did. Effects stay in call order: a call may not start before
+    /// every earlier call of the round has finished (an executor may run
+    /// consecutive independent calls together, as the agent's runs a run
+    /// of `task` calls). `observer` is told when each call is asked for
+    /// and when it has its output ([`Event::ToolRequested`],
+    /// [`Event::ToolFinished`]), in call order.
+    ///
+    /// The default runs the calls one by one through [`Executor::execute`],
+    /// asking [`Executor::interrupt`] before each: once it says stop, the
+    /// remaining calls are answered `not executed: the run was stopped
+    /// (…)` without running.
+    fn execute_round(&mut self, calls: &[ToolCall], observer: &mut dyn Observer) -> Round {
+        let mut round = Round::default();
+        for call in calls {
+            observer.on_event(&Event::ToolRequested { call });
+            let output = match self.interrupt() {
+                Some(interrupt) => {
+                    let output = stopped_output(&interrupt);
+                    round.stopped = Some(interrupt);
+                    output
+                }
+                None => self.execute(call),
+            };
+            observer.on_event(&Event::ToolFinished {
+                call,
+                output: &output,
+            });
+            round.outputs.push(output);
+        }
+        round
     }
 
     /// Asked at every turn boundary (before each model request and before
@@ -66,6 +76,23 @@ pub trait Executor {
     fn interrupt(&self) -> Option<Interrupt> {
         None
     }
+}
+
+/// What a round of tool calls gave ([`Executor::execute_round`]).
+#[derive(Debug, Default)]
+pub struct Round {
+    /// One output per call, in call order.
+    pub outputs: Vec<ToolOutput>,
+    /// The interrupt that stopped the round, if one did.
+    pub stopped: Option<Interrupt>,
+}
+
+/// The answer to a call that was not run because the run was stopped.
+pub fn stopped_output(interrupt: &Interrupt) -> ToolOutput {
+    ToolOutput::error(format!(
+        "not executed: the run was stopped ({})",
+        interrupt.text
+    ))
 }
 
 /// A progress event of one conversation. New capabilities may add events,
@@ -223,42 +250,11 @@ pub fn run_from(
             Reply::ModelStopped(done) => break done.into_outcome(),
             Reply::ProtocolError(done) => break done.into_outcome(),
         };
-        if executor.interrupt().is_none() {
-            executor.prepare(pending.calls());
-        }
-        let mut stopped = None;
-        let after = pending.answer_with(|call| {
-            observer.on_event(&Event::ToolRequested { call });
-            let output = match executor.interrupt() {
-                Some(interrupt) if !executor.prepared(call) => {
-                    let output = ToolOutput::error(format!(
-                        "not executed: the run was stopped ({})",
-                        interrupt.text
-                    ));
-                    executor.skipped(call, &output);
-                    stopped = Some(interrupt);
-                    output
-                }
-                _ => executor.execute(call),
-            };
-            observer.on_event(&Event::ToolFinished {
-                call,
-                output: &output,
-            });
-            output
-        });
-        match after {
-            AfterTools::Continue(next) => conversation = next,
-            AfterTools::CallLimit(done) => {
-                // Calls of the last budgeted round were refused because the
-                // run was stopped: the stop, not the budget, ended it.
-                let mut outcome = done.into_outcome();
-                if let Some(interrupt) = stopped {
-                    outcome.status = interrupt.kind.status();
-                    outcome.text = interrupt.text;
-                }
-                break outcome;
-            }
+        let round = executor.execute_round(pending.calls(), observer);
+        match pending.answer_round(round.outputs, round.stopped) {
+            AfterRound::Continue(next) => conversation = next,
+            AfterRound::CallLimit(done) => break done.into_outcome(),
+            AfterRound::Stopped(done) => break done.into_outcome(),
         }
     };
     observer.on_event(&Event::Finished { outcome: &outcome });
