@@ -1,7 +1,7 @@
 //! An agent: a registry, a permission gate, hooks, an optional plan and
 //! optional subagents, assembled once and run on one question.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -29,12 +29,22 @@ the program with `run_main` only when needed. Say plainly what you did not verif
 
 /// Builds an [`Agent`]. The approver is required up front: it is the one
 /// gate for the parent and every child.
+///
+/// Parts are gathered as plain values and assembled in [`AgentBuilder::build`]:
+/// what a run consults on every call is configuration that no longer changes
+/// (the limits, the cancel handle, the empty-reply policy) plus counters.
 pub struct AgentBuilder {
     system: String,
     registry: Registry,
     hooks: Hooks,
     plan: Option<SharedPlan>,
-    shared: Shared,
+    approver: Arc<dyn Approver>,
+    monitor: SharedMonitor,
+    limits: Limits,
+    cancel: CancelHandle,
+    on_empty: OnEmptyReply,
+    /// Where the `task` tool finds the run's services once they exist.
+    task: Option<Arc<OnceLock<Shared>>>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -54,14 +64,12 @@ impl AgentBuilder {
             registry: Registry::new(),
             hooks: Hooks::none(),
             plan: None,
-            shared: Shared {
-                approver,
-                audit: AuditLog::new(),
-                monitor: SharedMonitor::default(),
-                children: Arc::new(Mutex::new(Vec::new())),
-                guard: Arc::new(RunGuard::new(Limits::default(), CancelHandle::new())),
-                on_empty: Arc::new(Mutex::new(OnEmptyReply::Stop)),
-            },
+            approver,
+            monitor: SharedMonitor::default(),
+            limits: Limits::default(),
+            cancel: CancelHandle::new(),
+            on_empty: OnEmptyReply::Stop,
+            task: None,
         }
     }
 
@@ -105,20 +113,17 @@ impl AgentBuilder {
     /// The run-wide limits (tool calls per reply, delegations, deadline,
     /// tokens) and the handle that cancels the run; the parent and every
     /// child share them, whatever the order of the builder calls.
-    pub fn limits(self, limits: Limits, cancel: CancelHandle) -> Self {
-        self.shared.guard.configure(limits, cancel);
+    pub fn limits(mut self, limits: Limits, cancel: CancelHandle) -> Self {
+        self.limits = limits;
+        self.cancel = cancel;
         self
     }
 
     /// What an empty `end_turn` reply leads to, for the parent and every
     /// child, whatever the order of the builder calls (default:
     /// [`OnEmptyReply::Stop`], `protocol_error`).
-    pub fn on_empty_reply(self, policy: OnEmptyReply) -> Self {
-        *self
-            .shared
-            .on_empty
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner()) = policy;
+    pub fn on_empty_reply(mut self, policy: OnEmptyReply) -> Self {
+        self.on_empty = policy;
         self
     }
 
@@ -130,15 +135,17 @@ impl AgentBuilder {
 
     /// Adds a monitor (progress printer, trace, ...); it sees the parent and every child.
     pub fn monitor(self, monitor: impl Monitor + 'static) -> Self {
-        self.shared.monitor.add(monitor);
+        self.monitor.add(monitor);
         self
     }
 
     /// Adds the `task` tool. The child registry is built now, from the tools
     /// registered so far, by the config's whitelist.
     pub fn subagents(mut self, config: SubagentConfig) -> Result<Self, SetupError> {
-        let task = TaskTool::new(&self.registry, config, self.shared.clone())?;
+        let services = Arc::new(OnceLock::new());
+        let task = TaskTool::new(&self.registry, config, Arc::clone(&services))?;
         self.registry.register(task)?;
+        self.task = Some(services);
         Ok(self)
     }
 
@@ -149,12 +156,24 @@ impl AgentBuilder {
 
     /// Finishes the agent.
     pub fn build(self) -> Agent {
+        let shared = Shared {
+            approver: self.approver,
+            audit: AuditLog::new(),
+            monitor: self.monitor,
+            children: Arc::new(Mutex::new(Vec::new())),
+            guard: Arc::new(RunGuard::new(self.limits, self.cancel)),
+            on_empty: self.on_empty,
+        };
+        if let Some(services) = &self.task {
+            // Set once, here; a builder builds one agent.
+            let _ = services.set(shared.clone());
+        }
         Agent {
             system: self.system,
             registry: self.registry,
             hooks: self.hooks,
             plan: self.plan,
-            shared: self.shared,
+            shared,
         }
     }
 }
@@ -269,7 +288,7 @@ impl Agent {
     ) -> RunReport {
         let conversation = conversation
             .with_system(self.system.as_str())
-            .on_empty_reply(self.shared.on_empty());
+            .on_empty_reply(self.shared.on_empty);
         let started = Instant::now();
         self.shared.guard.start();
         let agent = AgentId::Parent;

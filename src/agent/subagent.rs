@@ -18,7 +18,7 @@
 //! ```
 
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -222,19 +222,8 @@ pub(crate) struct Shared {
     pub(crate) monitor: SharedMonitor,
     pub(crate) children: Arc<Mutex<Vec<ChildRecord>>>,
     pub(crate) guard: Arc<RunGuard>,
-    /// What an empty `end_turn` leads to, for the parent and every child
-    /// (set at any point of the builder, hence shared).
-    pub(crate) on_empty: Arc<Mutex<OnEmptyReply>>,
-}
-
-impl Shared {
-    /// The run's policy for empty replies.
-    pub(crate) fn on_empty(&self) -> OnEmptyReply {
-        *self
-            .on_empty
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-    }
+    /// What an empty `end_turn` leads to, for the parent and every child.
+    pub(crate) on_empty: OnEmptyReply,
 }
 
 /// The `task` tool. Built by [`crate::AgentBuilder::subagents`].
@@ -244,7 +233,8 @@ pub struct TaskTool {
     hooks: Hooks,
     models: Arc<dyn ChildModels>,
     system: String,
-    shared: Shared,
+    /// The run's services, set once when the agent is built.
+    shared: Arc<OnceLock<Shared>>,
 }
 
 impl std::fmt::Debug for TaskTool {
@@ -262,7 +252,7 @@ impl TaskTool {
     pub(crate) fn new(
         parent: &Registry,
         config: SubagentConfig,
-        shared: Shared,
+        shared: Arc<OnceLock<Shared>>,
     ) -> Result<Self, SetupError> {
         if let Some(name) = config.whitelist.iter().find(|name| *name == TASK_TOOL) {
             return Err(SetupError::NotReadOnly(name.clone()));
@@ -284,9 +274,22 @@ impl TaskTool {
         &self.registry
     }
 
+    /// The report for a `task` call of a tool that is not part of a built
+    /// agent (its registry was taken before `build`).
+    fn not_built() -> ToolOutput {
+        TaskReport {
+            status: StatusKind::ModelError,
+            summary: "the task tool is not part of a built agent; no subagent was started"
+                .to_owned(),
+            calls: 0,
+            is_error: true,
+        }
+        .to_output()
+    }
+
     /// The report for a `task` call past the run's delegation limit.
-    fn over_limit(&self) -> ToolOutput {
-        let limit = self.shared.guard.limits().max_delegations;
+    fn over_limit(shared: &Shared) -> ToolOutput {
+        let limit = shared.guard.limits().max_delegations;
         TaskReport {
             status: StatusKind::DelegationLimit,
             summary: format!(
@@ -299,7 +302,13 @@ impl TaskTool {
     }
 
     /// Runs one child to its end and files its record; always returns a report.
-    fn run_child(&self, number: usize, task: &str, parent_call: &ToolUseId) -> ToolOutput {
+    fn run_child(
+        &self,
+        shared: &Shared,
+        number: usize,
+        task: &str,
+        parent_call: &ToolUseId,
+    ) -> ToolOutput {
         let agent = AgentId::Child {
             number,
             parent_tool_use_id: parent_call.clone(),
@@ -307,19 +316,19 @@ impl TaskTool {
         let started = Instant::now();
         let gate = Gate {
             registry: self.registry.registry(),
-            approver: self.shared.approver.as_ref(),
+            approver: shared.approver.as_ref(),
             hooks: &self.hooks,
-            audit: &self.shared.audit,
-            monitor: &self.shared.monitor,
-            guard: &self.shared.guard,
+            audit: &shared.audit,
+            monitor: &shared.monitor,
+            guard: &shared.guard,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None);
-        let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
+        let mut observer = AgentObserver::new(&agent, &shared.monitor, &shared.guard);
         let outcome = match Conversation::start(task, self.budget.get()) {
             Ok(conversation) => {
                 let conversation = conversation
                     .with_system(self.system.as_str())
-                    .on_empty_reply(self.shared.on_empty());
+                    .on_empty_reply(shared.on_empty);
                 let mut model = self.models.model_for(number);
                 driver::run(conversation, &mut model, &mut toolbox, &mut observer)
             }
@@ -331,7 +340,7 @@ impl TaskTool {
         let usage_per_call = observer.into_usage();
         let report = TaskReport::from_outcome(&outcome);
         let output = report.to_output();
-        self.shared
+        shared
             .children
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
@@ -410,17 +419,19 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
     }
 
     fn run(&self, input: &Value, context: &ToolContext<'_>) -> ToolOutput {
+        let Some(shared) = self.shared.get() else {
+            return Self::not_built();
+        };
         match check_task(input) {
-            Ok(task) => match self
-                .shared
+            Ok(task) => match shared
                 .guard
                 .reserve_delegations(1)
                 .first()
                 .copied()
                 .flatten()
             {
-                Some(number) => self.run_child(number, task, context.call.id()),
-                None => self.over_limit(),
+                Some(number) => self.run_child(shared, number, task, context.call.id()),
+                None => Self::over_limit(shared),
             },
             Err(refused) => refused,
         }
@@ -432,12 +443,15 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
     /// given in call order and reports come back in call order, so the
     /// transcript is the same as a sequential run's.
     fn run_batch(&self, calls: &[ToolContext<'_>]) -> Vec<ToolOutput> {
+        let Some(shared) = self.shared.get() else {
+            return calls.iter().map(|_| Self::not_built()).collect();
+        };
         let checked: Vec<Result<&str, ToolOutput>> = calls
             .iter()
             .map(|context| check_task(context.call.input()))
             .collect();
         let valid = checked.iter().filter(|task| task.is_ok()).count();
-        let mut numbers = self.shared.guard.reserve_delegations(valid).into_iter();
+        let mut numbers = shared.guard.reserve_delegations(valid).into_iter();
         std::thread::scope(|scope| {
             let handles: Vec<_> = calls
                 .iter()
@@ -447,13 +461,13 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
                         Some(this) => {
                             let id = context.call.id();
                             Ok((
-                                scope.spawn(move || self.run_child(this, task, id)),
+                                scope.spawn(move || self.run_child(shared, this, task, id)),
                                 task,
                                 this,
                                 id,
                             ))
                         }
-                        None => Err(self.over_limit()),
+                        None => Err(Self::over_limit(shared)),
                     },
                     Err(refused) => Err(refused),
                 })

@@ -16,7 +16,7 @@
 //! its result is recorded.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -132,8 +132,8 @@ impl CancelHandle {
 /// The shared state every conversation of a run consults at its turn boundaries.
 #[derive(Debug)]
 pub(crate) struct RunGuard {
-    limits: RwLock<Limits>,
-    cancel: RwLock<CancelHandle>,
+    limits: Limits,
+    cancel: CancelHandle,
     started: OnceLock<Instant>,
     tokens: AtomicU64,
     delegations: AtomicUsize,
@@ -142,38 +142,20 @@ pub(crate) struct RunGuard {
 impl RunGuard {
     pub(crate) fn new(limits: Limits, cancel: CancelHandle) -> Self {
         Self {
-            limits: RwLock::new(limits),
-            cancel: RwLock::new(cancel),
+            limits,
+            cancel,
             started: OnceLock::new(),
             tokens: AtomicU64::new(0),
             delegations: AtomicUsize::new(0),
         }
     }
 
-    /// Sets the limits and the cancel handle; everyone holding this guard sees them.
-    pub(crate) fn configure(&self, limits: Limits, cancel: CancelHandle) {
-        *self
-            .limits
-            .write()
-            .unwrap_or_else(|poison| poison.into_inner()) = limits;
-        *self
-            .cancel
-            .write()
-            .unwrap_or_else(|poison| poison.into_inner()) = cancel;
-    }
-
     pub(crate) fn limits(&self) -> Limits {
-        *self
-            .limits
-            .read()
-            .unwrap_or_else(|poison| poison.into_inner())
+        self.limits
     }
 
     fn cancelled(&self) -> bool {
-        self.cancel
-            .read()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .is_cancelled()
+        self.cancel.is_cancelled()
     }
 
     /// Starts the deadline's clock (the first call wins).
