@@ -42,26 +42,26 @@
 //! * A reply is checked once, at [`Conversation::receive`]: known block types,
 //!   non-empty unique tool_use ids, stop reason and content in agreement;
 //!   anything else finishes `protocol_error` naming the [`core::conversation::Violation`], never a
-//!   panic (`tests/conversation_rules.rs`, `tests/loop_properties.rs`).
+//!   panic (`tests/core/conversation_rules.rs`, `tests/core/loop_properties.rs`).
 //! * The assistant reply is stored before any tool runs; every call gets
 //!   exactly one result, carrying its id, in the next user message, in call
 //!   order ([`Conversation::answer_with`] pairs ids itself; the raw
 //!   [`Conversation::submit`] rejects mismatches and hands the state back).
 //! * At most `max_calls` model requests; budget 0 is an [`core::error::InputError`].
 //! * A tool runs only if the registry that produced the request's tool list
-//!   holds it and its arguments match its schema (`tests/registry_schema.rs`,
-//!   `tests/dispatch_properties.rs`); `run_main` runs only after approval,
-//!   and a denial wins over every hook (`tests/gate_and_hooks.rs`,
-//!   `tests/run_main_process.rs`); `read_file` never leaves the workspace nor
-//!   hangs (`tests/read_file_paths.rs`).
+//!   holds it and its arguments match its schema (`tests/tools/registry_schema.rs`,
+//!   `tests/tools/dispatch_properties.rs`); `run_main` runs only after approval,
+//!   and a denial wins over every hook (`tests/tools/gate_and_hooks.rs`,
+//!   `tests/tools/run_main_process.rs`); `read_file` never leaves the workspace nor
+//!   hangs (`tests/tools/read_file_paths.rs`).
 //! * The plan rides on each parent request, never in the history
-//!   (`tests/plan_attachment.rs`).
+//!   (`tests/tools/plan_attachment.rs`).
 //! * A child starts from `[user: task]`, holds only read-only whitelisted
 //!   tools (holding `task` does not compile: see [`agent::subagent`]), passes the
 //!   parent's gate, runs the hooks the host named, and always yields a report
-//!   under the original id (`tests/subagent.rs`, `tests/demo_runs.rs`).
+//!   under the original id (`tests/tools/subagent.rs`, `tests/cli/demo_runs.rs`).
 //! * No run exceeds its limits, and every id is still answered exactly once
-//!   when one is hit (`tests/run_limits.rs`).
+//!   when one is hit (`tests/core/run_limits.rs`).
 //!
 //! ## Embedding
 //!

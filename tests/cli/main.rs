@@ -1,0 +1,14 @@
+//! The binary as its user meets it: `demo`, `run --script`, `chat`, help
+//! and usage errors, its output channels, and the README and manual telling
+//! the truth about it. One test binary; each module was a test file of its
+//! own.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod chat;
+mod cli_run;
+mod cli_usage;
+mod demo_runs;
+mod output_safety;
+mod readme;

@@ -1,0 +1,19 @@
+//! The loop and its rules: the typestate conversation, the driver's
+//! invariants, the wire protocol, call order, the last round, run-wide
+//! limits, and the `testing` helpers an embedder uses. One test binary; each
+//! module was a test file of its own.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod call_order;
+mod conversation_rules;
+#[cfg(feature = "testing")]
+mod embedder_testing;
+mod empty_reply;
+#[cfg(feature = "testing")]
+mod fuzz_regressions;
+mod last_round;
+mod loop_properties;
+mod protocol_roundtrip;
+mod run_limits;

@@ -1,0 +1,20 @@
+//! The model providers against loopback mocks: the Messages API client
+//! (`live_api`, `live_fidelity`, with `mock_api`) and the OpenAI-compatible
+//! one (`openai_api`, with `mock_openai`). One test binary; each module was a
+//! test file of its own.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[cfg(feature = "live")]
+#[path = "../mock_api/mod.rs"]
+mod mock_api;
+#[cfg(feature = "live")]
+#[path = "../mock_openai/mod.rs"]
+mod mock_openai;
+
+#[cfg(feature = "live")]
+mod live_api;
+#[cfg(feature = "live")]
+mod live_fidelity;
+#[cfg(feature = "live")]
+mod openai_api;

@@ -1,0 +1,19 @@
+//! Traces and sessions: the JSON Lines trace, `replay`, `--resume`, the
+//! invariants over recorded runs, and `view` (in a terminal and in a
+//! browser). One test binary; each module was a test file of its own.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[cfg(feature = "live")]
+#[path = "../mock_api/mod.rs"]
+mod mock_api;
+
+mod invariants;
+mod replay;
+mod resume;
+mod resume_properties;
+mod trace_crash;
+mod trace_rebuild;
+mod trace_response;
+mod view;
+mod view_browser;
