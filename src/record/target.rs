@@ -361,9 +361,7 @@ fn open_with(
         use std::io::Seek;
         // One writer per trace: a run still writing it (or a second
         // `--resume` of it) holds the lock until it ends, SIGKILL included.
-        // SAFETY: flock(2) on a descriptor this function owns.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let err = std::io::Error::last_os_error();
+        if let Err(err) = lock_soon(&file) {
             return Err(if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 TraceTargetError::Busy {
                     path: path.to_owned(),
@@ -392,6 +390,25 @@ fn open_with(
         }
     }
     Ok(file)
+}
+
+/// Takes the file's lock, waiting at most a moment for it: a process this
+/// one is starting holds a copy of every open file for the instant between
+/// its fork and its exec, and with it the lock of a trace just closed. A
+/// run that really holds the lock holds it far longer.
+fn lock_soon(file: &File) -> std::io::Result<()> {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+    loop {
+        // SAFETY: flock(2) on a descriptor the caller owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) || std::time::Instant::now() >= until {
+            return Err(err);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 #[cfg(test)]

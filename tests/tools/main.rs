@@ -20,8 +20,6 @@ mod mcp_real;
 mod plan_attachment;
 mod process_lifetime;
 mod read_file_paths;
-#[cfg(target_os = "linux")]
-mod read_file_race;
 mod read_file_syscalls;
 mod registry_schema;
 mod run_main_process;

@@ -11,7 +11,9 @@
 //! where `openat2` exists. Neither strategy uses `/proc` (see
 //! `read_file_syscalls.rs`), so these runs stand for "no `/proc`" as well.
 
-use crate::common;
+#![cfg(target_os = "linux")]
+
+mod common;
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
