@@ -197,9 +197,10 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
     fn execute_round(
         &mut self,
         calls: &[ToolCall],
-        observer: &mut dyn crate::run::driver::Observer,
+        agent: &crate::core::agent_id::AgentId,
+        monitor: &mut dyn crate::run::monitor::Monitor,
     ) -> crate::run::driver::Round {
-        let round = self.inner.execute_round(calls, observer);
+        let round = self.inner.execute_round(calls, agent, monitor);
         for (call, output) in calls.iter().zip(&round.outputs) {
             let stopped = round.stopped.is_some()
                 && output.is_error

@@ -19,7 +19,7 @@ use crate::policy::permission::Approver;
 use crate::run::driver;
 use crate::run::limits::{CancelHandle, Limits, RunGuard};
 use crate::run::model::Model;
-use crate::run::monitor::{AgentObserver, Monitor, SharedMonitor};
+use crate::run::monitor::{AgentMonitor, Monitor, SharedMonitor};
 use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
 
 /// The default parent system prompt.
@@ -301,8 +301,15 @@ impl Agent {
             guard: &self.shared.guard,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref());
-        let mut observer = AgentObserver::new(&agent, &self.shared.monitor, &self.shared.guard);
-        let outcome = driver::run_from(conversation, sent, model, &mut toolbox, &mut observer);
+        let mut observer = AgentMonitor::new(&self.shared.monitor, &self.shared.guard);
+        let outcome = driver::run_from(
+            &agent,
+            conversation,
+            sent,
+            model,
+            &mut toolbox,
+            &mut observer,
+        );
         let (tools, warnings) = toolbox.into_parts();
         let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();

@@ -13,7 +13,7 @@ use crate::core::plan::SharedPlan;
 use crate::core::protocol::{ToolDefinition, ToolUseId};
 use crate::policy::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
 use crate::policy::permission::{ApprovalRequest, Approver, Decision};
-use crate::run::driver::{Event, Executor, Observer, Round, stopped_output};
+use crate::run::driver::{Event, Executor, Monitor, Round, stopped_output};
 use crate::run::limits::RunGuard;
 use crate::run::monitor::SharedMonitor;
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
@@ -422,13 +422,18 @@ impl Executor for Toolbox<'_> {
     /// audit entry and a record, decision `stopped`), and a batch whose first
     /// call cannot start does not start at all. A call a started batch
     /// already ran is delivered even after the stop: a result is never lost.
-    fn execute_round(&mut self, calls: &[ToolCall], observer: &mut dyn Observer) -> Round {
+    fn execute_round(
+        &mut self,
+        calls: &[ToolCall],
+        agent: &AgentId,
+        monitor: &mut dyn Monitor,
+    ) -> Round {
         if self.interrupt().is_none() {
             self.plan_round(calls);
         }
         let mut round = Round::default();
         for call in calls {
-            observer.on_event(&Event::ToolRequested { call });
+            monitor.event(agent, &Event::ToolRequested { call });
             let output = match self.interrupt() {
                 Some(interrupt) if !self.prepared.contains_key(call.id()) => {
                     let output = stopped_output(&interrupt);
@@ -438,10 +443,13 @@ impl Executor for Toolbox<'_> {
                 }
                 _ => self.execute(call),
             };
-            observer.on_event(&Event::ToolFinished {
-                call,
-                output: &output,
-            });
+            monitor.event(
+                agent,
+                &Event::ToolFinished {
+                    call,
+                    output: &output,
+                },
+            );
             round.outputs.push(output);
         }
         round

@@ -36,7 +36,7 @@ use crate::policy::permission::Approver;
 use crate::run::driver;
 use crate::run::limits::RunGuard;
 use crate::run::model::ChildModels;
-use crate::run::monitor::{AgentObserver, SharedMonitor};
+use crate::run::monitor::{AgentMonitor, SharedMonitor};
 use crate::tools::{Capability, ReadOnlyRegistry, Registry, Tool, ToolContext, refusal};
 
 /// The tool's name.
@@ -323,14 +323,21 @@ impl TaskTool {
             guard: &shared.guard,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None);
-        let mut observer = AgentObserver::new(&agent, &shared.monitor, &shared.guard);
+        let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
         let outcome = match Conversation::start(task, self.budget.get()) {
             Ok(conversation) => {
                 let conversation = conversation
                     .with_system(self.system.as_str())
                     .on_empty_reply(shared.on_empty);
                 let mut model = self.models.model_for(number);
-                driver::run(conversation, &mut model, &mut toolbox, &mut observer)
+                driver::run_from(
+                    &agent,
+                    conversation,
+                    0,
+                    &mut model,
+                    &mut toolbox,
+                    &mut observer,
+                )
             }
             // Unreachable after `check_task`, but a result is never lost.
             Err(err) => refusal_outcome(task, &err.to_string()),

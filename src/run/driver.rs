@@ -6,14 +6,14 @@
 //! HTTP: those live behind [`Model`] and [`Executor`]. A model failure
 //! finishes the conversation `model_error`; the loop never retries.
 
+use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
     AfterRound, AwaitingModel, CONTINUE_PROMPT, Conversation, Interrupt, Outcome, Reply, ToolCall,
     ToolOutput,
 };
-use crate::core::error::ModelFailure;
-use crate::core::protocol::{Message, ModelResponse, Request, ToolDefinition};
+use crate::core::protocol::ToolDefinition;
 use crate::run::model::{Model, Received};
-use serde_json::Value;
+pub use crate::run::monitor::{Event, Monitor, Silent};
 
 /// Runs tool calls for the driver.
 pub trait Executor {
@@ -40,7 +40,7 @@ pub trait Executor {
     /// if one did. Effects stay in call order: a call may not start before
     /// every earlier call of the round has finished (an executor may run
     /// consecutive independent calls together, as the agent's runs a run
-    /// of `task` calls). `observer` is told when each call is asked for
+    /// of `task` calls). `monitor` is told, as `agent`'s, when each call is asked for
     /// and when it has its output ([`Event::ToolRequested`],
     /// [`Event::ToolFinished`]), in call order.
     ///
@@ -48,10 +48,15 @@ pub trait Executor {
     /// asking [`Executor::interrupt`] before each: once it says stop, the
     /// remaining calls are answered `not executed: the run was stopped
     /// (…)` without running.
-    fn execute_round(&mut self, calls: &[ToolCall], observer: &mut dyn Observer) -> Round {
+    fn execute_round(
+        &mut self,
+        calls: &[ToolCall],
+        agent: &AgentId,
+        monitor: &mut dyn Monitor,
+    ) -> Round {
         let mut round = Round::default();
         for call in calls {
-            observer.on_event(&Event::ToolRequested { call });
+            monitor.event(agent, &Event::ToolRequested { call });
             let output = match self.interrupt() {
                 Some(interrupt) => {
                     let output = stopped_output(&interrupt);
@@ -60,10 +65,13 @@ pub trait Executor {
                 }
                 None => self.execute(call),
             };
-            observer.on_event(&Event::ToolFinished {
-                call,
-                output: &output,
-            });
+            monitor.event(
+                agent,
+                &Event::ToolFinished {
+                    call,
+                    output: &output,
+                },
+            );
             round.outputs.push(output);
         }
         round
@@ -95,98 +103,27 @@ pub fn stopped_output(interrupt: &Interrupt) -> ToolOutput {
     ))
 }
 
-/// A progress event of one conversation. New capabilities may add events,
-/// so matches outside the crate need a wildcard arm.
-#[non_exhaustive]
-#[derive(Debug, Clone, Copy)]
-pub enum Event<'a> {
-    /// Model request number `call` is about to be sent.
-    Request {
-        /// 1-based request number.
-        call: u32,
-        /// The request.
-        request: &'a Request<'a>,
-        /// The messages appended to the history since this conversation's previous request.
-        new_messages: &'a [Message],
-    },
-    /// The model replied.
-    Response {
-        /// 1-based request number.
-        call: u32,
-        /// The reply, as parsed.
-        response: &'a ModelResponse,
-        /// The reply as received on the wire, when the model has a wire form
-        /// (the trace writes it in preference to `response`).
-        raw: Option<&'a Value>,
-    },
-    /// The reply to request `call` was an empty `end_turn`; under
-    /// [`crate::core::conversation::OnEmptyReply::Continue`] it was dropped and answered with
-    /// `prompt` as a new user message (sent with the next request).
-    EmptyReplyContinued {
-        /// 1-based request number of the empty reply.
-        call: u32,
-        /// The user message's text ([`crate::core::conversation::CONTINUE_PROMPT`]).
-        prompt: &'a str,
-    },
-    /// The model request failed.
-    ModelFailed {
-        /// 1-based request number.
-        call: u32,
-        /// What failed.
-        failure: &'a ModelFailure,
-    },
-    /// A tool call is about to be executed.
-    ToolRequested {
-        /// The call.
-        call: &'a ToolCall,
-    },
-    /// A tool call produced its output.
-    ToolFinished {
-        /// The call.
-        call: &'a ToolCall,
-        /// What it produced.
-        output: &'a ToolOutput,
-    },
-    /// The conversation finished.
-    Finished {
-        /// Its outcome.
-        outcome: &'a Outcome,
-    },
-}
-
-/// Receives progress events.
-pub trait Observer {
-    /// Called for every event, in order.
-    fn on_event(&mut self, event: &Event<'_>);
-}
-
-/// An observer that ignores everything.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Silent;
-
-impl Observer for Silent {
-    fn on_event(&mut self, _event: &Event<'_>) {}
-}
-
 /// Drives `conversation` to its end and returns the outcome.
 pub fn run(
     conversation: Conversation<AwaitingModel>,
     model: &mut dyn Model,
     executor: &mut dyn Executor,
-    observer: &mut dyn Observer,
+    monitor: &mut dyn Monitor,
 ) -> Outcome {
-    run_from(conversation, 0, model, executor, observer)
+    run_from(&AgentId::Parent, conversation, 0, model, executor, monitor)
 }
 
-/// [`run`] for a conversation whose first `sent` messages an observer has
-/// already seen (a resumed run): the first [`Event::Request`]'s
+/// [`run`] for `agent` (its events are told as that agent's), for a
+/// conversation whose first `sent` messages the monitor has already seen (a
+/// resumed run; 0 for a new one): the first [`Event::Request`]'s
 /// `new_messages` starts after them, as if the run had never stopped.
 pub fn run_from(
+    agent: &AgentId,
     mut conversation: Conversation<AwaitingModel>,
     sent: usize,
     model: &mut dyn Model,
     executor: &mut dyn Executor,
-    observer: &mut dyn Observer,
+    monitor: &mut dyn Monitor,
 ) -> Outcome {
     let mut sent = sent;
     let outcome = loop {
@@ -200,11 +137,14 @@ pub fn run_from(
         let reply = {
             let request = conversation.request(executor.definitions(), attachment.as_deref());
             let new_messages = request.messages.get(sent..).unwrap_or_default();
-            observer.on_event(&Event::Request {
-                call,
-                request: &request,
-                new_messages,
-            });
+            monitor.event(
+                agent,
+                &Event::Request {
+                    call,
+                    request: &request,
+                    new_messages,
+                },
+            );
             sent = request.messages.len();
             model.respond_received(&request)
         };
@@ -214,10 +154,13 @@ pub fn run_from(
         } = match reply {
             Ok(received) => received,
             Err(failure) => {
-                observer.on_event(&Event::ModelFailed {
-                    call,
-                    failure: &failure,
-                });
+                monitor.event(
+                    agent,
+                    &Event::ModelFailed {
+                        call,
+                        failure: &failure,
+                    },
+                );
                 // A request abandoned because the run was stopped finishes
                 // with the stop's status, not as a model error.
                 if let Some(mut interrupt) = executor.interrupt() {
@@ -230,19 +173,25 @@ pub fn run_from(
                 break conversation.model_failed(failure).into_outcome();
             }
         };
-        observer.on_event(&Event::Response {
-            call,
-            response: &reply,
-            raw: raw.as_ref(),
-        });
+        monitor.event(
+            agent,
+            &Event::Response {
+                call,
+                response: &reply,
+                raw: raw.as_ref(),
+            },
+        );
         drop(raw);
         let pending = match conversation.receive(reply) {
             Reply::Tools(pending) => pending,
             Reply::Continued(next) => {
-                observer.on_event(&Event::EmptyReplyContinued {
-                    call,
-                    prompt: CONTINUE_PROMPT,
-                });
+                monitor.event(
+                    agent,
+                    &Event::EmptyReplyContinued {
+                        call,
+                        prompt: CONTINUE_PROMPT,
+                    },
+                );
                 conversation = next;
                 continue;
             }
@@ -250,13 +199,13 @@ pub fn run_from(
             Reply::ModelStopped(done) => break done.into_outcome(),
             Reply::ProtocolError(done) => break done.into_outcome(),
         };
-        let round = executor.execute_round(pending.calls(), observer);
+        let round = executor.execute_round(pending.calls(), agent, monitor);
         match pending.answer_round(round.outputs, round.stopped) {
             AfterRound::Continue(next) => conversation = next,
             AfterRound::CallLimit(done) => break done.into_outcome(),
             AfterRound::Stopped(done) => break done.into_outcome(),
         }
     };
-    observer.on_event(&Event::Finished { outcome: &outcome });
+    monitor.event(agent, &Event::Finished { outcome: &outcome });
     outcome
 }

@@ -6,8 +6,71 @@ use std::sync::{Arc, Mutex};
 use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
 use crate::core::protocol::Usage;
-use crate::run::driver::{Event, Observer};
+use serde_json::Value;
+
+use crate::core::conversation::{Outcome, ToolCall, ToolOutput};
+use crate::core::error::ModelFailure;
+use crate::core::protocol::{Message, ModelResponse, Request};
 use crate::run::limits::RunGuard;
+
+/// A progress event of one conversation. New capabilities may add events,
+/// so matches outside the crate need a wildcard arm.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy)]
+pub enum Event<'a> {
+    /// Model request number `call` is about to be sent.
+    Request {
+        /// 1-based request number.
+        call: u32,
+        /// The request.
+        request: &'a Request<'a>,
+        /// The messages appended to the history since this conversation's previous request.
+        new_messages: &'a [Message],
+    },
+    /// The model replied.
+    Response {
+        /// 1-based request number.
+        call: u32,
+        /// The reply, as parsed.
+        response: &'a ModelResponse,
+        /// The reply as received on the wire, when the model has a wire form
+        /// (the trace writes it in preference to `response`).
+        raw: Option<&'a Value>,
+    },
+    /// The reply to request `call` was an empty `end_turn`; under
+    /// [`crate::core::conversation::OnEmptyReply::Continue`] it was dropped and answered with
+    /// `prompt` as a new user message (sent with the next request).
+    EmptyReplyContinued {
+        /// 1-based request number of the empty reply.
+        call: u32,
+        /// The user message's text ([`crate::core::conversation::CONTINUE_PROMPT`]).
+        prompt: &'a str,
+    },
+    /// The model request failed.
+    ModelFailed {
+        /// 1-based request number.
+        call: u32,
+        /// What failed.
+        failure: &'a ModelFailure,
+    },
+    /// A tool call is about to be executed.
+    ToolRequested {
+        /// The call.
+        call: &'a ToolCall,
+    },
+    /// A tool call produced its output.
+    ToolFinished {
+        /// The call.
+        call: &'a ToolCall,
+        /// What it produced.
+        output: &'a ToolOutput,
+    },
+    /// The conversation finished.
+    Finished {
+        /// Its outcome.
+        outcome: &'a Outcome,
+    },
+}
 
 /// Receives everything that happens in a run. Children may run on other
 /// threads; calls are serialized by a lock.
@@ -27,6 +90,12 @@ pub trait Monitor: Send {
         let _ = (agent, warning);
     }
 }
+
+/// A monitor that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Silent;
+
+impl Monitor for Silent {}
 
 /// A list of monitors, shared by the parent and its children; every call goes to each.
 #[derive(Clone, Default)]
@@ -65,21 +134,20 @@ impl SharedMonitor {
     }
 }
 
-/// The driver's [`Observer`] for one agent: tags events and forwards them,
-/// and keeps the token usage of each reply.
+/// The monitor the driver is given for one agent of an agent run: keeps
+/// the token usage of each reply (and counts it against the run's budget),
+/// then forwards everything to the run's monitors.
 #[derive(Debug)]
-pub(crate) struct AgentObserver<'a> {
-    agent: &'a AgentId,
+pub(crate) struct AgentMonitor<'a> {
     monitor: &'a SharedMonitor,
     guard: &'a RunGuard,
     per_call: Vec<Usage>,
     continued: u32,
 }
 
-impl<'a> AgentObserver<'a> {
-    pub(crate) fn new(agent: &'a AgentId, monitor: &'a SharedMonitor, guard: &'a RunGuard) -> Self {
+impl<'a> AgentMonitor<'a> {
+    pub(crate) fn new(monitor: &'a SharedMonitor, guard: &'a RunGuard) -> Self {
         Self {
-            agent,
             monitor,
             guard,
             per_call: Vec::new(),
@@ -98,8 +166,8 @@ impl<'a> AgentObserver<'a> {
     }
 }
 
-impl Observer for AgentObserver<'_> {
-    fn on_event(&mut self, event: &Event<'_>) {
+impl Monitor for AgentMonitor<'_> {
+    fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
         if let Event::Response { response, .. } = event {
             let usage = response.usage.unwrap_or_default();
             self.guard.add_usage(&usage);
@@ -108,6 +176,14 @@ impl Observer for AgentObserver<'_> {
         if let Event::EmptyReplyContinued { .. } = event {
             self.continued += 1;
         }
-        self.monitor.event(self.agent, event);
+        self.monitor.event(agent, event);
+    }
+
+    fn tool(&mut self, agent: &AgentId, record: &ToolRecord) {
+        self.monitor.tool(agent, record);
+    }
+
+    fn warning(&mut self, agent: &AgentId, warning: &str) {
+        self.monitor.warning(agent, warning);
     }
 }

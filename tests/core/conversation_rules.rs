@@ -8,6 +8,7 @@ use subloop::Conversation;
 use subloop::ModelResponse;
 use subloop::Outcome;
 use subloop::StatusKind;
+use subloop::core::agent_id::AgentId;
 use subloop::core::conversation::AfterTools;
 use subloop::core::conversation::AwaitingModel;
 use subloop::core::conversation::AwaitingTools;
@@ -38,8 +39,8 @@ use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::run::driver::Event;
 use subloop::run::driver::Executor;
-use subloop::run::driver::Observer;
 use subloop::run::driver::run;
+use subloop::run::monitor::Monitor;
 
 use common::RecordingModel;
 
@@ -829,8 +830,8 @@ enum Seen {
 #[derive(Default)]
 struct Log(Vec<Seen>);
 
-impl Observer for Log {
-    fn on_event(&mut self, event: &Event<'_>) {
+impl Monitor for Log {
+    fn event(&mut self, _agent: &AgentId, event: &Event<'_>) {
         self.0.push(match event {
             Event::Request {
                 call,
