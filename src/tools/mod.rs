@@ -4,6 +4,8 @@
 //! A registry is the single source of both the tool definitions sent to the
 //! model and the dispatch table, so a name the request did not offer cannot
 //! be dispatched.
+//!
+//! May import: [`crate::core`], [`crate::run`].
 
 pub mod mcp;
 mod read_file;
