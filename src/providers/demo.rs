@@ -25,30 +25,52 @@ derives and whether it matches the expected text. Do not run anything.";
 pub const DEMO_QUESTION: &str = "Check the program in this workspace: find out what main.py should print, \
 run it if allowed, and say whether its output matches expected.txt.";
 
+/// The result `results` holds for the call `id`: its text and whether it is an error.
+fn result_of(results: &Message, id: &crate::core::protocol::ToolUseId) -> Option<(String, bool)> {
+    results.content.iter().find_map(|block| match block {
+        Block::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } if tool_use_id == id => Some((content.text(), *is_error)),
+        _ => None,
+    })
+}
+
+/// The calls of `asked` (an assistant message) with their results in
+/// `results` (the next message): `(name, text, is_error)`, a call without a
+/// result only when `keep_unanswered` (with an empty text).
+fn answered<'a>(
+    asked: &'a Message,
+    results: &Message,
+    keep_unanswered: bool,
+) -> Vec<(&'a str, String, bool)> {
+    asked
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            Block::ToolUse { id, name, .. } => match result_of(results, id) {
+                Some((text, is_error)) => Some((name.as_str(), text, is_error)),
+                None if keep_unanswered => Some((name.as_str(), String::new(), false)),
+                None => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
 /// The last tool round: the calls of the last assistant message and their results.
 fn last_round(messages: &[Message]) -> Vec<(String, String, bool)> {
-    let mut calls = Vec::new();
     let (Some(results), Some(asked)) = (messages.last(), messages.iter().rev().nth(1)) else {
-        return calls;
+        return Vec::new();
     };
     if results.role != Role::User || asked.role != Role::Assistant {
-        return calls;
+        return Vec::new();
     }
-    for block in &asked.content {
-        if let Block::ToolUse { id, name, .. } = block {
-            let answer = results.content.iter().find_map(|block| match block {
-                Block::ToolResult {
-                    tool_use_id,
-                    content,
-                    is_error,
-                } if tool_use_id == id => Some((content.text(), *is_error)),
-                _ => None,
-            });
-            let (text, is_error) = answer.unwrap_or_default();
-            calls.push((name.clone(), text, is_error));
-        }
-    }
-    calls
+    answered(asked, results, true)
+        .into_iter()
+        .map(|(name, text, is_error)| (name.to_owned(), text, is_error))
+        .collect()
 }
 
 fn turn(messages: &[Message]) -> usize {
@@ -64,31 +86,12 @@ fn call(prefix: &str, turn: usize, name: &str, input: Value) -> ModelResponse {
 
 /// Every call of the history with its result, in order: `(name, text, is_error)`.
 fn results(messages: &[Message]) -> Vec<(&str, String, bool)> {
-    let mut found = Vec::new();
-    for (index, message) in messages.iter().enumerate() {
-        if message.role != Role::Assistant {
-            continue;
-        }
-        let Some(next) = messages.get(index + 1) else {
-            continue;
-        };
-        for block in &message.content {
-            if let Block::ToolUse { id, name, .. } = block {
-                let answer = next.content.iter().find_map(|block| match block {
-                    Block::ToolResult {
-                        tool_use_id,
-                        content,
-                        is_error,
-                    } if tool_use_id == id => Some((content.text(), *is_error)),
-                    _ => None,
-                });
-                if let Some((text, is_error)) = answer {
-                    found.push((name.as_str(), text, is_error));
-                }
-            }
-        }
-    }
-    found
+    messages
+        .iter()
+        .zip(messages.iter().skip(1))
+        .filter(|(message, _)| message.role == Role::Assistant)
+        .flat_map(|(asked, next)| answered(asked, next, false))
+        .collect()
 }
 
 /// The demo's parent model. It keeps nothing between requests: what it

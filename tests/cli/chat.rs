@@ -377,10 +377,10 @@ if pid == 0:
     os.execv(args[0], args)
 seen = b""
 everything = b""
-def wait_for(token):
+def read_until(done, token):
     global seen, everything
     end = time.time() + 60
-    while token not in seen:
+    while not done():
         ready, _, _ = select.select([fd], [], [], max(0, end - time.time()))
         if not ready:
             sys.exit("timed out waiting for %r; the terminal showed %r" % (token, everything))
@@ -392,24 +392,15 @@ def wait_for(token):
             sys.exit("the terminal closed before %r; it showed %r" % (token, everything))
         seen += chunk
         everything += chunk
+def wait_for(token):
+    # Waits for `token` after what was waited for last, and moves past it.
+    global seen
+    read_until(lambda: token in seen, token)
     seen = seen[seen.index(token) + len(token):]
 def wait_seen(token):
-    # Like wait_for, for output of another thread that may come before or
-    # after what was waited for last: looks at everything shown.
-    global seen, everything
-    end = time.time() + 60
-    while token not in everything:
-        ready, _, _ = select.select([fd], [], [], max(0, end - time.time()))
-        if not ready:
-            sys.exit("timed out waiting for %r; the terminal showed %r" % (token, everything))
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            sys.exit("the terminal closed before %r; it showed %r" % (token, everything))
-        seen += chunk
-        everything += chunk
+    # For output of another thread that may come before or after what was
+    # waited for last: looks at everything shown.
+    read_until(lambda: token in everything, token)
 def exit_status():
     _, status = os.waitpid(pid, 0)
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -status

@@ -73,6 +73,26 @@ impl Scene {
         )
     }
 
+    /// A script of two reads (`toolu_01`, `toolu_02`): a run with a
+    /// budget of 2 ends `call_limit` after them.
+    fn two_reads(&self) -> PathBuf {
+        self.script(
+            "first.json",
+            vec![
+                tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
+                tool_use("toolu_02", "read_file", json!({"path": "expected.txt"})),
+            ],
+        )
+    }
+
+    /// The rest of that run: `run_main` (`toolu_03`), then `text`.
+    fn run_then_answer(&self, text: &str) -> PathBuf {
+        self.script(
+            "rest.json",
+            vec![tool_use("toolu_03", "run_main", json!({})), answer(text)],
+        )
+    }
+
     fn runs(&self) -> usize {
         std::fs::read_to_string(self.ws().join("runs.txt"))
             .map(|text| text.lines().count())
@@ -153,20 +173,8 @@ fn answered_once(trace: &Path) -> Vec<(String, String, bool)> {
 #[test]
 fn a_run_stopped_by_its_budget_goes_on_and_replays_as_reproduced() {
     let scene = Scene::new("resume-budget", 0);
-    let first = scene.script(
-        "first.json",
-        vec![
-            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
-            tool_use("toolu_02", "read_file", json!({"path": "expected.txt"})),
-        ],
-    );
-    let rest = scene.script(
-        "rest.json",
-        vec![
-            tool_use("toolu_03", "run_main", json!({})),
-            answer("main.py prints 42, as expected.txt says."),
-        ],
-    );
+    let first = scene.two_reads();
+    let rest = scene.run_then_answer("main.py prints 42, as expected.txt says.");
     let trace = scene.trace();
     let ws = scene.ws();
     let out = run_script(
@@ -825,20 +833,8 @@ fn a_scripted_run_cut_short_goes_on_live_with_its_rebuilt_history() {
 #[test]
 fn two_resumes_of_one_trace_cannot_both_run() {
     let scene = Scene::new("resume-race", 0);
-    let first = scene.script(
-        "first.json",
-        vec![
-            tool_use("toolu_01", "read_file", json!({"path": "main.py"})),
-            tool_use("toolu_02", "read_file", json!({"path": "expected.txt"})),
-        ],
-    );
-    let rest = scene.script(
-        "rest.json",
-        vec![
-            tool_use("toolu_03", "run_main", json!({})),
-            answer("It prints 42."),
-        ],
-    );
+    let first = scene.two_reads();
+    let rest = scene.run_then_answer("It prints 42.");
     let ws = scene.ws();
     let trace = scene.trace();
     let out = run_script(

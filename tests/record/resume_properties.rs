@@ -62,6 +62,32 @@ fn replies(rounds: &[Vec<Value>], answers: bool) -> Value {
     json!({ "parent": parent })
 }
 
+/// The trace of a scripted run of `rounds` (and an answer if `answers`)
+/// with `max_calls` and `decision`, and the folder that holds it.
+fn recorded(
+    rounds: &[Vec<Value>],
+    answers: bool,
+    max_calls: u32,
+    decision: DecisionMode,
+    tag: &str,
+) -> (TempDir, String) {
+    let dir = TempDir::new(tag);
+    dir.write("ws/main.py", "print(6 * 7)\n");
+    let script = dir.write("script.json", replies(rounds, answers).to_string());
+    let trace = dir.path().join("run.jsonl");
+    let mut settings = Settings::new(dir.path().join("ws"));
+    settings.question = "Check main.py.".to_owned();
+    settings.max_calls = max_calls;
+    settings.decision = decision;
+    settings.progress = false;
+    settings.trace = Some(trace.clone());
+    settings.script = Some(script.clone());
+    let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
+    host::execute(&settings, Models::Script(loaded)).expect("run");
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    (dir, text)
+}
+
 /// Every tool_use of the history is answered exactly once, in order, by the
 /// next message, and no result answers an id that was not asked.
 fn keeps_the_rules(history: &[Message]) -> Result<(), String> {
@@ -116,20 +142,7 @@ proptest! {
         (rounds, answers) in script(),
         max_calls in 1u32..6,
     ) {
-        let dir = TempDir::new("resume-prop");
-        dir.write("ws/main.py", "print(6 * 7)\n");
-        let script = dir.write("script.json", replies(&rounds, answers).to_string());
-        let trace = dir.path().join("run.jsonl");
-        let mut settings = Settings::new(dir.path().join("ws"));
-        settings.question = "Check main.py.".to_owned();
-        settings.max_calls = max_calls;
-        settings.decision = DecisionMode::Deny;
-        settings.progress = false;
-        settings.trace = Some(trace.clone());
-        settings.script = Some(script.clone());
-        let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
-        host::execute(&settings, Models::Script(loaded)).expect("run");
-        let text = std::fs::read_to_string(&trace).expect("trace");
+        let (_dir, text) = recorded(&rounds, answers, max_calls, DecisionMode::Deny, "resume-prop");
         let mut cut = 0;
         let mut prefixes = vec![String::new()];
         for line in text.split_inclusive('\n') {
@@ -284,20 +297,7 @@ proptest! {
         max_calls in 1u32..6,
         changes in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..12),
     ) {
-        let dir = TempDir::new("check-prop");
-        dir.write("ws/main.py", "print(6 * 7)\n");
-        let script = dir.write("script.json", replies(&rounds, answers).to_string());
-        let trace = dir.path().join("run.jsonl");
-        let mut settings = Settings::new(dir.path().join("ws"));
-        settings.question = "Check main.py.".to_owned();
-        settings.max_calls = max_calls;
-        settings.decision = DecisionMode::Allow;
-        settings.progress = false;
-        settings.trace = Some(trace.clone());
-        settings.script = Some(script.clone());
-        let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
-        host::execute(&settings, Models::Script(loaded)).expect("run");
-        let text = std::fs::read_to_string(&trace).expect("trace");
+        let (_dir, text) = recorded(&rounds, answers, max_calls, DecisionMode::Allow, "check-prop");
         let lines: Vec<String> = text.lines().map(str::to_owned).collect();
         // The run as recorded holds every rule.
         let run = RecordedRun::parse(&text).expect("the trace reads");
