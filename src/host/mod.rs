@@ -1022,7 +1022,7 @@ pub fn replay(
         let now = format!("{} {:?}", run.outcome.status, run.outcome.text);
         let same = recorded.outcome().map(|outcome| {
             (
-                outcome.status == run.outcome.status.as_str() && outcome.text == run.outcome.text,
+                outcome.status == run.outcome.status && outcome.text == run.outcome.text,
                 format!("{} {:?}", outcome.status, outcome.text),
             )
         });
@@ -1044,7 +1044,7 @@ pub fn replay(
     }
     Ok(ReplayReport {
         run,
-        recorded_status: recorded.outcome().map(|outcome| outcome.status.clone()),
+        recorded_status: recorded.outcome().map(|outcome| outcome.status),
         recorded_requests: recorded.request_count(),
         divergences: log.divergences(),
     })

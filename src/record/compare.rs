@@ -503,7 +503,7 @@ pub struct ReplayReport {
     /// The replayed run.
     pub run: RunReport,
     /// The recorded parent status (`None` when the trace has no outcome line).
-    pub recorded_status: Option<String>,
+    pub recorded_status: Option<crate::core::conversation::StatusKind>,
     /// Requests (all agents) the trace holds.
     pub recorded_requests: usize,
     /// Every divergence found, in the order found (without `--keep-going`, at most one request divergence).

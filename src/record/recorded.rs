@@ -81,8 +81,8 @@ struct RecordedAgent {
 /// The parent's recorded `outcome` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedOutcome {
-    /// The status string (`answered`, `call_limit`, ...).
-    pub status: String,
+    /// The status.
+    pub status: crate::core::conversation::StatusKind,
     /// The final text.
     pub text: String,
 }
@@ -294,8 +294,13 @@ impl RecordedRun {
                             .map(str::to_owned)
                             .ok_or_else(|| at(format!("outcome without `{name}`")))
                     };
+                    let status = value
+                        .get("status")
+                        .cloned()
+                        .and_then(|status| serde_json::from_value(status).ok())
+                        .ok_or_else(|| at("outcome without a known `status`".to_owned()))?;
                     outcome = Some(RecordedOutcome {
-                        status: text("status")?,
+                        status,
                         text: text("text")?,
                     });
                 }

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use crate::core::conversation::{
-    AfterTools, Budget, Conversation, OnEmptyReply, Reply, ToolResult,
+    AfterTools, Budget, Conversation, OnEmptyReply, Reply, StatusKind, ToolResult,
 };
 use crate::core::error::InputError;
 use crate::core::plan::{Plan, PlanItem};
@@ -282,7 +282,7 @@ impl ResumePoint {
             return Err(ResumeError::NotAnswered {
                 ended: run.outcome().map_or_else(
                     || "interrupted".to_owned(),
-                    |outcome| outcome.status.clone(),
+                    |outcome| outcome.status.to_string(),
                 ),
             });
         }
@@ -304,7 +304,7 @@ impl ResumePoint {
         };
         let ended = run.outcome().map_or_else(
             || "interrupted".to_owned(),
-            |outcome| outcome.status.clone(),
+            |outcome| outcome.status.to_string(),
         );
         Ok(Self {
             conversation,
@@ -565,14 +565,18 @@ pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
             Some(Err(_)) => "failed",
             None => "is missing",
         };
-        let status = outcome.status.as_str();
+        let status = outcome.status;
         // After an answer the run may still have been stopped by a limit or
         // a signal before its outcome was written; nothing else follows one.
         let after_answer = matches!(
             status,
-            "answered" | "cancelled" | "deadline" | "token_limit" | "delegation_limit"
+            StatusKind::Answered
+                | StatusKind::Cancelled
+                | StatusKind::Deadline
+                | StatusKind::TokenLimit
+                | StatusKind::DelegationLimit
         );
-        if (status == "answered" && !answer) || (answer && !after_answer) {
+        if (status == StatusKind::Answered && !answer) || (answer && !after_answer) {
             found.push(Inconsistency {
                 agent: "parent".to_owned(),
                 call: Some(calls),
@@ -612,9 +616,13 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
     let whole_round = agent == "parent"
         && run.outcome().is_some_and(|outcome| {
             matches!(
-                outcome.status.as_str(),
-                "call_limit" | "deadline" | "token_limit" | "delegation_limit"
-            ) || (outcome.status == "cancelled" && !outcome.text.starts_with("cancelled by "))
+                outcome.status,
+                StatusKind::CallLimit
+                    | StatusKind::Deadline
+                    | StatusKind::TokenLimit
+                    | StatusKind::DelegationLimit
+            ) || (outcome.status == StatusKind::Cancelled
+                && !outcome.text.starts_with("cancelled by "))
         });
     for call in 1..=calls {
         let lines = run.tools_of_reply(agent, call);

@@ -66,7 +66,7 @@ pub fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String
     match run.outcome() {
         Some(outcome) => out.push_str(&format!(
             "outcome: {} — {}\n",
-            paint.mark(&outcome.status),
+            paint.mark(outcome.status.as_str()),
             printable(&outcome.text)
         )),
         None => out.push_str("outcome: none recorded (the run did not finish)\n"),

@@ -275,7 +275,7 @@ fn contradiction(run: &RecordedRun) -> Option<String> {
     let last = run.reply("parent", run.calls("parent"));
     let answered = matches!(last, Some(Ok(reply))
         if reply.stop_reason == Some(subloop::core::protocol::StopReason::EndTurn));
-    (outcome.status == "answered" && !answered)
+    (outcome.status == subloop::StatusKind::Answered && !answered)
         .then(|| "an answered outcome after a reply that is no answer".to_owned())
 }
 

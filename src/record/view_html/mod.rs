@@ -238,7 +238,7 @@ fn model<'a>(
         })
         .collect();
     let outcome = run.outcome().map(|outcome: &RecordedOutcome| OutcomeData {
-        status: &outcome.status,
+        status: outcome.status.as_str(),
         text: &outcome.text,
     });
     let data = PageData {
