@@ -259,9 +259,22 @@ impl HttpClient {
                         SystemTime::now(),
                     )
                 }
+                Err(err) if err.kind == TransportErrorKind::ResponseTimeout => {
+                    // The server may still be generating the reply: asking
+                    // again would only start a second generation.
+                    let attempts = retry + 1;
+                    return Err(self.fail(
+                        "timeout_error",
+                        format!(
+                            "timeout_error: no response in time: {err} (after {attempts} attempt(s)); not sent again, since the server may still be working on it; for a slow server (a local model) use --stream, a smaller --max-tokens, or a longer --timeout-read"
+                        ),
+                    ));
+                }
                 Err(err) => {
                     let kind = match err.kind {
-                        TransportErrorKind::Timeout => "timeout_error",
+                        TransportErrorKind::Timeout | TransportErrorKind::ResponseTimeout => {
+                            "timeout_error"
+                        }
                         TransportErrorKind::Connection => "connection_error",
                         TransportErrorKind::Other => "request_error",
                     };

@@ -39,9 +39,15 @@ impl HttpResponse {
 
 /// What went wrong below HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TransportErrorKind {
-    /// Connect, read or overall timeout.
+    /// A timeout before the request was sent (resolving, connecting,
+    /// sending): retried.
     Timeout,
+    /// The request was sent, and its response did not come within the read
+    /// or overall timeout: the server may still be working on it (a local
+    /// model generating a long reply), so it is not sent again.
+    ResponseTimeout,
     /// Connection refused, reset or closed early.
     Connection,
     /// Anything else (bad URL, TLS, ...): not retried.
@@ -121,7 +127,14 @@ impl UreqTransport {
 
 fn classify(err: ureq::Error) -> TransportError {
     let kind = match &err {
-        ureq::Error::Timeout(_) => TransportErrorKind::Timeout,
+        ureq::Error::Timeout(
+            ureq::Timeout::Resolve
+            | ureq::Timeout::Connect
+            | ureq::Timeout::SendRequest
+            | ureq::Timeout::SendBody
+            | ureq::Timeout::PerWrite,
+        ) => TransportErrorKind::Timeout,
+        ureq::Error::Timeout(_) => TransportErrorKind::ResponseTimeout,
         ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => TransportErrorKind::Connection,
         ureq::Error::Io(io) => match io.kind() {
             std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
