@@ -226,8 +226,11 @@ fn heading(group: Group) -> &'static str {
             "RUN LIMITS (the parent and every child together; Ctrl-C cancels, twice exits at once):"
         }
         Group::Live => {
-            "LIVE (the Anthropic Messages API; reads ANTHROPIC_API_KEY (required), \
-             ANTHROPIC_MODEL and ANTHROPIC_BASE_URL; every flag but --live needs --live):"
+            "LIVE (every flag but --live needs --live). --provider anthropic (the default): \
+             the Messages API, or a server that speaks it; reads ANTHROPIC_API_KEY (required), \
+             ANTHROPIC_MODEL and ANTHROPIC_BASE_URL. --provider openai: a Chat Completions \
+             server (OpenAI, llama.cpp, vLLM, Ollama, ...); reads OPENAI_MODEL (required unless \
+             --model), OPENAI_BASE_URL and OPENAI_API_KEY (optional):"
         }
     }
 }

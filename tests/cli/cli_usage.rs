@@ -411,3 +411,32 @@ fn a_live_run_refused_by_its_trace_prints_no_live_line_first() {
         "{err}"
     );
 }
+
+/// The LIVE section of `run`, `demo` and `chat` says what each provider
+/// reads and requires: the Anthropic key is not asked of `--provider openai`.
+#[test]
+fn the_live_section_says_what_each_provider_needs() {
+    for command in ["run", "demo", "chat"] {
+        let help = stdout(&subloop(&[command, "--help"]));
+        let live: String = help
+            .lines()
+            .skip_while(|line| !line.starts_with("LIVE"))
+            .take_while(|line| !line.starts_with("    --"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let anthropic = live
+            .find("--provider anthropic")
+            .unwrap_or_else(|| panic!("{command}: {live}"));
+        let openai = live
+            .find("--provider openai")
+            .unwrap_or_else(|| panic!("{command}: {live}"));
+        let key = live.find("ANTHROPIC_API_KEY (required)").expect("the key");
+        assert!(anthropic < key && key < openai, "{command}: {live}");
+        assert!(
+            live.get(openai..).is_some_and(|part| part
+                .contains("OPENAI_MODEL (required unless --model)")
+                && !part.contains("ANTHROPIC")),
+            "{command}: {live}"
+        );
+    }
+}

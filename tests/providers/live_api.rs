@@ -560,7 +560,11 @@ fn a_stalled_server_trips_the_read_timeout_and_is_not_asked_again() {
     );
     // The request was sent: the server may still be generating the reply,
     // so it is not sent again, and the error says what to change.
-    assert_eq!(server.recorded().len(), 1, "a response timeout is not retried");
+    assert_eq!(
+        server.recorded().len(),
+        1,
+        "a response timeout is not retried"
+    );
     assert!(sleeps.lock().unwrap().is_empty());
     for remedy in ["--stream", "--max-tokens", "--timeout-read"] {
         assert!(failure.message.contains(remedy), "{}", failure.message);
