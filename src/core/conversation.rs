@@ -784,6 +784,25 @@ impl Conversation<AwaitingModel> {
                         message.push_str(&format!("\n[unsupported `{kind}` block: {raw}]"));
                     }
                 }
+                // Calls in a reply that stopped for another reason (one cut by
+                // max_tokens in the middle of a call, say) are not run: say so.
+                let dropped: Vec<String> = reply
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        ReplyBlock::Known(Block::ToolUse { id, name, .. }) => {
+                            Some(format!("{name} ({id})"))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if !dropped.is_empty() {
+                    message.push_str(&format!(
+                        "\n[{} tool call(s) in this reply did not run, since it stopped before it was finished: {}]",
+                        dropped.len(),
+                        dropped.join(", ")
+                    ));
+                }
                 Reply::ModelStopped(self.finish(ModelStopped { reason, reply }, message))
             }
         }
