@@ -1,7 +1,7 @@
 //! The model providers against loopback mocks: the Messages API client
 //! (`live_api`, `live_fidelity`, with `mock_api`) and the OpenAI-compatible
-//! one (`openai_api`, with `mock_openai`). One test binary; each module was a
-//! test file of its own.
+//! one (`openai_api`, with `mock_openai`), and both against a real model
+//! server (`local_model`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -16,5 +16,7 @@ mod mock_openai;
 mod live_api;
 #[cfg(feature = "live")]
 mod live_fidelity;
+#[cfg(feature = "live")]
+mod local_model;
 #[cfg(feature = "live")]
 mod openai_api;
