@@ -16,7 +16,10 @@ setup() {
     local dir="$1"
     mkdir -p "$dir"
     local build="$dir/build"
-    if [ ! -x "$build/bin/llama-server" ] || [ "$(cat "$build/.version" 2>/dev/null)" != "$LLAMA_VERSION" ]; then
+    # Built, of this version, and whole (a build killed half-way is redone).
+    if [ "$(cat "$build/.version" 2>/dev/null)" != "$LLAMA_VERSION" ] \
+        || ! "$build/bin/llama-server" --version >/dev/null 2>&1; then
+        rm -f "$build/.version"
         echo "[llama] building llama-server $LLAMA_VERSION (a few minutes)"
         command -v cmake >/dev/null && command -v ninja >/dev/null \
             || python3 -m pip install -q cmake ninja
@@ -32,7 +35,8 @@ setup() {
         cmake -S "$src/llama.cpp" -B "$build" -G Ninja \
             -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX512=OFF \
             -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
-            -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+            -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+            -DBUILD_SHARED_LIBS=OFF >/dev/null
         ninja -C "$build" llama-server >/dev/null
         echo "$LLAMA_VERSION" >"$build/.version"
     fi

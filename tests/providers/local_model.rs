@@ -133,7 +133,9 @@ fn both_providers_hold_the_protocol_against_a_real_model() {
                     "--decision".to_owned(),
                     "allow".to_owned(),
                     "--max-tokens".to_owned(),
-                    "256".to_owned(),
+                    "128".to_owned(),
+                    "--max-calls".to_owned(),
+                    "4".to_owned(),
                     "--timeout-read".to_owned(),
                     "300".to_owned(),
                     "--trace".to_owned(),
@@ -155,12 +157,12 @@ fn both_providers_hold_the_protocol_against_a_real_model() {
                 "{what} demo: {}",
                 text(&out.stderr)
             );
-            holds_the_protocol(
+            tools_ran += holds_the_protocol(
                 &url,
                 provider,
                 &ws,
                 &demo_trace,
-                "8",
+                "4",
                 &format!("{what} demo"),
             );
 
@@ -169,8 +171,6 @@ fn both_providers_hold_the_protocol_against_a_real_model() {
                 "run".to_owned(),
                 "--question".to_owned(),
                 "Read main.py with read_file and say what it prints.".to_owned(),
-                "--max-calls".to_owned(),
-                "4".to_owned(),
             ];
             args.extend(common_flags(&run_trace));
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
