@@ -65,23 +65,21 @@ pub fn tool_watch() -> EventWatch {
 }
 
 fn watch_tools(agent: &AgentId, event: &Event<'_>) {
-    {
-        let mut running = RUNNING_TOOLS
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        match event {
-            Event::ToolRequested { call } => running.push((agent.clone(), call.name().to_owned())),
-            Event::ToolFinished { call, .. } => {
-                if let Some(index) = running
-                    .iter()
-                    .rposition(|(who, name)| who == agent && name == call.name())
-                {
-                    running.remove(index);
-                }
+    let mut running = RUNNING_TOOLS
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
+    match event {
+        Event::ToolRequested { call } => running.push((agent.clone(), call.name().to_owned())),
+        Event::ToolFinished { call, .. } => {
+            if let Some(index) = running
+                .iter()
+                .rposition(|(who, name)| who == agent && name == call.name())
+            {
+                running.remove(index);
             }
-            Event::Finished { .. } => running.retain(|(who, _)| who != agent),
-            _ => {}
         }
+        Event::Finished { .. } => running.retain(|(who, _)| who != agent),
+        _ => {}
     }
 }
 
