@@ -201,13 +201,12 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
         monitor: &mut dyn crate::run::monitor::Monitor,
     ) -> crate::run::driver::Round {
         let round = self.inner.execute_round(calls, agent, monitor);
+        let not_run = round
+            .stopped
+            .as_ref()
+            .map(crate::run::driver::stopped_output);
         for (call, output) in calls.iter().zip(&round.outputs) {
-            let stopped = round.stopped.is_some()
-                && output.is_error
-                && output
-                    .content
-                    .starts_with("not executed: the run was stopped (");
-            if stopped {
+            if not_run.as_ref() == Some(output) {
                 self.skipped.push(call.clone());
             } else {
                 self.executed.push(call.clone());

@@ -177,14 +177,17 @@ impl RecordedRun {
                 check_version(&value).map_err(|err| format!("line 1: {err}"))?;
             }
             let at = |err: String| format!("line {number}: {err}");
+            // Every line has a known `kind` and an `agent`, of their types, from here on.
             crate::record::lines::check(&value).map_err(at)?;
-            let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
-            let agent = value.get("agent").and_then(Value::as_str);
-            if agent.is_none() && !kind.is_empty() {
-                return Err(at(format!("a `{kind}` line without `agent`")));
-            }
-            let agent = agent.unwrap_or_default();
-            if !kind.is_empty() && !is_agent_name(agent) {
+            let kind = value
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let agent = value
+                .get("agent")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if !is_agent_name(agent) {
                 return Err(at(format!(
                     "agent {} is neither `parent` nor `child-N`",
                     Value::from(agent)

@@ -332,24 +332,12 @@ impl ResumePoint {
     }
 }
 
-/// The first way `run` contradicts itself, as an error.
+/// The first way `run` contradicts itself, as an error: the parent's own
+/// history breaking as [`ResumeError::Broken`], anything else as
+/// [`ResumeError::Inconsistent`].
 fn consistent(run: &RecordedRun) -> Result<(), ResumeError> {
+    ResumePoint::check_history(run, "parent")?;
     match consistency(run).into_iter().next() {
-        // The parent's own history breaking is said as before.
-        Some(Inconsistency {
-            agent,
-            call: Some(call),
-            id: None,
-            detail,
-        }) if agent == "parent"
-            && detail.starts_with("the ")
-            && ResumePoint::check_history(run, "parent").is_err() =>
-        {
-            Err(ResumeError::Broken {
-                call,
-                message: detail,
-            })
-        }
         Some(first) => Err(ResumeError::Inconsistent(first)),
         None => Ok(()),
     }
@@ -652,23 +640,24 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
                 );
             }
         }
-        let mut in_order: Vec<&str> = line_ids.clone();
-        in_order.dedup();
+        // The lines of calls the reply asked for (the others are noted
+        // above) answer them once each, in call order.
+        let known: Vec<&str> = line_ids
+            .iter()
+            .copied()
+            .filter(|id| asked.contains(id))
+            .collect();
         let expected: Vec<&str> = asked
             .iter()
             .copied()
-            .filter(|id| line_ids.contains(id))
+            .filter(|id| known.contains(id))
             .collect();
-        if line_ids.len() != expected.len() || line_ids != expected {
-            if line_ids.len() > expected.len() && in_order.len() == line_ids.len() {
-                // Ids outside the reply: noted above.
-            } else {
-                note(
-                    Some(call),
-                    None,
-                    format!("tool lines {line_ids:?} do not answer {asked:?} once each, in order"),
-                );
-            }
+        if known != expected {
+            note(
+                Some(call),
+                None,
+                format!("tool lines {line_ids:?} do not answer {asked:?} once each, in order"),
+            );
         }
         // What the next request sent the model for these calls.
         let sent = run
