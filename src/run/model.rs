@@ -3,6 +3,9 @@
 //! A model turns a [`Request`] into a [`ModelResponse`] or a [`ModelFailure`].
 //! The loop never retries: a failure finishes the conversation `model_error`.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use serde_json::Value;
 
 use crate::core::error::ModelFailure;
@@ -55,10 +58,61 @@ impl<M: Model + ?Sized> Model for Box<M> {
     }
 }
 
+/// The future of an [`AsyncModel`]'s answer.
+pub type ModelFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Received, ModelFailure>> + Send + 'a>>;
+
+/// A model answered without blocking: an async HTTP client, or anything
+/// else that waits on I/O. The agent's async entry points
+/// ([`crate::Agent::run_async`]) drive it; dropping the future abandons the
+/// request.
+///
+/// Every blocking [`Model`] can be used where an `AsyncModel` is wanted
+/// through [`Blocking`]: it answers on the caller's thread, which is right
+/// for models that never wait (scripts, the demo) and wrong for ones that
+/// do (a blocking HTTP client would hold an executor thread).
+pub trait AsyncModel: Send {
+    /// Answers one request, handing back the reply as received (see
+    /// [`Model::respond_received`]). A failure ends the conversation as
+    /// `model_error`.
+    fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a>;
+}
+
+impl<M: AsyncModel + ?Sized> AsyncModel for Box<M> {
+    fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a> {
+        (**self).respond_async(request)
+    }
+}
+
+/// A blocking [`Model`] used as an [`AsyncModel`]: each request is answered
+/// on the caller's thread when the request is made, and the future returned
+/// is already complete. This is how the blocking entry points drive the one
+/// async loop, and how a script or the demo model runs in an async run.
+#[derive(Debug, Clone, Default)]
+pub struct Blocking<M>(pub M);
+
+impl<M: Model> AsyncModel for Blocking<M>
+where
+    Blocking<M>: Send,
+{
+    fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a> {
+        let answer = self.0.respond_received(request);
+        Box::pin(std::future::ready(answer))
+    }
+}
+
 /// Gives each delegation its model.
 pub trait ChildModels: Send + Sync {
     /// The model for the `number`-th delegation of the run (1-based).
     fn model_for(&self, number: usize) -> Box<dyn Model + Send>;
+
+    /// The model for the `number`-th delegation of an async run
+    /// ([`crate::Agent::run_async`]). The default is [`ChildModels::model_for`]'s
+    /// model through [`Blocking`], answered on the run's own task; a host
+    /// whose children talk to a server returns an async client here.
+    fn async_model_for(&self, number: usize) -> Box<dyn AsyncModel> {
+        Box::new(Blocking(self.model_for(number)))
+    }
 }
 
 /// Any `Fn(number) -> model` hands out child models (e.g. one live client per child).
