@@ -175,7 +175,7 @@ struct Recorder<'e, E: ?Sized> {
     skipped: Vec<ToolCall>,
 }
 
-impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
+impl<E: Executor + Send + ?Sized> Executor for Recorder<'_, E> {
     fn definitions(&self) -> &[ToolDefinition] {
         self.inner.definitions()
     }
@@ -194,13 +194,22 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
 
     /// The host's own round, watched: a call answered `not executed`
     /// because the round was stopped counts as asked, not as run.
-    fn execute_round(
-        &mut self,
-        calls: &[ToolCall],
-        agent: &crate::core::agent_id::AgentId,
-        monitor: &mut dyn crate::run::monitor::Monitor,
-    ) -> crate::run::driver::Round {
-        let round = self.inner.execute_round(calls, agent, monitor);
+    fn execute_round<'a>(
+        &'a mut self,
+        calls: &'a [ToolCall],
+        agent: &'a crate::core::agent_id::AgentId,
+        monitor: &'a mut dyn crate::run::monitor::Monitor,
+    ) -> crate::run::driver::RoundFuture<'a> {
+        Box::pin(async move {
+            let round = self.inner.execute_round(calls, agent, monitor).await;
+            self.watch(calls, &round);
+            round
+        })
+    }
+}
+
+impl<E: ?Sized> Recorder<'_, E> {
+    fn watch(&mut self, calls: &[ToolCall], round: &crate::run::driver::Round) {
         let not_run = round
             .stopped
             .as_ref()
@@ -212,7 +221,6 @@ impl<E: Executor + ?Sized> Executor for Recorder<'_, E> {
                 self.executed.push(call.clone());
             }
         }
-        round
     }
 }
 
@@ -236,7 +244,7 @@ impl Model for Counting {
 
 /// Runs `script` against `executor` with the real driver and checks every
 /// invariant listed in the module docs; the error says which one broke.
-pub fn check_conversation<E: Executor + ?Sized>(
+pub fn check_conversation<E: Executor + Send + ?Sized>(
     executor: &mut E,
     script: Vec<ScriptedReply>,
     budget: u32,
@@ -266,7 +274,7 @@ pub fn check_conversation<E: Executor + ?Sized>(
 
 /// Runs `cases` arbitrary scripts (with tool names from the executor's own
 /// definitions) against executors made by `make`, checking the invariants.
-pub fn check_executor<E: Executor>(cases: u32, make: impl Fn() -> E) -> Result<(), String> {
+pub fn check_executor<E: Executor + Send>(cases: u32, make: impl Fn() -> E) -> Result<(), String> {
     let names: Vec<String> = make()
         .definitions()
         .iter()

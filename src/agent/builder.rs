@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::agent::executor::{Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
 use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::core::agent_id::AgentId;
@@ -16,9 +16,9 @@ use crate::core::plan::SharedPlan;
 use crate::core::protocol::Usage;
 use crate::policy::hooks::{AuditEntry, AuditLog, Hooks};
 use crate::policy::permission::Approver;
-use crate::run::driver;
+use crate::run::driver::{self, block_on};
 use crate::run::limits::{CancelHandle, Limits, RunGuard};
-use crate::run::model::Model;
+use crate::run::model::{AsyncModel, Blocking, Model};
 use crate::run::monitor::{AgentMonitor, Monitor, SharedMonitor};
 use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
 
@@ -248,7 +248,9 @@ impl Agent {
         Arc::new(move || guard.interrupt().is_some())
     }
 
-    /// Runs the parent conversation on `question` with `budget` model requests.
+    /// Runs the parent conversation on `question` with `budget` model
+    /// requests, on this thread: tools run here, a batch of children runs
+    /// one thread per child.
     pub fn run(
         self,
         question: &str,
@@ -256,7 +258,39 @@ impl Agent {
         model: &mut dyn Model,
     ) -> Result<RunReport, InputError> {
         let conversation = Conversation::start(question, budget)?;
-        Ok(self.drive(conversation, 0, model))
+        let mut model = Blocking(model);
+        Ok(block_on(self.drive(
+            conversation,
+            0,
+            &mut model,
+            Drive::Blocking,
+        )))
+    }
+
+    /// Runs the parent conversation on `question` with `budget` model
+    /// requests, awaited: the same loop as [`Agent::run`], with each tool's
+    /// async entry point ([`Tool::run_async`]) and each child's async model
+    /// ([`crate::run::model::ChildModels::async_model_for`]); children run
+    /// side by side on this run's task. No thread is started and no runtime
+    /// is named: any executor can poll it, and with a `Send` model the
+    /// future is `Send` (it can be spawned on a multi-threaded runtime).
+    ///
+    /// Dropping the future cancels the run: the model request in flight is
+    /// abandoned, a running program is killed, children are dropped, and
+    /// every conversation finishes `cancelled`, so a trace written by a
+    /// monitor ends with each agent's outcome. The report is then lost; the
+    /// monitors have seen everything.
+    pub async fn run_async<M>(
+        self,
+        question: &str,
+        budget: Budget,
+        model: &mut M,
+    ) -> Result<RunReport, InputError>
+    where
+        M: AsyncModel + ?Sized,
+    {
+        let conversation = Conversation::start(question, budget)?;
+        Ok(self.drive(conversation, 0, model, Drive::Async).await)
     }
 
     /// Continues a run cut short, from `point` (which `record::resume` rebuilds from a trace): its
@@ -264,6 +298,23 @@ impl Agent {
     /// counted against this run's limits and its plan restored. The
     /// conversation's call budget already counts the earlier calls.
     pub fn resume(self, point: ResumePoint, model: &mut dyn Model) -> RunReport {
+        let (conversation, sent) = self.restore(point);
+        let mut model = Blocking(model);
+        block_on(self.drive(conversation, sent, &mut model, Drive::Blocking))
+    }
+
+    /// [`Agent::resume`], awaited as [`Agent::run_async`] is.
+    pub async fn resume_async<M>(self, point: ResumePoint, model: &mut M) -> RunReport
+    where
+        M: AsyncModel + ?Sized,
+    {
+        let (conversation, sent) = self.restore(point);
+        self.drive(conversation, sent, model, Drive::Async).await
+    }
+
+    /// Charges what the run cut short had spent and restores its plan;
+    /// gives back its conversation and how many messages are on record.
+    fn restore(&self, point: ResumePoint) -> (Conversation<AwaitingModel>, usize) {
         let ResumePoint {
             conversation,
             sent,
@@ -275,17 +326,21 @@ impl Agent {
         if let (Some(shared), Some(plan)) = (&self.plan, plan) {
             shared.replace(plan);
         }
-        self.drive(conversation, sent, model)
+        (conversation, sent)
     }
 
     /// Drives the parent conversation to its end, the first `sent` messages
     /// already on record.
-    fn drive(
+    async fn drive<M>(
         self,
         conversation: Conversation<AwaitingModel>,
         sent: usize,
-        model: &mut dyn Model,
-    ) -> RunReport {
+        model: &mut M,
+        drive: Drive,
+    ) -> RunReport
+    where
+        M: AsyncModel + ?Sized,
+    {
         let conversation = conversation
             .with_system(self.system.as_str())
             .on_empty_reply(self.shared.on_empty);
@@ -300,16 +355,17 @@ impl Agent {
             monitor: &self.shared.monitor,
             guard: &self.shared.guard,
         };
-        let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref());
+        let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref(), drive);
         let mut observer = AgentMonitor::new(&self.shared.monitor, &self.shared.guard);
-        let outcome = driver::run_from(
+        let outcome = driver::drive(
             &agent,
             conversation,
             sent,
             model,
             &mut toolbox,
             &mut observer,
-        );
+        )
+        .await;
         let (tools, warnings) = toolbox.into_parts();
         let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();

@@ -13,7 +13,8 @@ use crate::core::plan::SharedPlan;
 use crate::core::protocol::{ToolDefinition, ToolUseId};
 use crate::policy::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
 use crate::policy::permission::{ApprovalRequest, Approver, Decision};
-use crate::run::driver::{Event, Executor, Monitor, Round, stopped_output};
+use crate::run::driver::{Event, Executor, Monitor, Round, RoundFuture, block_on, stopped_output};
+use crate::run::join::CatchUnwind;
 use crate::run::limits::RunGuard;
 use crate::run::monitor::SharedMonitor;
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
@@ -31,10 +32,20 @@ pub(crate) struct Gate<'a> {
     pub(crate) guard: &'a RunGuard,
 }
 
+/// How a run is driven: which entry points of a tool an executor calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drive {
+    /// [`Tool::run`] and [`Tool::run_batch`], on the run's thread.
+    Blocking,
+    /// [`Tool::run_async`] and [`Tool::run_batch_async`], awaited.
+    Async,
+}
+
 /// The executor of one agent.
 pub(crate) struct Toolbox<'a> {
     agent: AgentId,
     gate: Gate<'a>,
+    drive: Drive,
     plan: Option<&'a SharedPlan>,
     records: Vec<ToolRecord>,
     warnings: Vec<Warning>,
@@ -46,6 +57,10 @@ pub(crate) struct Toolbox<'a> {
     /// The registry as refreshed at a turn boundary, when a tool source's
     /// tools changed; until then the agent's own.
     refreshed: Option<Registry>,
+    /// The outputs of the round under way, in call order, so far.
+    answered: Vec<ToolOutput>,
+    /// Calls admitted whose tool is running, with their decision.
+    running: HashMap<ToolUseId, CallDecision>,
 }
 
 /// The outcome of the pipeline for one call.
@@ -98,10 +113,16 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl<'a> Toolbox<'a> {
-    pub(crate) fn new(agent: AgentId, gate: Gate<'a>, plan: Option<&'a SharedPlan>) -> Self {
+    pub(crate) fn new(
+        agent: AgentId,
+        gate: Gate<'a>,
+        plan: Option<&'a SharedPlan>,
+        drive: Drive,
+    ) -> Self {
         Self {
             agent,
             gate,
+            drive,
             plan,
             records: Vec::new(),
             warnings: Vec::new(),
@@ -109,6 +130,8 @@ impl<'a> Toolbox<'a> {
             batches: HashMap::new(),
             over_limit: HashSet::new(),
             refreshed: None,
+            answered: Vec::new(),
+            running: HashMap::new(),
         }
     }
 
@@ -277,30 +300,39 @@ impl<'a> Toolbox<'a> {
         }
     }
 
-    fn run_tool(&self, tool: &dyn Tool, call: &ToolCall) -> ToolOutput {
+    async fn run_tool(&self, tool: &dyn Tool, call: &ToolCall) -> ToolOutput {
         let context = ToolContext {
             agent: &self.agent,
             call,
         };
-        catch_unwind(AssertUnwindSafe(|| tool.run(call.input(), &context))).unwrap_or_else(
-            |payload| {
-                ToolOutput::error(format!(
-                    "{} failed: the tool panicked: {}",
-                    call.name(),
-                    panic_text(&*payload)
-                ))
-            },
-        )
+        let ran = match self.drive {
+            Drive::Blocking => catch_unwind(AssertUnwindSafe(|| tool.run(call.input(), &context))),
+            Drive::Async => {
+                match catch_unwind(AssertUnwindSafe(|| tool.run_async(call.input(), &context))) {
+                    Ok(future) => CatchUnwind(future).await,
+                    Err(payload) => Err(payload),
+                }
+            }
+        };
+        ran.unwrap_or_else(|payload| {
+            ToolOutput::error(format!(
+                "{} failed: the tool panicked: {}",
+                call.name(),
+                panic_text(&*payload)
+            ))
+        })
     }
 
-    fn process(&self, call: &ToolCall) -> Answer {
+    async fn process(&mut self, call: &ToolCall) -> Answer {
         let mut warnings = Vec::new();
         match self.admit(call, &mut warnings) {
             Admission::Refused(output, decision) => {
                 self.conclude(call, output, decision, false, warnings)
             }
             Admission::Admitted(tool, decision) => {
-                let output = self.run_tool(tool.as_ref(), call);
+                self.running.insert(call.id().clone(), decision);
+                let output = self.run_tool(tool.as_ref(), call).await;
+                self.running.remove(call.id());
                 self.conclude(call, output, decision, true, warnings)
             }
         }
@@ -308,8 +340,9 @@ impl<'a> Toolbox<'a> {
 
     /// Runs one batch: consecutive calls to one delegating tool. Admission
     /// runs in call order; the admitted calls then run together through
-    /// [`Tool::run_batch`]; every answer waits in `prepared` for its turn.
-    fn run_batch(&mut self, run: &[ToolCall]) {
+    /// [`Tool::run_batch`] (or [`Tool::run_batch_async`]); every answer
+    /// waits in `prepared` for its turn.
+    async fn run_batch(&mut self, run: &[ToolCall]) {
         let mut admitted: Vec<AdmittedCall<'_>> = Vec::new();
         for call in run {
             let mut warnings = Vec::new();
@@ -319,6 +352,7 @@ impl<'a> Toolbox<'a> {
                     self.prepared.insert(call.id().clone(), answer);
                 }
                 Admission::Admitted(tool, decision) => {
+                    self.running.insert(call.id().clone(), decision);
                     admitted.push((call, tool, decision, warnings));
                 }
             }
@@ -334,15 +368,21 @@ impl<'a> Toolbox<'a> {
                 call,
             })
             .collect();
-        let outputs = catch_unwind(AssertUnwindSafe(|| tool.run_batch(&contexts))).unwrap_or_else(
-            |payload| {
-                let text = format!(
-                    "{name} failed: the tool panicked: {}",
-                    panic_text(&*payload)
-                );
-                vec![ToolOutput::error(text); contexts.len()]
+        let ran = match self.drive {
+            Drive::Blocking => catch_unwind(AssertUnwindSafe(|| tool.run_batch(&contexts))),
+            Drive::Async => match catch_unwind(AssertUnwindSafe(|| tool.run_batch_async(&contexts)))
+            {
+                Ok(future) => CatchUnwind(future).await,
+                Err(payload) => Err(payload),
             },
-        );
+        };
+        let outputs = ran.unwrap_or_else(|payload| {
+            let text = format!(
+                "{name} failed: the tool panicked: {}",
+                panic_text(&*payload)
+            );
+            vec![ToolOutput::error(text); contexts.len()]
+        });
         let mut outputs = outputs.into_iter();
         for (call, _, decision, warnings) in admitted {
             let output = outputs.next().unwrap_or_else(|| {
@@ -350,9 +390,23 @@ impl<'a> Toolbox<'a> {
                     "{name} failed: the batch returned no result for this call"
                 ))
             });
+            self.running.remove(call.id());
             let answer = self.conclude(call, output, decision, true, warnings);
             self.prepared.insert(call.id().clone(), answer);
         }
+    }
+
+    /// Answers one call of the round: from its batch (started here when
+    /// the call is the batch's first), or through the pipeline.
+    async fn answer(&mut self, call: &ToolCall) -> ToolOutput {
+        if let Some(run) = self.batches.remove(call.id()) {
+            self.run_batch(&run).await;
+        }
+        let answer = match self.prepared.remove(call.id()) {
+            Some(answer) => answer,
+            None => self.process(call).await,
+        };
+        self.deliver(answer)
     }
 
     fn deliver(&mut self, answer: Answer) -> ToolOutput {
@@ -401,15 +455,9 @@ impl Executor for Toolbox<'_> {
         self.plan.map(SharedPlan::render)
     }
 
+    /// One call on its own, outside a round (the driver asks for rounds).
     fn execute(&mut self, call: &ToolCall) -> ToolOutput {
-        if let Some(run) = self.batches.remove(call.id()) {
-            self.run_batch(&run);
-        }
-        let answer = match self.prepared.remove(call.id()) {
-            Some(answer) => answer,
-            None => self.process(call),
-        };
-        self.deliver(answer)
+        block_on(self.answer(call))
     }
 
     fn interrupt(&self) -> Option<Interrupt> {
@@ -422,37 +470,73 @@ impl Executor for Toolbox<'_> {
     /// audit entry and a record, decision `stopped`), and a batch whose first
     /// call cannot start does not start at all. A call a started batch
     /// already ran is delivered even after the stop: a result is never lost.
-    fn execute_round(
-        &mut self,
-        calls: &[ToolCall],
-        agent: &AgentId,
-        monitor: &mut dyn Monitor,
-    ) -> Round {
-        if self.interrupt().is_none() {
-            self.plan_round(calls);
-        }
-        let mut round = Round::default();
-        for call in calls {
-            monitor.event(agent, &Event::ToolRequested { call });
-            let output = match self.interrupt() {
-                Some(interrupt) if !self.prepared.contains_key(call.id()) => {
-                    let output = stopped_output(&interrupt);
-                    self.skip(call, &output);
-                    round.stopped = Some(interrupt);
-                    output
-                }
-                _ => self.execute(call),
+    fn execute_round<'r>(
+        &'r mut self,
+        calls: &'r [ToolCall],
+        agent: &'r AgentId,
+        monitor: &'r mut dyn Monitor,
+    ) -> RoundFuture<'r> {
+        Box::pin(async move {
+            if self.interrupt().is_none() {
+                self.plan_round(calls);
+            }
+            self.answered.clear();
+            let mut stopped = None;
+            for call in calls {
+                monitor.event(agent, &Event::ToolRequested { call });
+                let output = match self.interrupt() {
+                    Some(interrupt) if !self.prepared.contains_key(call.id()) => {
+                        let output = stopped_output(&interrupt);
+                        self.skip(call, &output);
+                        stopped = Some(interrupt);
+                        output
+                    }
+                    _ => self.answer(call).await,
+                };
+                monitor.event(
+                    agent,
+                    &Event::ToolFinished {
+                        call,
+                        output: &output,
+                    },
+                );
+                self.answered.push(output);
+            }
+            Round {
+                outputs: std::mem::take(&mut self.answered),
+                stopped,
+            }
+        })
+    }
+
+    /// The round's future was dropped: the calls answered so far keep
+    /// their outputs; a call a batch already ran is delivered (a result is
+    /// never lost); a call whose tool was running is answered that its
+    /// result is lost, and every other call `not executed`, each with its
+    /// audit entries and its record.
+    fn abandon_round(&mut self, calls: &[ToolCall], interrupt: &Interrupt) -> Vec<ToolOutput> {
+        let mut outputs = std::mem::take(&mut self.answered);
+        for call in calls.iter().skip(outputs.len()) {
+            let output = if let Some(answer) = self.prepared.remove(call.id()) {
+                self.deliver(answer)
+            } else if let Some(decision) = self.running.remove(call.id()) {
+                let output = ToolOutput::error(format!(
+                    "{} was abandoned while it ran: {}; its result is lost",
+                    call.name(),
+                    interrupt.text
+                ));
+                let answer = self.conclude(call, output, decision, false, Vec::new());
+                self.deliver(answer)
+            } else {
+                let output = stopped_output(interrupt);
+                self.skip(call, &output);
+                output
             };
-            monitor.event(
-                agent,
-                &Event::ToolFinished {
-                    call,
-                    output: &output,
-                },
-            );
-            round.outputs.push(output);
+            outputs.push(output);
         }
-        round
+        self.batches.clear();
+        self.running.clear();
+        outputs
     }
 }
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::agent::executor::{Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
     Budget, Conversation, OnEmptyReply, Outcome, StatusKind, ToolOutput,
@@ -33,11 +33,14 @@ use crate::core::error::SetupError;
 use crate::core::protocol::ToolUseId;
 use crate::policy::hooks::{AuditLog, Hooks};
 use crate::policy::permission::Approver;
-use crate::run::driver;
+use crate::run::driver::{self, block_on};
+use crate::run::join::{CatchUnwind, join_all};
 use crate::run::limits::RunGuard;
-use crate::run::model::ChildModels;
+use crate::run::model::{Blocking, ChildModels};
 use crate::run::monitor::{AgentMonitor, SharedMonitor};
-use crate::tools::{Capability, ReadOnlyRegistry, Registry, Tool, ToolContext, refusal};
+use crate::tools::{
+    BatchFuture, Capability, ReadOnlyRegistry, Registry, Tool, ToolContext, ToolFuture, refusal,
+};
 
 /// The tool's name.
 pub const TASK_TOOL: &str = "task";
@@ -301,13 +304,16 @@ impl TaskTool {
         .to_output()
     }
 
-    /// Runs one child to its end and files its record; always returns a report.
-    fn run_child(
+    /// Runs one child to its end and files its record; always returns a
+    /// report. `drive` says how: on this thread with the blocking child
+    /// model, or awaited with the async one.
+    async fn run_child(
         &self,
         shared: &Shared,
         number: usize,
         task: &str,
         parent_call: &ToolUseId,
+        drive: Drive,
     ) -> ToolOutput {
         let agent = AgentId::Child {
             number,
@@ -322,22 +328,39 @@ impl TaskTool {
             monitor: &shared.monitor,
             guard: &shared.guard,
         };
-        let mut toolbox = Toolbox::new(agent.clone(), gate, None);
+        let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
         let outcome = match Conversation::start(task, self.budget.get()) {
             Ok(conversation) => {
                 let conversation = conversation
                     .with_system(self.system.as_str())
                     .on_empty_reply(shared.on_empty);
-                let mut model = self.models.model_for(number);
-                driver::run_from(
-                    &agent,
-                    conversation,
-                    0,
-                    &mut model,
-                    &mut toolbox,
-                    &mut observer,
-                )
+                match drive {
+                    Drive::Blocking => {
+                        let mut model = Blocking(self.models.model_for(number));
+                        driver::drive(
+                            &agent,
+                            conversation,
+                            0,
+                            &mut model,
+                            &mut toolbox,
+                            &mut observer,
+                        )
+                        .await
+                    }
+                    Drive::Async => {
+                        let mut model = self.models.async_model_for(number);
+                        driver::drive(
+                            &agent,
+                            conversation,
+                            0,
+                            &mut *model,
+                            &mut toolbox,
+                            &mut observer,
+                        )
+                        .await
+                    }
+                }
             }
             // Unreachable after `check_task`, but a result is never lost.
             Err(err) => refusal_outcome(task, &err.to_string()),
@@ -364,6 +387,59 @@ impl TaskTool {
                 elapsed: started.elapsed(),
             });
         output
+    }
+
+    /// The report of a child that panicked.
+    fn panicked(task: &str, number: usize, id: &ToolUseId) -> ToolOutput {
+        let outcome = refusal_outcome(
+            task,
+            &format!("the subagent for {id} (child-{number}) panicked"),
+        );
+        TaskReport::from_outcome(&outcome).to_output()
+    }
+
+    /// The children of a batch: for each call, the task and the number of
+    /// its child, or the answer it gets without one (a refusal, the
+    /// delegation limit).
+    fn plan_batch<'c>(
+        shared: &Shared,
+        calls: &'c [ToolContext<'c>],
+    ) -> Vec<Result<(&'c str, usize, &'c ToolUseId), ToolOutput>> {
+        let checked: Vec<Result<&str, ToolOutput>> = calls
+            .iter()
+            .map(|context| check_task(context.call.input()))
+            .collect();
+        let valid = checked.iter().filter(|task| task.is_ok()).count();
+        let mut numbers = shared.guard.reserve_delegations(valid).into_iter();
+        calls
+            .iter()
+            .zip(checked)
+            .map(|(context, task)| {
+                let task = task?;
+                match numbers.next().flatten() {
+                    Some(number) => Ok((task, number, context.call.id())),
+                    None => Err(Self::over_limit(shared)),
+                }
+            })
+            .collect()
+    }
+
+    /// The task and number of a single call's child, or its answer.
+    fn plan_one<'c>(
+        shared: &Shared,
+        input: &'c Value,
+    ) -> Result<(&'c str, usize), ToolOutput> {
+        let task = check_task(input)?;
+        match shared
+            .guard
+            .reserve_delegations(1)
+            .first()
+            .copied()
+            .flatten()
+        {
+            Some(number) => Ok((task, number)),
+            None => Err(Self::over_limit(shared)),
+        }
     }
 }
 
@@ -429,18 +505,15 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
         let Some(shared) = self.shared.get() else {
             return Self::not_built();
         };
-        match check_task(input) {
-            Ok(task) => match shared
-                .guard
-                .reserve_delegations(1)
-                .first()
-                .copied()
-                .flatten()
-            {
-                Some(number) => self.run_child(shared, number, task, context.call.id()),
-                None => Self::over_limit(shared),
-            },
-            Err(refused) => refused,
+        match Self::plan_one(shared, input) {
+            Ok((task, number)) => block_on(self.run_child(
+                shared,
+                number,
+                task,
+                context.call.id(),
+                Drive::Blocking,
+            )),
+            Err(answer) => answer,
         }
     }
 
@@ -453,43 +526,81 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
         let Some(shared) = self.shared.get() else {
             return calls.iter().map(|_| Self::not_built()).collect();
         };
-        let checked: Vec<Result<&str, ToolOutput>> = calls
-            .iter()
-            .map(|context| check_task(context.call.input()))
-            .collect();
-        let valid = checked.iter().filter(|task| task.is_ok()).count();
-        let mut numbers = shared.guard.reserve_delegations(valid).into_iter();
+        let planned = Self::plan_batch(shared, calls);
         std::thread::scope(|scope| {
-            let handles: Vec<_> = calls
-                .iter()
-                .zip(checked)
-                .map(|(context, task)| match task {
-                    Ok(task) => match numbers.next().flatten() {
-                        Some(this) => {
-                            let id = context.call.id();
-                            Ok((
-                                scope.spawn(move || self.run_child(shared, this, task, id)),
-                                task,
-                                this,
-                                id,
-                            ))
-                        }
-                        None => Err(Self::over_limit(shared)),
-                    },
-                    Err(refused) => Err(refused),
+            let handles: Vec<_> = planned
+                .into_iter()
+                .map(|planned| {
+                    planned.map(|(task, number, id)| {
+                        let child = scope.spawn(move || {
+                            block_on(self.run_child(shared, number, task, id, Drive::Blocking))
+                        });
+                        (child, task, number, id)
+                    })
                 })
                 .collect();
             handles
                 .into_iter()
                 .map(|handle| match handle {
-                    Ok((handle, task, this, id)) => handle.join().unwrap_or_else(|_| {
-                        let outcome = refusal_outcome(
-                            task,
-                            &format!("the subagent for {id} (child-{this}) panicked"),
-                        );
-                        TaskReport::from_outcome(&outcome).to_output()
-                    }),
-                    Err(refused) => refused,
+                    Ok((child, task, number, id)) => child
+                        .join()
+                        .unwrap_or_else(|_| Self::panicked(task, number, id)),
+                    Err(answer) => answer,
+                })
+                .collect()
+        })
+    }
+
+    /// One delegation in an async run: the child is awaited on the run's
+    /// task, its model the async one ([`ChildModels::async_model_for`]).
+    fn run_async<'a>(&'a self, input: &'a Value, context: &'a ToolContext<'a>) -> ToolFuture<'a> {
+        Box::pin(async move {
+            let Some(shared) = self.shared.get() else {
+                return Self::not_built();
+            };
+            match Self::plan_one(shared, input) {
+                Ok((task, number)) => {
+                    self.run_child(shared, number, task, context.call.id(), Drive::Async)
+                        .await
+                }
+                Err(answer) => answer,
+            }
+        })
+    }
+
+    /// Consecutive delegations in an async run: the children run side by
+    /// side on the run's own task (no thread, no spawned task), numbered
+    /// and reported in call order as in a blocking run. Dropping the
+    /// future drops every child, and each child's conversation finishes
+    /// `cancelled`.
+    fn run_batch_async<'a>(&'a self, calls: &'a [ToolContext<'a>]) -> BatchFuture<'a> {
+        Box::pin(async move {
+            let Some(shared) = self.shared.get() else {
+                return calls.iter().map(|_| Self::not_built()).collect();
+            };
+            let planned = Self::plan_batch(shared, calls);
+            let children: Vec<_> = planned
+                .iter()
+                .filter_map(|planned| planned.as_ref().ok())
+                .map(|&(task, number, id)| {
+                    CatchUnwind(Box::pin(self.run_child(
+                        shared,
+                        number,
+                        task,
+                        id,
+                        Drive::Async,
+                    )))
+                })
+                .collect();
+            let mut reports = join_all(children).await.into_iter();
+            planned
+                .into_iter()
+                .map(|planned| match planned {
+                    Ok((task, number, id)) => match reports.next() {
+                        Some(Ok(report)) => report,
+                        _ => Self::panicked(task, number, id),
+                    },
+                    Err(answer) => answer,
                 })
                 .collect()
         })

@@ -1,18 +1,34 @@
 //! The driver: the only loop in the crate.
 //!
-//! [`run`] asks the model, hands the reply to the conversation, runs the
+//! [`drive`] asks the model, hands the reply to the conversation, runs the
 //! requested tools through an [`Executor`], and repeats until the
 //! conversation finishes. It knows nothing of particular tools, files or
-//! HTTP: those live behind [`Model`] and [`Executor`]. A model failure
+//! HTTP: those live behind [`AsyncModel`] and [`Executor`]. A model failure
 //! finishes the conversation `model_error`; the loop never retries.
+//!
+//! The loop is written once, as an `async fn` that names no runtime. The
+//! blocking entry points ([`run`], [`run_from`]) drive it with [`block_on`]
+//! over a [`Blocking`] model and an executor whose work is done when it is
+//! asked for, so their future is complete at its first poll; an async host
+//! awaits [`drive`] on its own runtime. Dropping the future of [`drive`]
+//! before it finishes still finishes the conversation, `cancelled`: the
+//! monitor is told how the request in flight or the round under way
+//! ended, and sees [`Event::Finished`], so a trace always ends with its
+//! outcome.
+
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
-    AfterRound, AwaitingModel, CONTINUE_PROMPT, Conversation, Interrupt, Outcome, Reply, ToolCall,
-    ToolOutput,
+    AfterRound, AwaitingModel, AwaitingTools, CONTINUE_PROMPT, Conversation, Interrupt,
+    InterruptKind, Outcome, Reply, ToolCall, ToolOutput,
 };
+use crate::core::error::ModelFailure;
 use crate::core::protocol::ToolDefinition;
-use crate::run::model::{Model, Received};
+use crate::run::model::{AsyncModel, Blocking, Model, Received};
 pub use crate::run::monitor::{Event, Monitor, Silent};
 
 /// Runs tool calls for the driver.
@@ -47,13 +63,14 @@ pub trait Executor {
     /// The default runs the calls one by one through [`Executor::execute`],
     /// asking [`Executor::interrupt`] before each: once it says stop, the
     /// remaining calls are answered `not executed: the run was stopped
-    /// (…)` without running.
-    fn execute_round(
-        &mut self,
-        calls: &[ToolCall],
-        agent: &AgentId,
-        monitor: &mut dyn Monitor,
-    ) -> Round {
+    /// (…)` without running. It does the whole round when called, and the
+    /// future it returns is already complete.
+    fn execute_round<'a>(
+        &'a mut self,
+        calls: &'a [ToolCall],
+        agent: &'a AgentId,
+        monitor: &'a mut dyn Monitor,
+    ) -> RoundFuture<'a> {
         let mut round = Round::default();
         for call in calls {
             monitor.event(agent, &Event::ToolRequested { call });
@@ -74,7 +91,16 @@ pub trait Executor {
             );
             round.outputs.push(output);
         }
-        round
+        Box::pin(std::future::ready(round))
+    }
+
+    /// The round under way was abandoned (its future dropped): the outputs
+    /// of the calls already answered, in call order, then an answer for
+    /// every other call of `calls`, which did not run or whose result was
+    /// lost (`interrupt` says why). The default, for executors whose round
+    /// is done when asked for, answers every call as stopped.
+    fn abandon_round(&mut self, calls: &[ToolCall], interrupt: &Interrupt) -> Vec<ToolOutput> {
+        calls.iter().map(|_| stopped_output(interrupt)).collect()
     }
 
     /// Asked at every turn boundary (before each model request and before
@@ -85,6 +111,9 @@ pub trait Executor {
         None
     }
 }
+
+/// The future of a round of tool calls ([`Executor::execute_round`]).
+pub type RoundFuture<'a> = Pin<Box<dyn Future<Output = Round> + Send + 'a>>;
 
 /// What a round of tool calls gave ([`Executor::execute_round`]).
 #[derive(Debug, Default)]
@@ -103,7 +132,7 @@ pub fn stopped_output(interrupt: &Interrupt) -> ToolOutput {
     ))
 }
 
-/// Drives `conversation` to its end and returns the outcome.
+/// Drives `conversation` to its end with a blocking model and returns the outcome.
 pub fn run(
     conversation: Conversation<AwaitingModel>,
     model: &mut dyn Model,
@@ -117,27 +146,176 @@ pub fn run(
 /// conversation whose first `sent` messages the monitor has already seen (a
 /// resumed run; 0 for a new one): the first [`Event::Request`]'s
 /// `new_messages` starts after them, as if the run had never stopped.
+///
+/// It is [`drive`] under [`block_on`], the model wrapped in [`Blocking`].
 pub fn run_from(
     agent: &AgentId,
-    mut conversation: Conversation<AwaitingModel>,
+    conversation: Conversation<AwaitingModel>,
     sent: usize,
     model: &mut dyn Model,
     executor: &mut dyn Executor,
     monitor: &mut dyn Monitor,
 ) -> Outcome {
-    let mut sent = sent;
-    let outcome = loop {
-        let call = conversation.calls_made() + 1;
-        if let Some(mut interrupt) = executor.interrupt() {
-            interrupt.text = format!("{} (stopped before model request {call})", interrupt.text);
-            break conversation.interrupt(interrupt).into_outcome();
+    let mut model = Blocking(model);
+    block_on(drive(
+        agent,
+        conversation,
+        sent,
+        &mut model,
+        executor,
+        monitor,
+    ))
+}
+
+/// The interrupt of a run whose future was dropped before it finished.
+pub fn dropped_interrupt() -> Interrupt {
+    Interrupt {
+        kind: InterruptKind::Cancelled,
+        text: "the run was dropped before it finished; what was done so far is kept".to_owned(),
+    }
+}
+
+/// Where the conversation is while the loop runs: waiting for the model
+/// (or between turns), or waiting for a round of tool calls; neither once
+/// it has finished.
+#[derive(Default)]
+struct Stage {
+    asking: Option<Conversation<AwaitingModel>>,
+    /// Whether the request of `asking` has been sent.
+    in_flight: bool,
+    tools: Option<Conversation<AwaitingTools>>,
+}
+
+impl Stage {
+    /// Between turns, with `conversation`.
+    fn ask(&mut self, conversation: Conversation<AwaitingModel>) {
+        self.asking = Some(conversation);
+        self.in_flight = false;
+    }
+
+    /// The conversation between turns. The loop keeps it there from each
+    /// turn's start to its reply ([`Stage::ask`] before every turn).
+    fn asking(&mut self) -> &Conversation<AwaitingModel> {
+        match &mut self.asking {
+            Some(conversation) => conversation,
+            None => unreachable!("the loop asks only with a conversation in the stage"),
         }
-        executor.refresh();
-        let attachment = executor.attachment();
-        let reply = {
-            let request = conversation.request(executor.definitions(), attachment.as_deref());
+    }
+
+    /// Takes the conversation between turns out of the stage.
+    fn take_asking(&mut self) -> Conversation<AwaitingModel> {
+        self.in_flight = false;
+        match self.asking.take() {
+            Some(conversation) => conversation,
+            None => unreachable!("the loop asks only with a conversation in the stage"),
+        }
+    }
+}
+
+/// The loop's state: what [`Drop`] finishes when the loop's future is
+/// dropped before its end.
+struct Live<'r, E: Executor + ?Sized> {
+    agent: &'r AgentId,
+    executor: &'r mut E,
+    monitor: &'r mut dyn Monitor,
+    stage: Stage,
+}
+
+impl<E: Executor + ?Sized> Live<'_, E> {
+    fn finish(&mut self, outcome: Outcome) -> Outcome {
+        self.stage = Stage::default();
+        self.monitor
+            .event(self.agent, &Event::Finished { outcome: &outcome });
+        outcome
+    }
+}
+
+impl<E: Executor + ?Sized> Drop for Live<'_, E> {
+    /// The future was dropped mid-run: the conversation finishes
+    /// `cancelled` as a stop at that point would finish it. A request in
+    /// flight is told as failed and counts; a round under way keeps the
+    /// results it has, and every other call is answered `not executed`.
+    fn drop(&mut self) {
+        let interrupt = dropped_interrupt();
+        let stage = std::mem::take(&mut self.stage);
+        let outcome = if let Some(pending) = stage.tools {
+            let outputs = self.executor.abandon_round(pending.calls(), &interrupt);
+            match pending.answer_round(outputs, Some(interrupt.clone())) {
+                AfterRound::Continue(next) => next.interrupt(interrupt).into_outcome(),
+                AfterRound::CallLimit(done) => done.into_outcome(),
+                AfterRound::Stopped(done) => done.into_outcome(),
+            }
+        } else if let Some(conversation) = stage.asking {
+            if stage.in_flight {
+                let call = conversation.calls_made() + 1;
+                let failure = ModelFailure::with_kind(
+                    "cancelled",
+                    "the request was abandoned because the run was dropped",
+                );
+                self.monitor.event(
+                    self.agent,
+                    &Event::ModelFailed {
+                        call,
+                        failure: &failure,
+                    },
+                );
+                conversation.interrupt_in_flight(interrupt).into_outcome()
+            } else {
+                conversation.interrupt(interrupt).into_outcome()
+            }
+        } else {
+            return;
+        };
+        self.finish(outcome);
+    }
+}
+
+/// The loop: drives `conversation`, as `agent`'s, to its end and returns
+/// the outcome; the first `sent` messages are already on record (see
+/// [`run_from`]). Nothing here waits on its own: the model's answer and
+/// the round's results are the only awaits, so the future is complete at
+/// its first poll when both answer when asked ([`Blocking`], an executor
+/// of blocking tools).
+///
+/// Dropping the future before it completes finishes the conversation
+/// `cancelled` (see the module's text).
+pub async fn drive<M, E>(
+    agent: &AgentId,
+    conversation: Conversation<AwaitingModel>,
+    sent: usize,
+    model: &mut M,
+    executor: &mut E,
+    monitor: &mut dyn Monitor,
+) -> Outcome
+where
+    M: AsyncModel + ?Sized,
+    E: Executor + ?Sized,
+{
+    let mut live = Live {
+        agent,
+        executor,
+        monitor,
+        stage: Stage::default(),
+    };
+    live.stage.ask(conversation);
+    let mut sent = sent;
+    loop {
+        let conversation = live.stage.asking();
+        let call = conversation.calls_made() + 1;
+        if let Some(mut interrupt) = live.executor.interrupt() {
+            interrupt.text = format!("{} (stopped before model request {call})", interrupt.text);
+            let conversation = live.stage.take_asking();
+            return live.finish(conversation.interrupt(interrupt).into_outcome());
+        }
+        live.executor.refresh();
+        let attachment = live.executor.attachment();
+        let answer = {
+            // No await comes before the request is sent.
+            live.stage.in_flight = true;
+            let conversation = live.stage.asking();
+            let request = conversation.request(live.executor.definitions(), attachment.as_deref());
             let new_messages = request.messages.get(sent..).unwrap_or_default();
-            monitor.event(
+            live.monitor.event(
                 agent,
                 &Event::Request {
                     call,
@@ -146,15 +324,16 @@ pub fn run_from(
                 },
             );
             sent = request.messages.len();
-            model.respond_received(&request)
+            model.respond_async(&request).await
         };
+        let conversation = live.stage.take_asking();
         let Received {
             response: reply,
             raw,
-        } = match reply {
+        } = match answer {
             Ok(received) => received,
             Err(failure) => {
-                monitor.event(
+                live.monitor.event(
                     agent,
                     &Event::ModelFailed {
                         call,
@@ -163,17 +342,17 @@ pub fn run_from(
                 );
                 // A request abandoned because the run was stopped finishes
                 // with the stop's status, not as a model error.
-                if let Some(mut interrupt) = executor.interrupt() {
+                if let Some(mut interrupt) = live.executor.interrupt() {
                     interrupt.text = format!(
                         "{} (model request {call} was abandoned: {failure})",
                         interrupt.text
                     );
-                    break conversation.interrupt_in_flight(interrupt).into_outcome();
+                    return live.finish(conversation.interrupt_in_flight(interrupt).into_outcome());
                 }
-                break conversation.model_failed(failure).into_outcome();
+                return live.finish(conversation.model_failed(failure).into_outcome());
             }
         };
-        monitor.event(
+        live.monitor.event(
             agent,
             &Event::Response {
                 call,
@@ -185,27 +364,58 @@ pub fn run_from(
         let pending = match conversation.receive(reply) {
             Reply::Tools(pending) => pending,
             Reply::Continued(next) => {
-                monitor.event(
+                live.monitor.event(
                     agent,
                     &Event::EmptyReplyContinued {
                         call,
                         prompt: CONTINUE_PROMPT,
                     },
                 );
-                conversation = next;
+                live.stage.ask(next);
                 continue;
             }
-            Reply::Answered(done) => break done.into_outcome(),
-            Reply::ModelStopped(done) => break done.into_outcome(),
-            Reply::ProtocolError(done) => break done.into_outcome(),
+            Reply::Answered(done) => return live.finish(done.into_outcome()),
+            Reply::ModelStopped(done) => return live.finish(done.into_outcome()),
+            Reply::ProtocolError(done) => return live.finish(done.into_outcome()),
         };
-        let round = executor.execute_round(pending.calls(), agent, monitor);
+        let round = {
+            let pending = live.stage.tools.insert(pending);
+            live.executor
+                .execute_round(pending.calls(), agent, &mut *live.monitor)
+                .await
+        };
+        let Some(pending) = live.stage.tools.take() else {
+            unreachable!("the round's conversation is kept in the stage while the round runs");
+        };
         match pending.answer_round(round.outputs, round.stopped) {
-            AfterRound::Continue(next) => conversation = next,
-            AfterRound::CallLimit(done) => break done.into_outcome(),
-            AfterRound::Stopped(done) => break done.into_outcome(),
+            AfterRound::Continue(next) => live.stage.ask(next),
+            AfterRound::CallLimit(done) => return live.finish(done.into_outcome()),
+            AfterRound::Stopped(done) => return live.finish(done.into_outcome()),
         }
-    };
-    monitor.event(agent, &Event::Finished { outcome: &outcome });
-    outcome
+    }
+}
+
+/// Runs a future to its end on this thread, parking it while the future
+/// waits. The blocking entry points use it over futures that are complete
+/// at their first poll; it needs no runtime, and is no substitute for one
+/// (a future that waits on a runtime's timers or sockets never wakes here).
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        std::thread::park();
+    }
 }

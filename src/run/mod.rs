@@ -5,6 +5,7 @@
 //! May import: [`crate::core`].
 
 pub mod driver;
+pub mod join;
 pub mod limits;
 pub mod model;
 pub mod monitor;

@@ -48,6 +48,16 @@ pub trait Model {
     }
 }
 
+impl<M: Model + ?Sized> Model for &mut M {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        (**self).respond(request)
+    }
+
+    fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
+        (**self).respond_received(request)
+    }
+}
+
 impl<M: Model + ?Sized> Model for Box<M> {
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         (**self).respond(request)
@@ -63,7 +73,8 @@ pub type ModelFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Received, ModelFailure>> + Send + 'a>>;
 
 /// A model answered without blocking: an async HTTP client, or anything
-/// else that waits on I/O. The agent's async entry points
+/// else that waits on I/O. For a run spawned on a multi-threaded runtime,
+/// the model is `Send` (`&mut (dyn AsyncModel + Send)`). The agent's async entry points
 /// ([`crate::Agent::run_async`]) drive it; dropping the future abandons the
 /// request.
 ///
@@ -71,7 +82,7 @@ pub type ModelFuture<'a> =
 /// through [`Blocking`]: it answers on the caller's thread, which is right
 /// for models that never wait (scripts, the demo) and wrong for ones that
 /// do (a blocking HTTP client would hold an executor thread).
-pub trait AsyncModel: Send {
+pub trait AsyncModel {
     /// Answers one request, handing back the reply as received (see
     /// [`Model::respond_received`]). A failure ends the conversation as
     /// `model_error`.
@@ -91,10 +102,7 @@ impl<M: AsyncModel + ?Sized> AsyncModel for Box<M> {
 #[derive(Debug, Clone, Default)]
 pub struct Blocking<M>(pub M);
 
-impl<M: Model> AsyncModel for Blocking<M>
-where
-    Blocking<M>: Send,
-{
+impl<M: Model> AsyncModel for Blocking<M> {
     fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a> {
         let answer = self.0.respond_received(request);
         Box::pin(std::future::ready(answer))
@@ -110,7 +118,7 @@ pub trait ChildModels: Send + Sync {
     /// ([`crate::Agent::run_async`]). The default is [`ChildModels::model_for`]'s
     /// model through [`Blocking`], answered on the run's own task; a host
     /// whose children talk to a server returns an async client here.
-    fn async_model_for(&self, number: usize) -> Box<dyn AsyncModel> {
+    fn async_model_for(&self, number: usize) -> Box<dyn AsyncModel + Send> {
         Box::new(Blocking(self.model_for(number)))
     }
 }

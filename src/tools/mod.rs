@@ -20,6 +20,9 @@ pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
 pub use todo::TodoWrite;
 
+use std::future::Future;
+use std::pin::Pin;
+
 use serde_json::Value;
 
 use crate::core::agent_id::AgentId;
@@ -55,7 +58,19 @@ pub struct ToolContext<'a> {
     pub call: &'a ToolCall,
 }
 
+/// The future of a tool's answer in an async run ([`Tool::run_async`]).
+pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
+
+/// The future of a batch's answers in an async run ([`Tool::run_batch_async`]).
+pub type BatchFuture<'a> = Pin<Box<dyn Future<Output = Vec<ToolOutput>> + Send + 'a>>;
+
 /// A tool the model can call.
+///
+/// A blocking run (`Agent::run`) calls [`Tool::run`] and [`Tool::run_batch`];
+/// an async run (`Agent::run_async`) calls [`Tool::run_async`] and
+/// [`Tool::run_batch_async`], whose defaults call the blocking ones on the
+/// run's task: right for a tool that only computes or reads a file, wrong
+/// for one that waits (a program, a server), which overrides them.
 pub trait Tool: Send + Sync {
     /// The name the model calls it by.
     fn name(&self) -> &str;
@@ -82,6 +97,26 @@ pub trait Tool: Send + Sync {
             .iter()
             .map(|context| self.run(context.call.input(), context))
             .collect()
+    }
+
+    /// Runs one call in an async run. Dropping the future abandons the
+    /// call: a tool that starts work outside the future (a program) stops
+    /// it then. The default runs [`Tool::run`] when called, and its future
+    /// is already complete.
+    fn run_async<'a>(&'a self, input: &'a Value, context: &'a ToolContext<'a>) -> ToolFuture<'a> {
+        Box::pin(std::future::ready(self.run(input, context)))
+    }
+
+    /// [`Tool::run_batch`] in an async run. The default runs the calls one
+    /// after another through [`Tool::run_async`].
+    fn run_batch_async<'a>(&'a self, calls: &'a [ToolContext<'a>]) -> BatchFuture<'a> {
+        Box::pin(async move {
+            let mut outputs = Vec::with_capacity(calls.len());
+            for context in calls {
+                outputs.push(self.run_async(context.call.input(), context).await);
+            }
+            outputs
+        })
     }
 }
 
