@@ -370,11 +370,12 @@ impl<'a> Toolbox<'a> {
             .collect();
         let ran = match self.drive {
             Drive::Blocking => catch_unwind(AssertUnwindSafe(|| tool.run_batch(&contexts))),
-            Drive::Async => match catch_unwind(AssertUnwindSafe(|| tool.run_batch_async(&contexts)))
-            {
-                Ok(future) => CatchUnwind(future).await,
-                Err(payload) => Err(payload),
-            },
+            Drive::Async => {
+                match catch_unwind(AssertUnwindSafe(|| tool.run_batch_async(&contexts))) {
+                    Ok(future) => CatchUnwind(future).await,
+                    Err(payload) => Err(payload),
+                }
+            }
         };
         let outputs = ran.unwrap_or_else(|payload| {
             let text = format!(

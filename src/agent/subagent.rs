@@ -425,10 +425,7 @@ impl TaskTool {
     }
 
     /// The task and number of a single call's child, or its answer.
-    fn plan_one<'c>(
-        shared: &Shared,
-        input: &'c Value,
-    ) -> Result<(&'c str, usize), ToolOutput> {
+    fn plan_one<'c>(shared: &Shared, input: &'c Value) -> Result<(&'c str, usize), ToolOutput> {
         let task = check_task(input)?;
         match shared
             .guard
@@ -506,13 +503,9 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
             return Self::not_built();
         };
         match Self::plan_one(shared, input) {
-            Ok((task, number)) => block_on(self.run_child(
-                shared,
-                number,
-                task,
-                context.call.id(),
-                Drive::Blocking,
-            )),
+            Ok((task, number)) => {
+                block_on(self.run_child(shared, number, task, context.call.id(), Drive::Blocking))
+            }
             Err(answer) => answer,
         }
     }

@@ -191,11 +191,29 @@ impl RunMain {
         &self.settings
     }
 
+    /// The program and its arguments, or the error of an empty command.
+    fn program(&self) -> Result<(&String, &[String]), ToolOutput> {
+        self.settings
+            .command
+            .split_first()
+            .ok_or_else(|| ToolOutput::error("run_main: the command is empty"))
+    }
+
+    /// The answer when the program could not be started.
+    fn not_started(program: &str, err: &std::io::Error) -> ToolOutput {
+        if err.kind() == std::io::ErrorKind::NotFound {
+            return ToolOutput::error(format!(
+                "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
+            ));
+        }
+        ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"))
+    }
+
     /// Runs the program once and reports what happened.
     pub fn execute(&self) -> ToolOutput {
-        let (program, args) = match self.settings.command.split_first() {
-            Some(split) => split,
-            None => return ToolOutput::error("run_main: the command is empty"),
+        let (program, args) = match self.program() {
+            Ok(split) => split,
+            Err(answer) => return answer,
         };
         let watchdog = match Watchdog::spawn() {
             Ok(watchdog) => watchdog,
@@ -216,15 +234,10 @@ impl RunMain {
             Ok(child) => child,
             Err(err) => {
                 watchdog.finish();
-                if err.kind() == std::io::ErrorKind::NotFound {
-                    return ToolOutput::error(format!(
-                        "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
-                    ));
-                }
-                return ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"));
+                return Self::not_started(program, &err);
             }
         };
-        let slot = self.programs.groups().register(group);
+        let slot = Registered(self.programs.groups().register(group));
         let cap = self.settings.output_cap;
         let stdout = child.stdout.take().map(|pipe| spawn_capture(pipe, cap));
         let stderr = child.stderr.take().map(|pipe| spawn_capture(pipe, cap));
@@ -247,16 +260,101 @@ impl RunMain {
                 }
             }
         };
-        if let Some(slot) = slot {
-            slot.store(0, Ordering::SeqCst);
-        }
+        drop(slot);
         // Whatever the program left behind in its group goes too, so the
         // pipes close; then the watchdog, the group's leader, is reaped.
         watchdog.finish();
         let grace = Instant::now() + Duration::from_millis(500);
         let stdout = collect(stdout, grace);
         let stderr = collect(stderr, grace);
+        self.report(status, &stdout, &stderr, timed_out)
+    }
 
+    /// Runs the program once, as [`RunMain::execute`] does, waiting for it
+    /// and reading its output on the tokio runtime that polls the future:
+    /// no thread waits for it. Dropping the future kills the program's
+    /// whole group (the watchdog's `Drop`, as on every other path out).
+    #[cfg(feature = "async")]
+    pub async fn execute_async(&self) -> ToolOutput {
+        let (program, args) = match self.program() {
+            Ok(split) => split,
+            Err(answer) => return answer,
+        };
+        let watchdog = match Watchdog::spawn() {
+            Ok(watchdog) => watchdog,
+            Err(err) => {
+                return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
+            }
+        };
+        let group = watchdog.group();
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .current_dir(&self.workspace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(group)
+            .kill_on_drop(true);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(err) => {
+                watchdog.finish();
+                return Self::not_started(program, &err);
+            }
+        };
+        let slot = Registered(self.programs.groups().register(group));
+        let cap = self.settings.output_cap;
+        let mut stdout = AsyncCapture::new(child.stdout.take(), cap);
+        let mut stderr = AsyncCapture::new(child.stderr.take(), cap);
+        let mut timed_out = false;
+        let status = {
+            let wait = async {
+                match tokio::time::timeout(self.settings.timeout, child.wait()).await {
+                    Ok(status) => status,
+                    Err(_) => {
+                        timed_out = true;
+                        kill_group(group);
+                        child.wait().await
+                    }
+                }
+            };
+            let mut wait = std::pin::pin!(wait);
+            // The pipes are read while the program runs, so a full pipe
+            // never stalls it.
+            loop {
+                tokio::select! {
+                    status = &mut wait => break status,
+                    () = stdout.read_some(), if stdout.open() => {}
+                    () = stderr.read_some(), if stderr.open() => {}
+                }
+            }
+        };
+        drop(slot);
+        watchdog.finish();
+        // What is left in the pipes, for at most 500 ms (a descendant that
+        // left the group may hold them open).
+        let _ = tokio::time::timeout(Duration::from_millis(500), async {
+            while stdout.open() || stderr.open() {
+                tokio::select! {
+                    () = stdout.read_some(), if stdout.open() => {}
+                    () = stderr.read_some(), if stderr.open() => {}
+                }
+            }
+        })
+        .await;
+        self.report(status, &stdout.captured, &stderr.captured, timed_out)
+    }
+
+    /// The answer for a program that ran: its report, an error when it
+    /// failed, timed out or could not be waited for.
+    fn report(
+        &self,
+        status: std::io::Result<std::process::ExitStatus>,
+        stdout: &Captured,
+        stderr: &Captured,
+        timed_out: bool,
+    ) -> ToolOutput {
         let status = match status {
             Ok(status) => status,
             Err(err) => {
@@ -289,6 +387,63 @@ impl RunMain {
             ToolOutput::ok(content)
         } else {
             ToolOutput::error(content)
+        }
+    }
+}
+
+/// A group's slot in [`ProcessGroups`], cleared when the program is done
+/// or its run dropped.
+struct Registered<'a>(Option<&'a AtomicI32>);
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0 {
+            slot.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A pipe read on the runtime, up to a cap.
+#[cfg(feature = "async")]
+struct AsyncCapture<R> {
+    pipe: Option<R>,
+    captured: Captured,
+    cap: usize,
+    chunk: Vec<u8>,
+}
+
+#[cfg(feature = "async")]
+impl<R: tokio::io::AsyncRead + Unpin> AsyncCapture<R> {
+    fn new(pipe: Option<R>, cap: usize) -> Self {
+        Self {
+            pipe,
+            captured: Captured::default(),
+            cap,
+            chunk: vec![0; 64 * 1024],
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.pipe.is_some()
+    }
+
+    /// Reads what is there; at the end (or an error) the pipe is closed.
+    /// Cancel-safe: a read that did not complete took nothing.
+    async fn read_some(&mut self) {
+        use tokio::io::AsyncReadExt;
+        let Some(pipe) = &mut self.pipe else {
+            return std::future::pending().await;
+        };
+        match pipe.read(&mut self.chunk).await {
+            Ok(0) | Err(_) => self.pipe = None,
+            Ok(n) => {
+                let read = self.chunk.get(..n).unwrap_or_default();
+                let out = &mut self.captured;
+                let room = self.cap.saturating_sub(out.bytes.len()).min(read.len());
+                out.bytes
+                    .extend_from_slice(read.get(..room).unwrap_or_default());
+                out.dropped += (read.len() - room) as u64;
+            }
         }
     }
 }
@@ -596,5 +751,17 @@ impl Tool for RunMain {
 
     fn run(&self, _input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
         self.execute()
+    }
+
+    /// With the `async` feature, the program is awaited on the tokio
+    /// runtime ([`RunMain::execute_async`]); without it, the default runs
+    /// [`RunMain::execute`] on the run's task.
+    #[cfg(feature = "async")]
+    fn run_async<'a>(
+        &'a self,
+        _input: &'a Value,
+        _context: &'a ToolContext<'a>,
+    ) -> super::ToolFuture<'a> {
+        Box::pin(self.execute_async())
     }
 }

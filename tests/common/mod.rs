@@ -187,3 +187,102 @@ pub fn skipped(reason: impl std::fmt::Display) {
     }
     eprintln!("skipped: {reason}");
 }
+
+/// How a test drives an agent: the blocking entry points ([`Agent::run`]),
+/// or the async ones ([`Agent::run_async`]) awaited on a tokio runtime.
+/// Agent-level tests are written once and run with both: a test body
+/// calls [`RunDriven::run_driven`], and [`async_twins!`] makes, for each
+/// named test, a twin that runs it under [`Driver::Async`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    Blocking,
+    Async,
+}
+
+thread_local! {
+    static DRIVER: std::cell::Cell<Driver> = const { std::cell::Cell::new(Driver::Blocking) };
+}
+
+/// The driver of this thread's test.
+pub fn driver() -> Driver {
+    DRIVER.with(std::cell::Cell::get)
+}
+
+/// Runs `body` with `driver` as this thread's driver.
+pub fn with_driver<R>(driver: Driver, body: impl FnOnce() -> R) -> R {
+    let before = DRIVER.with(|cell| cell.replace(driver));
+    let result = body();
+    DRIVER.with(|cell| cell.set(before));
+    result
+}
+
+/// A current-thread tokio runtime with its timers and I/O, as a service would have.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Runs an agent with this thread's [`Driver`].
+pub trait RunDriven {
+    fn run_driven(
+        self,
+        question: &str,
+        budget: subloop::Budget,
+        model: &mut dyn Model,
+    ) -> Result<subloop::RunReport, subloop::core::error::InputError>;
+
+    fn resume_driven(
+        self,
+        point: subloop::agent::ResumePoint,
+        model: &mut dyn Model,
+    ) -> subloop::RunReport;
+}
+
+impl RunDriven for subloop::Agent {
+    fn run_driven(
+        self,
+        question: &str,
+        budget: subloop::Budget,
+        model: &mut dyn Model,
+    ) -> Result<subloop::RunReport, subloop::core::error::InputError> {
+        match driver() {
+            Driver::Blocking => self.run(question, budget, model),
+            Driver::Async => {
+                let mut model = subloop::run::model::Blocking(model);
+                runtime().block_on(self.run_async(question, budget, &mut model))
+            }
+        }
+    }
+
+    fn resume_driven(
+        self,
+        point: subloop::agent::ResumePoint,
+        model: &mut dyn Model,
+    ) -> subloop::RunReport {
+        match driver() {
+            Driver::Blocking => self.resume(point, model),
+            Driver::Async => {
+                let mut model = subloop::run::model::Blocking(model);
+                runtime().block_on(self.resume_async(point, &mut model))
+            }
+        }
+    }
+}
+
+/// For each named test of the module, a test `async_driver::<name>` that
+/// runs it with [`Driver::Async`].
+#[macro_export]
+macro_rules! async_twins {
+    ($($name:ident),* $(,)?) => {
+        mod async_driver {
+            $(
+                #[test]
+                fn $name() {
+                    $crate::common::with_driver($crate::common::Driver::Async, super::$name)
+                }
+            )*
+        }
+    };
+}

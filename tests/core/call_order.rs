@@ -3,6 +3,7 @@
 //! reply has finished; later calls wait for the batch.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,7 +31,7 @@ use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::run::driver::Event;
 use subloop::run::limits::{CancelHandle, Limits};
-use subloop::run::model::ChildModels;
+use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
 use subloop::run::monitor::Monitor;
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
@@ -117,7 +118,7 @@ fn run(
         .monitor(recording.clone())
         .build();
     let report = agent
-        .run(
+        .run_driven(
             "Run it, then check.",
             Budget::new(4).unwrap(),
             &mut ScriptedModel::new(parent),
@@ -185,32 +186,46 @@ struct MeetThenReadModel {
     step: usize,
 }
 
-impl ChildModels for MeetThenRead {
-    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
-        Box::new(MeetThenReadModel {
+impl MeetThenRead {
+    fn model(&self, number: usize) -> MeetThenReadModel {
+        MeetThenReadModel {
             arrived: self.arrived.clone(),
             met: self.met.clone(),
             expected: self.expected,
             number,
             step: 0,
-        })
+        }
     }
 }
 
-impl Model for MeetThenReadModel {
-    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+/// Blocking runs get models that wait on their thread; async runs, models
+/// that wait on the runtime's timer (children then meet on one task).
+impl ChildModels for MeetThenRead {
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        Box::new(self.model(number))
+    }
+
+    fn async_model_for(&self, number: usize) -> Box<dyn AsyncModel + Send> {
+        Box::new(self.model(number))
+    }
+}
+
+impl MeetThenReadModel {
+    /// The reply once everyone is there (or the wait gave up); `None`
+    /// while waiting.
+    fn first_step(&mut self) -> Option<Result<ModelResponse, ModelFailure>> {
         self.step += 1;
         if self.step > 1 {
-            return Ok(ModelResponse::answer(format!(
+            return Some(Ok(ModelResponse::answer(format!(
                 "child {} read it",
                 self.number
-            )));
+            ))));
         }
         self.arrived.fetch_add(1, Ordering::SeqCst);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.arrived.load(Ordering::SeqCst) < self.expected && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        None
+    }
+
+    fn after_meeting(&self) -> Result<ModelResponse, ModelFailure> {
         let all_there = self.arrived.load(Ordering::SeqCst) >= self.expected;
         self.met.lock().unwrap().push(all_there);
         Ok(ModelResponse::tool_calls([(
@@ -218,6 +233,39 @@ impl Model for MeetThenReadModel {
             "read_file",
             json!({"path": MADE}),
         )]))
+    }
+}
+
+impl Model for MeetThenReadModel {
+    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        if let Some(reply) = self.first_step() {
+            return reply;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.arrived.load(Ordering::SeqCst) < self.expected && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        self.after_meeting()
+    }
+}
+
+impl AsyncModel for MeetThenReadModel {
+    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+        Box::pin(async move {
+            let reply = match self.first_step() {
+                Some(reply) => reply,
+                None => {
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    while self.arrived.load(Ordering::SeqCst) < self.expected
+                        && Instant::now() < deadline
+                    {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    self.after_meeting()
+                }
+            };
+            reply.map(Received::parsed)
+        })
     }
 }
 
@@ -458,7 +506,7 @@ fn a_stop_during_an_earlier_call_keeps_the_batch_after_it_from_starting() {
         Ok(ModelResponse::answer("never asked")),
     ]);
     let report = agent
-        .run("Stop, then delegate.", Budget::new(4).unwrap(), &mut model)
+        .run_driven("Stop, then delegate.", Budget::new(4).unwrap(), &mut model)
         .unwrap();
     assert_eq!(report.outcome.status, StatusKind::Cancelled);
     assert!(
@@ -480,3 +528,11 @@ fn a_stop_during_an_earlier_call_keeps_the_batch_after_it_from_starting() {
         assert!(content.starts_with("not executed: the run was stopped") && *is_error);
     }
 }
+
+crate::async_twins!(
+    tasks_after_run_main_in_one_reply_see_what_it_wrote_and_still_run_at_once,
+    a_call_between_two_tasks_splits_them_into_two_batches_of_one,
+    later_calls_wait_for_the_batch_before_them,
+    the_cli_prints_run_main_s_progress_before_the_children_s,
+    a_stop_during_an_earlier_call_keeps_the_batch_after_it_from_starting,
+);

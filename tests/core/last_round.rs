@@ -4,6 +4,7 @@
 //! `tool` line and in the `--json` output's `tools` entry.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -133,7 +134,7 @@ fn run(dir: &TempDir, case: Case) -> (RunReport, Vec<Value>) {
         .monitor(TraceWriter::create(&trace_path).unwrap())
         .build();
     let report = agent
-        .run(
+        .run_driven(
             "Run it.",
             Budget::new(case.budget).unwrap(),
             &mut ScriptedModel::new(case.parent),
@@ -447,3 +448,13 @@ fn the_cli_keeps_run_main_s_output_when_the_budget_is_spent() {
     assert_eq!(line["content"], content);
     assert_eq!(line["is_error"], false);
 }
+
+crate::async_twins!(
+    call_limit_keeps_the_last_round,
+    cancelled_keeps_the_last_round_with_budget_left,
+    cancelled_in_the_last_budgeted_round_keeps_it,
+    deadline_keeps_the_last_round,
+    token_limit_keeps_the_last_round,
+    a_child_s_last_round_is_on_record_too,
+    the_cli_keeps_run_main_s_output_when_the_budget_is_spent,
+);

@@ -8,6 +8,7 @@ mod common;
 
 mod call_order;
 mod conversation_rules;
+mod driver_equivalence;
 #[cfg(feature = "testing")]
 mod embedder_testing;
 mod empty_reply;

@@ -1,6 +1,7 @@
 //! Run-wide limits (tool calls per reply, delegations, deadline, tokens) and cancellation.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -31,7 +32,7 @@ use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::record::trace::TraceWriter;
 use subloop::run::limits::{CancelHandle, Limits};
-use subloop::run::model::ChildModels;
+use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 
 fn workspace() -> TempDir {
@@ -135,7 +136,7 @@ fn forty_tools_in_one_reply_run_sixteen_and_refuse_twenty_four() {
     .build();
     let mut model = ScriptedModel::new(vec![Ok(reads("t", 40)), Ok(ModelResponse::answer("done"))]);
     let report = agent
-        .run("read", Budget::new(3).unwrap(), &mut model)
+        .run_driven("read", Budget::new(3).unwrap(), &mut model)
         .unwrap();
     let results = results_after(&report.outcome.messages, 1);
     assert_eq!(results.len(), 40, "every id gets exactly one result");
@@ -178,7 +179,7 @@ fn twelve_sequential_delegations_run_eight_children_and_refuse_four() {
     let mut replies: Vec<ScriptedReply> = (0..12).map(|i| Ok(task(&format!("p{i}")))).collect();
     replies.push(Ok(ModelResponse::answer("done")));
     let report = agent
-        .run(
+        .run_driven(
             "delegate",
             Budget::new(13).unwrap(),
             &mut ScriptedModel::new(replies),
@@ -218,7 +219,7 @@ fn twelve_delegations_in_one_reply_run_the_first_eight() {
     );
     let mut model = ScriptedModel::new(vec![Ok(calls), Ok(ModelResponse::answer("done"))]);
     let report = agent
-        .run("delegate", Budget::new(3).unwrap(), &mut model)
+        .run_driven("delegate", Budget::new(3).unwrap(), &mut model)
         .unwrap();
     let results = results_after(&report.outcome.messages, 1);
     let statuses: Vec<Value> = results
@@ -252,7 +253,7 @@ fn a_deadline_during_a_slow_tool_stops_the_run_at_the_next_boundary() {
     ]);
     let started = Instant::now();
     let report = agent
-        .run("run it", Budget::new(5).unwrap(), &mut model)
+        .run_driven("run it", Budget::new(5).unwrap(), &mut model)
         .unwrap();
     let elapsed = started.elapsed();
     // Within the deadline plus the running tool's own timeout (5 s).
@@ -295,7 +296,7 @@ fn a_token_budget_crossed_by_usage_stops_at_the_next_boundary() {
         .map(|i| Ok(with_usage(reads(&format!("r{i}_"), 1), 400, 100)))
         .collect();
     let report = agent
-        .run(
+        .run_driven(
             "read",
             Budget::new(8).unwrap(),
             &mut ScriptedModel::new(replies),
@@ -326,7 +327,7 @@ fn a_child_s_tokens_count_against_the_run() {
     let agent = agent(&dir, limits, CancelHandle::new(), child).build();
     let mut model = ScriptedModel::new(vec![Ok(task("p0")), Ok(ModelResponse::answer("done"))]);
     let report = agent
-        .run("delegate", Budget::new(3).unwrap(), &mut model)
+        .run_driven("delegate", Budget::new(3).unwrap(), &mut model)
         .unwrap();
     assert_eq!(report.children[0].outcome.status, StatusKind::TokenLimit);
     assert_eq!(report.children[0].outcome.calls, 1);
@@ -395,7 +396,7 @@ fn cancelling_from_another_thread_during_a_child_s_turn_stops_everything() {
         Ok(ModelResponse::answer("never reached")),
     ]);
     let report = agent
-        .run("delegate", Budget::new(3).unwrap(), &mut model)
+        .run_driven("delegate", Budget::new(3).unwrap(), &mut model)
         .unwrap();
     canceller.join().unwrap();
     let child = &report.children[0];
@@ -673,7 +674,7 @@ proptest! {
             .subagents(SubagentConfig::new(Arc::new(ScriptedChildren(children)), Hooks::none())).unwrap()
             .build();
         let mut model = ScriptedModel::new(parent.into_iter().map(Ok).collect());
-        let report = agent.run("go", Budget::new(6).unwrap(), &mut model).unwrap();
+        let report = agent.run_driven("go", Budget::new(6).unwrap(), &mut model).unwrap();
         run_case(&report, &limits)?;
     }
 }
@@ -681,8 +682,14 @@ proptest! {
 /// Children that take `delay` before answering.
 struct Slow(Duration);
 
+/// Blocking runs get models that sleep on their thread; async runs, models
+/// that wait on the runtime's timer.
 impl ChildModels for Slow {
     fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        Box::new(SlowModel(self.0, number))
+    }
+
+    fn async_model_for(&self, number: usize) -> Box<dyn AsyncModel + Send> {
         Box::new(SlowModel(self.0, number))
     }
 }
@@ -693,6 +700,18 @@ impl Model for SlowModel {
     fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         std::thread::sleep(self.0);
         Ok(ModelResponse::answer(format!("child {} finished", self.1)))
+    }
+}
+
+impl AsyncModel for SlowModel {
+    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+        Box::pin(async move {
+            tokio::time::sleep(self.0).await;
+            Ok(Received::parsed(ModelResponse::answer(format!(
+                "child {} finished",
+                self.1
+            ))))
+        })
     }
 }
 
@@ -708,7 +727,7 @@ fn parallel_children_that_finished_keep_their_reports_when_the_deadline_passes()
     ]);
     let mut model = ScriptedModel::new(vec![Ok(two), Ok(ModelResponse::answer("never reached"))]);
     let report = agent
-        .run("delegate", Budget::new(3).unwrap(), &mut model)
+        .run_driven("delegate", Budget::new(3).unwrap(), &mut model)
         .unwrap();
     assert_eq!(report.outcome.status, StatusKind::Deadline);
     let results = results_after(&report.outcome.messages, 1);
@@ -732,7 +751,7 @@ fn tools_answered_because_the_run_stopped_are_on_record() {
     let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
     let mut model = ScriptedModel::new(vec![Ok(with_usage(reads("t", 3), 50, 5))]);
     let report = agent
-        .run("read", Budget::new(3).unwrap(), &mut model)
+        .run_driven("read", Budget::new(3).unwrap(), &mut model)
         .unwrap();
     assert_eq!(report.outcome.status, StatusKind::TokenLimit);
     let decisions: Vec<CallDecision> = report.tools.iter().map(|r| r.decision).collect();
@@ -769,7 +788,7 @@ fn limits_set_after_subagents_still_bind_the_children() {
         ModelResponse::tool_calls((0..3).map(|i| (format!("p{i}"), "task", json!({"task": "go"}))));
     let mut model = ScriptedModel::new(vec![Ok(three), Ok(ModelResponse::answer("done"))]);
     let report = agent
-        .run("delegate", Budget::new(3).unwrap(), &mut model)
+        .run_driven("delegate", Budget::new(3).unwrap(), &mut model)
         .unwrap();
     assert_eq!(report.children.len(), 1);
 }
@@ -851,7 +870,7 @@ fn a_stop_during_the_last_budgeted_round_reports_the_stop_not_the_budget() {
     let agent = agent(&dir, limits, CancelHandle::new(), child_answers(0)).build();
     let mut model = ScriptedModel::new(vec![Ok(with_usage(reads("t", 2), 50, 5))]);
     let report = agent
-        .run("read", Budget::new(1).unwrap(), &mut model)
+        .run_driven("read", Budget::new(1).unwrap(), &mut model)
         .unwrap();
     assert_eq!(
         report.outcome.status,
@@ -862,3 +881,20 @@ fn a_stop_during_the_last_budgeted_round_reports_the_stop_not_the_budget() {
     let decisions: Vec<CallDecision> = report.tools.iter().map(|r| r.decision).collect();
     assert_eq!(decisions, vec![CallDecision::Stopped; 2]);
 }
+
+crate::async_twins!(
+    forty_tools_in_one_reply_run_sixteen_and_refuse_twenty_four,
+    twelve_sequential_delegations_run_eight_children_and_refuse_four,
+    twelve_delegations_in_one_reply_run_the_first_eight,
+    a_deadline_during_a_slow_tool_stops_the_run_at_the_next_boundary,
+    a_token_budget_crossed_by_usage_stops_at_the_next_boundary,
+    a_child_s_tokens_count_against_the_run,
+    cancelling_from_another_thread_during_a_child_s_turn_stops_everything,
+    the_cli_stops_delegating_at_the_limit_with_a_clear_message,
+    ctrl_c_cancels_the_cli_run_and_the_trace_ends_with_an_outcome,
+    parallel_children_that_finished_keep_their_reports_when_the_deadline_passes,
+    tools_answered_because_the_run_stopped_are_on_record,
+    limits_set_after_subagents_still_bind_the_children,
+    a_second_ctrl_c_kills_the_running_program_before_exiting,
+    a_stop_during_the_last_budgeted_round_reports_the_stop_not_the_budget,
+);

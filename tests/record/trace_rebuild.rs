@@ -3,6 +3,7 @@
 //! once, every request rebuilt exactly, and no API key in it.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -266,7 +267,7 @@ fn recorded_demo(
         seen: Arc::clone(&parent_seen),
     };
     let report = agent
-        .run(DEMO_QUESTION, Budget::new(8).unwrap(), &mut parent)
+        .run_driven(DEMO_QUESTION, Budget::new(8).unwrap(), &mut parent)
         .unwrap();
     let trace = std::fs::read_to_string(&path).unwrap();
     let mut seen = BTreeMap::new();
@@ -381,3 +382,13 @@ fn the_binary_s_trace_rebuilds_the_seven_demo_requests() {
         ]
     );
 }
+
+crate::async_twins!(
+    every_line_is_tagged_and_children_carry_the_task_id,
+    the_system_prompt_is_written_on_each_agents_first_request_only,
+    the_trace_grows_linearly,
+    the_trace_rebuilds_every_request_of_the_allow_run,
+    the_trace_rebuilds_every_request_of_the_deny_and_budget_runs,
+    a_cut_last_line_is_an_error_naming_it,
+    the_binary_s_trace_rebuilds_the_seven_demo_requests,
+);

@@ -2,6 +2,7 @@
 //! registry ever runs, only arguments that match the schema reach a tool,
 //! and every call gets exactly one result carrying its id, in call order.
 
+use crate::common::RunDriven;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -162,7 +163,7 @@ proptest! {
         replies.push(Ok(ModelResponse::answer("done")));
         let mut model = ScriptedModel::new(replies);
         let report = agent
-            .run("go", Budget::new(budget).unwrap(), &mut model)
+            .run_driven("go", Budget::new(budget).unwrap(), &mut model)
             .unwrap();
 
         // Answered when the budget covers every batch and the answer, else call_limit.
@@ -266,3 +267,5 @@ proptest! {
         prop_assert_eq!(report.audit.len(), 2 * calls.len());
     }
 }
+
+crate::async_twins!();

@@ -2,6 +2,7 @@
 //! warnings, the audit log, and deny winning over every hook.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use common::tool_results;
 
@@ -202,7 +203,7 @@ fn run(builder: AgentBuilder, calls: Vec<(&'static str, &'static str, Value)>) -
     ]);
     builder
         .build()
-        .run("go", Budget::new(3).unwrap(), &mut model)
+        .run_driven("go", Budget::new(3).unwrap(), &mut model)
         .unwrap()
 }
 
@@ -696,3 +697,18 @@ fn a_run_stopped_while_the_approver_decides_does_not_start_the_tool() {
     assert!(results[0].2);
     assert_eq!(report.outcome.status, subloop::StatusKind::Cancelled);
 }
+
+crate::async_twins!(
+    a_blocking_before_hook_stops_the_call,
+    a_before_hook_that_errors_fails_closed,
+    a_before_hook_that_panics_fails_closed,
+    an_after_hook_sees_the_result,
+    an_after_hook_that_errors_or_panics_marks_the_result_as_error,
+    hook_warnings_appear_in_the_report,
+    the_audit_log_has_a_before_and_an_after_entry_per_call,
+    deny_wins_over_hooks,
+    read_only_tools_never_reach_the_approver,
+    hook_payloads_carry_the_agent_and_the_call,
+    an_approver_that_panics_fails_closed_and_the_run_goes_on,
+    a_run_stopped_while_the_approver_decides_does_not_start_the_tool,
+);

@@ -3,6 +3,7 @@
 //! and the previous plan stays.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use common::tool_results;
 
@@ -59,7 +60,7 @@ fn run_plans(plans: Vec<Value>) -> (RunReport, RecordingModel) {
         .plan()
         .unwrap()
         .build()
-        .run(
+        .run_driven(
             "Make a plan",
             Budget::new(turns as u32 + 1).unwrap(),
             &mut driving,
@@ -304,7 +305,7 @@ fn without_a_plan_no_attachment_is_sent() {
     let mut model = RecordingModel::new(vec![Ok(ModelResponse::answer("hi"))]);
     let report = AgentBuilder::new(Arc::new(DenyAll))
         .build()
-        .run("Hello", Budget::new(1).unwrap(), &mut model)
+        .run_driven("Hello", Budget::new(1).unwrap(), &mut model)
         .unwrap();
     assert_eq!(report.outcome.status, StatusKind::Answered);
     let requests = model.requests();
@@ -312,3 +313,11 @@ fn without_a_plan_no_attachment_is_sent() {
     assert_eq!(requests[0].attachment, None);
     assert!(requests[0].tools.is_empty());
 }
+
+crate::async_twins!(
+    a_valid_plan_is_attached_to_every_later_request_but_not_stored,
+    the_wire_form_carries_the_plan_as_a_system_block_after_the_system_prompt,
+    plans_over_the_limits_are_refused_and_the_old_plan_stays,
+    plans_at_the_limits_are_accepted,
+    without_a_plan_no_attachment_is_sent,
+);

@@ -2,6 +2,7 @@
 //! unknown names and bad arguments are refused before anything runs.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use common::tool_results;
 
@@ -436,7 +437,7 @@ fn an_unregistered_name_is_refused_and_nothing_runs() {
         .tool(count.clone())
         .unwrap()
         .build()
-        .run("go", Budget::new(3).unwrap(), &mut model)
+        .run_driven("go", Budget::new(3).unwrap(), &mut model)
         .unwrap();
 
     assert_eq!(report.outcome.status, StatusKind::Answered);
@@ -498,7 +499,7 @@ fn invalid_arguments_are_refused_and_the_tool_does_not_run() {
         .tool(count.clone())
         .unwrap()
         .build()
-        .run("go", Budget::new(3).unwrap(), &mut model)
+        .run_driven("go", Budget::new(3).unwrap(), &mut model)
         .unwrap();
 
     let results = tool_results(&report.outcome.messages);
@@ -547,3 +548,20 @@ fn invalid_arguments_are_refused_and_the_tool_does_not_run() {
         5
     );
 }
+
+crate::async_twins!(
+    valid_values_pass,
+    type_mismatches_name_the_field,
+    required_fields_are_checked,
+    additional_properties_false_refuses_extra_fields,
+    enums_are_checked,
+    string_lengths_count_characters,
+    array_lengths_and_items_are_checked,
+    integer_accepts_whole_floats_only,
+    the_builtin_schemas_refuse_bad_arguments,
+    duplicate_names_are_refused,
+    definitions_and_dispatch_come_from_the_same_list,
+    read_only_subset_refuses_unknown_and_non_read_only_tools,
+    an_unregistered_name_is_refused_and_nothing_runs,
+    invalid_arguments_are_refused_and_the_tool_does_not_run,
+);

@@ -2,6 +2,7 @@
 //! whole process group, output caps, closed stdin and start failures.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use common::tool_results;
 
@@ -33,7 +34,7 @@ fn run_main_once(approver: Arc<dyn Approver>, tool: RunMain) -> subloop::RunRepo
         .tool(tool)
         .unwrap()
         .build()
-        .run("Run the program", Budget::new(4).unwrap(), &mut model)
+        .run_driven("Run the program", Budget::new(4).unwrap(), &mut model)
         .unwrap()
 }
 
@@ -430,3 +431,20 @@ fn an_escaped_grandchild_holding_the_pipes_does_not_block_the_call() {
     // What main printed before exiting is kept.
     assert_eq!(body["stdout"], "bye\n");
 }
+
+crate::async_twins!(
+    a_denied_run_main_does_not_start_the_program,
+    an_allowed_run_main_runs_the_program,
+    an_endless_loop_is_killed_after_the_timeout,
+    a_sleeping_grandchild_is_killed_with_the_group,
+    a_grandchild_outliving_a_quick_main_does_not_block_the_call,
+    a_100_mb_output_is_capped_and_counted,
+    a_python_flood_on_both_streams_is_capped,
+    stdin_is_closed,
+    a_missing_interpreter_is_an_error_saying_not_found,
+    a_nonzero_exit_is_an_error_with_the_code,
+    the_program_runs_in_the_workspace,
+    split_command_handles_quotes,
+    split_command_rejects_unbalanced_quotes_and_empty_lines,
+    an_escaped_grandchild_holding_the_pipes_does_not_block_the_call,
+);

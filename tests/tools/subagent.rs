@@ -3,6 +3,7 @@
 //! original tool_use id.
 
 use crate::common;
+use crate::common::RunDriven;
 
 use common::tool_results;
 
@@ -32,7 +33,7 @@ use subloop::policy::hooks::{Hook, HookCall, HookError, Hooks, Verdict};
 use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedReply;
-use subloop::run::model::ChildModels;
+use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyTool, RunMain, RunSettings, Tool, ToolContext,
 };
@@ -241,7 +242,7 @@ fn run(
     let agent = builder(ws, approver).subagents(config).unwrap().build();
     let mut model = parent.clone();
     agent
-        .run("Check the workspace.", Budget::new(8).unwrap(), &mut model)
+        .run_driven("Check the workspace.", Budget::new(8).unwrap(), &mut model)
         .unwrap()
 }
 
@@ -437,7 +438,9 @@ fn child_tool_definitions_follow_a_custom_whitelist() {
             .unwrap()
             .build();
         let mut model = parent.clone();
-        let report = agent.run("q", Budget::new(4).unwrap(), &mut model).unwrap();
+        let report = agent
+            .run_driven("q", Budget::new(4).unwrap(), &mut model)
+            .unwrap();
         (report, children)
     };
 
@@ -1009,7 +1012,9 @@ fn the_child_runs_the_hooks_given_in_its_config_only() {
         .unwrap()
         .build();
     let mut model = parent.clone();
-    let report = agent.run("q", Budget::new(8).unwrap(), &mut model).unwrap();
+    let report = agent
+        .run_driven("q", Budget::new(8).unwrap(), &mut model)
+        .unwrap();
     assert_eq!(report.outcome.status, StatusKind::Answered);
 
     let seen = |phase, agent: &str, parent_id: Option<&str>, tool: &str, id: &str| Seen {
@@ -1355,12 +1360,45 @@ struct RendezvousModel {
     expected: usize,
 }
 
-impl ChildModels for Rendezvous {
-    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
-        Box::new(RendezvousModel {
+impl Rendezvous {
+    fn model(&self) -> RendezvousModel {
+        RendezvousModel {
             arrived: self.arrived.clone(),
             met: self.met.clone(),
             expected: self.expected,
+        }
+    }
+}
+
+/// Blocking runs get models that wait on their thread; async runs, models
+/// that wait on the runtime's timer (the children then meet on one task).
+impl ChildModels for Rendezvous {
+    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(self.model())
+    }
+
+    fn async_model_for(&self, _number: usize) -> Box<dyn AsyncModel + Send> {
+        Box::new(self.model())
+    }
+}
+
+impl AsyncModel for RendezvousModel {
+    fn respond_async<'a>(
+        &'a mut self,
+        _request: &'a subloop::core::protocol::Request<'_>,
+    ) -> ModelFuture<'a> {
+        use std::sync::atomic::Ordering;
+        Box::pin(async move {
+            self.arrived.fetch_add(1, Ordering::SeqCst);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while self.arrived.load(Ordering::SeqCst) < self.expected
+                && std::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            let all_there = self.arrived.load(Ordering::SeqCst) >= self.expected;
+            self.met.lock().unwrap().push(all_there);
+            Ok(Received::parsed(ModelResponse::answer("met")))
         })
     }
 }
@@ -1409,3 +1447,31 @@ fn several_task_calls_in_one_reply_really_run_at_the_same_time() {
     // Run one after another, the first child would wait alone until its 5 s ran out.
     assert_eq!(*met.lock().unwrap(), vec![true, true, true]);
 }
+
+crate::async_twins!(
+    parent_and_child_histories_are_separate,
+    child_tool_definitions_are_exactly_the_default_whitelist,
+    child_tool_definitions_follow_a_custom_whitelist,
+    child_cannot_run_main_delegate_or_plan_even_with_allow_all,
+    control_the_marker_appears_when_the_parent_runs_main,
+    budget_one_gives_call_limit_and_an_error_report,
+    child_budget_outside_one_to_eight_is_an_error,
+    default_child_budget_is_four_calls,
+    a_summary_of_1201_characters_is_truncated_and_flagged,
+    a_summary_of_1200_characters_passes_whole,
+    multibyte_summaries_are_cut_at_character_boundaries,
+    invalid_tasks_are_refused_under_the_original_id_without_a_child,
+    invalid_tasks_in_one_reply_are_refused_each_under_its_id,
+    a_task_of_600_characters_after_trimming_is_accepted,
+    a_child_model_error_still_produces_the_report,
+    a_child_protocol_error_still_produces_the_report,
+    a_child_that_runs_out_of_script_reports_model_error,
+    whitelist_errors_at_construction,
+    the_child_runs_the_hooks_given_in_its_config_only,
+    a_child_hook_is_not_run_for_the_parent_and_can_block_the_child,
+    child_calls_pass_the_parents_gate,
+    a_denying_gate_does_not_stop_child_reads,
+    parallel_delegations_give_the_same_transcript_as_sequential_ones,
+    children_are_numbered_across_the_run,
+    several_task_calls_in_one_reply_really_run_at_the_same_time,
+);

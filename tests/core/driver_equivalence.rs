@@ -1,0 +1,186 @@
+//! The blocking and the async driver are one loop: arbitrary scripted runs
+//! (a parent, children, `read_file`, `run_main` allowed or denied, unknown
+//! tools, per-reply, delegation and token limits) give the same transcript,
+//! the same report and the same trace lines, agent by agent, whichever
+//! drives them.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use subloop::AgentBuilder;
+use subloop::Approver;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::ModelResponse;
+use subloop::agent::subagent::SubagentConfig;
+use subloop::core::protocol::Usage;
+use subloop::policy::permission::{AllowAll, DenyAll};
+use subloop::providers::scripted::{ScriptedChildren, ScriptedModel, ScriptedReply};
+use subloop::record::trace::TraceWriter;
+use subloop::run::limits::{CancelHandle, Limits};
+use subloop::run::model::Blocking;
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+
+use crate::common::{TempDir, runtime};
+
+/// One reply: an answer, or up to five calls of the tools the agent has
+/// (and one it has not), with some tokens spent.
+fn reply() -> impl Strategy<Value = ModelResponse> {
+    let call = prop_oneof![
+        3 => Just(("read_file", json!({"path": "a.txt"}))),
+        1 => Just(("read_file", json!({"path": "../outside"}))),
+        3 => Just(("task", json!({"task": "Read a.txt"}))),
+        2 => Just(("run_main", json!({}))),
+        1 => Just(("todo_write", json!({"items": [{"text": "look", "status": "in_progress"}]}))),
+        1 => Just(("nope", json!({}))),
+    ];
+    (prop::collection::vec(call, 0..5), 0u64..200).prop_map(|(calls, tokens)| {
+        let mut reply = if calls.is_empty() {
+            ModelResponse::answer("done")
+        } else {
+            ModelResponse::tool_calls(
+                calls
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (name, input))| (format!("t{i}"), name, input)),
+            )
+        };
+        reply.usage = Some(Usage {
+            input_tokens: tokens,
+            output_tokens: 10,
+            ..Usage::default()
+        });
+        reply
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    parent: Vec<ModelResponse>,
+    children: Vec<Vec<ModelResponse>>,
+    allow: bool,
+    max_tools: usize,
+    max_delegations: usize,
+    tokens: Option<u64>,
+    budget: u32,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(reply(), 1..6),
+        prop::collection::vec(prop::collection::vec(reply(), 1..3), 0..4),
+        any::<bool>(),
+        1usize..5,
+        0usize..4,
+        proptest::option::of(100u64..1000),
+        1u32..6,
+    )
+        .prop_map(
+            |(parent, children, allow, max_tools, max_delegations, tokens, budget)| Case {
+                parent,
+                children,
+                allow,
+                max_tools,
+                max_delegations,
+                tokens,
+                budget,
+            },
+        )
+}
+
+/// What a run leaves: its report (times taken out) and its trace lines,
+/// grouped by agent in the order each agent wrote them (children of one
+/// batch run side by side, so their lines interleave differently).
+#[derive(Debug, PartialEq)]
+struct Left {
+    report: Value,
+    trace: std::collections::BTreeMap<String, Vec<Value>>,
+}
+
+fn without_times(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|key, _| !key.contains("elapsed") && key != "duration_ms");
+            map.values_mut().for_each(without_times);
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_times),
+        _ => {}
+    }
+}
+
+fn run(case: &Case, driver: crate::common::Driver) -> Left {
+    let dir = TempDir::new("equivalence");
+    dir.write("a.txt", "alpha");
+    let trace_path = dir.path().join("trace.jsonl");
+    let mut limits = Limits::default()
+        .with_max_tools_per_reply(case.max_tools)
+        .with_max_delegations(case.max_delegations);
+    limits.max_tokens_total = case.tokens;
+    let approver: Arc<dyn Approver> = if case.allow {
+        Arc::new(AllowAll)
+    } else {
+        Arc::new(DenyAll)
+    };
+    let settings = RunSettings {
+        command: vec!["true".to_owned()],
+        ..RunSettings::default()
+    };
+    let children: Vec<Vec<ScriptedReply>> = case
+        .children
+        .iter()
+        .map(|script| script.iter().cloned().map(Ok).collect())
+        .collect();
+    let agent = AgentBuilder::new(approver)
+        .limits(limits, CancelHandle::new())
+        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .unwrap()
+        .tool(RunMain::new(dir.path(), settings).unwrap())
+        .unwrap()
+        .plan()
+        .unwrap()
+        .subagents(SubagentConfig::new(
+            Arc::new(ScriptedChildren(children)),
+            Hooks::none(),
+        ))
+        .unwrap()
+        .monitor(TraceWriter::create(&trace_path).unwrap())
+        .build();
+    let mut model = ScriptedModel::new(case.parent.iter().cloned().map(Ok).collect());
+    let budget = Budget::new(case.budget).unwrap();
+    let report = match driver {
+        crate::common::Driver::Blocking => agent.run("go", budget, &mut model).unwrap(),
+        crate::common::Driver::Async => runtime()
+            .block_on(agent.run_async("go", budget, &mut Blocking(&mut model)))
+            .unwrap(),
+    };
+    let mut report = report.to_json();
+    without_times(&mut report);
+    let mut trace = std::collections::BTreeMap::<String, Vec<Value>>::new();
+    for line in std::fs::read_to_string(&trace_path).unwrap().lines() {
+        let mut line: Value = serde_json::from_str(line).unwrap();
+        without_times(&mut line);
+        let agent = line["agent"].as_str().unwrap_or("header").to_owned();
+        trace.entry(agent).or_default().push(line);
+    }
+    Left { report, trace }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(48),
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "proptest-regressions/driver_equivalence.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn both_drivers_leave_the_same_transcript_report_and_trace(case in case()) {
+        let blocking = run(&case, crate::common::Driver::Blocking);
+        let awaited = run(&case, crate::common::Driver::Async);
+        prop_assert_eq!(&blocking.report["outcome"], &awaited.report["outcome"]);
+        prop_assert_eq!(blocking.report, awaited.report);
+        prop_assert_eq!(blocking.trace, awaited.trace);
+    }
+}

@@ -1,0 +1,247 @@
+//! Cancellation by drop: an async run whose future is dropped in the middle
+//! of a model request, of a program, and of a batch of children leaves
+//! nothing running (no task, thread, process or file descriptor more than
+//! before) and a trace whose every agent ends with its `outcome`, which
+//! `view --check`'s rules accept. One test in its own binary: the counts
+//! are of this process, which no other test shares.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::Hooks;
+use subloop::ModelResponse;
+use subloop::agent::subagent::SubagentConfig;
+use subloop::core::protocol::Request;
+use subloop::policy::permission::AllowAll;
+use subloop::record::invariants::{Policy, check};
+use subloop::record::recorded::RecordedRun;
+use subloop::record::trace::TraceWriter;
+use subloop::run::model::{AsyncModel, ChildModels, Model, ModelFuture, Received};
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+
+/// Answers its script, then never answers.
+struct ThenHang(Vec<ModelResponse>);
+
+impl AsyncModel for ThenHang {
+    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+        if self.0.is_empty() {
+            return Box::pin(std::future::pending());
+        }
+        let reply = self.0.remove(0);
+        Box::pin(std::future::ready(Ok(Received::parsed(reply))))
+    }
+}
+
+/// Children whose model never answers.
+struct HangingChildren;
+
+impl ChildModels for HangingChildren {
+    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(subloop::providers::scripted::ScriptedModel::new(Vec::new()))
+    }
+
+    fn async_model_for(&self, _number: usize) -> Box<dyn AsyncModel + Send> {
+        Box::new(ThenHang(Vec::new()))
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Counts {
+    threads: usize,
+    fds: usize,
+    children: usize,
+}
+
+fn counts() -> Counts {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let threads = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let me = std::process::id().to_string();
+    let children = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| std::fs::read_to_string(entry.ok()?.path().join("stat")).ok())
+        .filter(|stat| {
+            // pid (comm) state ppid ...: the fields after the last ')'.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after.split_whitespace().nth(1) == Some(me.as_str())
+        })
+        .count();
+    Counts {
+        threads,
+        fds,
+        children,
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie, which holds nothing).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after.split_whitespace().next() == Some("Z")
+        }
+    }
+}
+
+fn trace_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Every agent's last line is its `outcome`, status `cancelled`, and the
+/// trace holds `view --check`'s rules.
+fn assert_closed(path: &Path, agents: &[&str]) {
+    let lines = trace_lines(path);
+    for agent in agents {
+        let last = lines
+            .iter()
+            .rev()
+            .find(|line| line["agent"] == *agent)
+            .unwrap_or_else(|| panic!("no line of {agent}"));
+        assert_eq!(last["kind"], "outcome", "{agent}: {last}");
+        assert_eq!(last["status"], "cancelled", "{agent}: {last}");
+    }
+    let run = RecordedRun::load(path).unwrap();
+    let policy = Policy {
+        parent_calls: None,
+        child_calls: None,
+        child_tools: vec!["read_file".to_owned()],
+    };
+    for verdict in check(&run, &policy) {
+        assert!(verdict.held(), "{:?}", verdict);
+    }
+}
+
+fn tool_call(id: &str, name: &str, input: Value) -> ModelResponse {
+    ModelResponse::tool_calls([(id.to_owned(), name, input)])
+}
+
+#[test]
+fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
+    let dir = std::env::temp_dir().join(format!("subloop-drop-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("a.txt"), "alpha").unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Warm the runtime (its workers, its signal driver) before counting.
+    runtime.block_on(async { tokio::time::sleep(Duration::from_millis(10)).await });
+    let before = counts();
+
+    let agent = |trace: &Path, program: &[&str]| {
+        AgentBuilder::new(Arc::new(AllowAll))
+            .read_only_tool(ReadFile::new(&dir, DEFAULT_READ_LIMIT).unwrap())
+            .unwrap()
+            .tool(
+                RunMain::new(
+                    &dir,
+                    RunSettings {
+                        command: program.iter().map(|arg| (*arg).to_owned()).collect(),
+                        ..RunSettings::default()
+                    },
+                )
+                .unwrap(),
+            )
+            .unwrap()
+            .subagents(SubagentConfig::new(
+                Arc::new(HangingChildren),
+                Hooks::none(),
+            ))
+            .unwrap()
+            .monitor(TraceWriter::create(trace).unwrap())
+            .build()
+    };
+
+    // 1. In the middle of a model request, after a round of read_file.
+    let trace = dir.join("request.jsonl");
+    let run = agent(&trace, &["true"]);
+    let mut model = ThenHang(vec![tool_call("r1", "read_file", json!({"path": "a.txt"}))]);
+    let dropped = runtime.block_on(async {
+        tokio::time::timeout(
+            Duration::from_millis(100),
+            run.run_async("q", Budget::new(4).unwrap(), &mut model),
+        )
+        .await
+    });
+    assert!(dropped.is_err(), "the run was still waiting");
+    assert_closed(&trace, &["parent"]);
+    let lines = trace_lines(&trace);
+    let failed = lines
+        .iter()
+        .find(|line| line["kind"] == "model_failed")
+        .unwrap();
+    assert_eq!(failed["error_type"], "cancelled");
+
+    // 2. In the middle of a program: its whole group is killed.
+    let trace = dir.join("program.jsonl");
+    let pid_file = dir.join("pid");
+    let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+    let run = agent(&trace, &["sh", "-c", &script]);
+    let mut model = ThenHang(vec![tool_call("m1", "run_main", json!({}))]);
+    let dropped = runtime.block_on(async {
+        let run = run.run_async("q", Budget::new(4).unwrap(), &mut model);
+        tokio::time::timeout(Duration::from_millis(500), run).await
+    });
+    assert!(dropped.is_err());
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_closed(&trace, &["parent"]);
+    let tool = trace_lines(&trace)
+        .into_iter()
+        .find(|line| line["kind"] == "tool")
+        .unwrap();
+    assert_eq!(tool["id"], "m1");
+    assert_eq!(tool["is_error"], true);
+    assert!(
+        tool["content"]
+            .as_str()
+            .unwrap()
+            .contains("abandoned while it ran"),
+        "{tool}"
+    );
+
+    // 3. In the middle of a batch of children.
+    let trace = dir.join("batch.jsonl");
+    let run = agent(&trace, &["true"]);
+    let mut model = ThenHang(vec![ModelResponse::tool_calls([
+        ("t1".to_owned(), "task", json!({"task": "one"})),
+        ("t2".to_owned(), "task", json!({"task": "two"})),
+    ])]);
+    let dropped = runtime.block_on(async {
+        tokio::time::timeout(
+            Duration::from_millis(100),
+            run.run_async("q", Budget::new(4).unwrap(), &mut model),
+        )
+        .await
+    });
+    assert!(dropped.is_err());
+    assert_closed(&trace, &["parent", "child-1", "child-2"]);
+
+    // Nothing left: no task on the runtime, no process, thread or descriptor.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !(gone(pid) && counts() == before) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(pid), "the program's grandchild {pid} outlived the run");
+    assert_eq!(runtime.metrics().num_alive_tasks(), 0);
+    assert_eq!(counts(), before);
+    drop(runtime);
+    let _ = std::fs::remove_dir_all(&dir);
+}
