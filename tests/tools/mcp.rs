@@ -847,3 +847,101 @@ fn no_server_outlives_a_sigkill_of_subloop() {
         "the MCP server's group outlived a SIGKILL of subloop by 2 s"
     );
 }
+
+/// The threads of this process.
+fn threads() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .expect("status")
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a thread count")
+}
+
+/// In an async run the servers are tasks of the run's own runtime (no
+/// thread and no runtime per server), their calls are awaited on the run's
+/// task, dropping the run in the middle of a call tells the server to
+/// cancel it, and a changed tool list is offered once read.
+#[test]
+fn in_async_runs_servers_are_tasks_and_a_dropped_call_is_cancelled() {
+    use std::sync::Arc;
+    use subloop::tools::mcp::{McpSettings, McpTools, config};
+    if !have_python() {
+        return;
+    }
+    let ws = workspace();
+    let servers = vec![config::parse_server_flag(&server(&ws)).expect("spec")];
+    let settings = McpSettings {
+        cap: 65536,
+        timeout: Duration::from_secs(20),
+        cancel: subloop::run::limits::CancelHandle::new(),
+        exit_notice: Default::default(),
+    };
+    let runtime = common::runtime();
+    runtime.block_on(async {
+        let before = threads();
+        let tools = McpTools::start_async(&servers, &settings)
+            .await
+            .expect("started");
+        assert_eq!(threads(), before, "a server started a thread");
+        let agent = |replies: Vec<Value>| {
+            let mut builder =
+                subloop::AgentBuilder::new(Arc::new(subloop::policy::permission::AllowAll));
+            for source in &tools.sources {
+                let source: Arc<dyn subloop::tools::ToolSource> = source.clone();
+                builder = builder.tool_source(source).expect("source");
+            }
+            let model = subloop::providers::scripted::ScriptedModel::new(
+                replies
+                    .into_iter()
+                    .map(|reply| Ok(subloop::ModelResponse::from_value(reply).expect("reply")))
+                    .collect(),
+            );
+            (builder.build(), subloop::run::model::Blocking(model))
+        };
+        let budget = || subloop::Budget::new(4).expect("budget");
+
+        // A call in flight when the run is dropped: the server is told.
+        let (run, mut model) = agent(vec![
+            use_block("a", "mcp__t__slow", json!({"seconds": 30})),
+            answer("never"),
+        ]);
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(800),
+            run.run_async("q", budget(), &mut model),
+        )
+        .await;
+        assert!(dropped.is_err(), "the call was still in flight");
+        let told = ws.path().join("mcp-cancelled.txt");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !told.exists() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(told.exists(), "the server was not told to cancel");
+
+        // The list changes; once read, the next run offers the new tool.
+        let (run, mut model) = agent(vec![
+            use_block("b", "mcp__t__change", json!({})),
+            answer("one"),
+        ]);
+        let first = run.run_async("q", budget(), &mut model).await.expect("run");
+        assert_eq!(first.tools[0].content, "changed");
+        let source = Arc::clone(&tools.sources[0]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !subloop::tools::ToolSource::current(source.as_ref())
+            .1
+            .iter()
+            .any(|entry| entry.name() == "mcp__t__extra")
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let (run, mut model) = agent(vec![
+            use_block("c", "mcp__t__extra", json!({})),
+            answer("two"),
+        ]);
+        let second = run.run_async("q", budget(), &mut model).await.expect("run");
+        assert_eq!(second.tools[0].content, "extra ran", "{:?}", second.tools);
+        assert_eq!(threads(), before);
+    });
+}

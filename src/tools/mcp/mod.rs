@@ -24,6 +24,6 @@ pub mod tool;
 
 pub use config::{McpConfigError, ServerConfig};
 #[cfg(feature = "mcp")]
-pub use server::{ExitNotice, McpServer, RemoteTool, StartError};
+pub use server::{ExitNotice, McpServer, RemoteTool, StartError, Starting, StartingAsync};
 #[cfg(feature = "mcp")]
 pub use tool::{McpReadOnlyTool, McpSettings, McpSource, McpTool, McpTools};

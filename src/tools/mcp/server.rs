@@ -5,10 +5,14 @@
 //! `SIGKILL` included, and on shutdown the whole group is killed. It gets
 //! only the configured environment plus `PATH`, `HOME` and the locale.
 //!
-//! The client (rmcp) runs on a current-thread tokio runtime on a thread of
-//! its own; the rest of subloop talks to it over channels and stays
-//! synchronous. Each call has a timeout, and gives up when the run is
-//! cancelled; either way the request future is dropped, which sends the
+//! Started with [`McpServer::start`], the client (rmcp) runs on a
+//! current-thread tokio runtime on a thread of its own; the rest of subloop
+//! talks to it over channels and stays synchronous. Started with
+//! [`McpServer::start_async`] (for async runs), it runs as a task of the
+//! caller's tokio runtime, with no thread or runtime of its own, and calls
+//! are awaited on the run's own task ([`McpServer::call_async`]). Each call
+//! has a timeout, and gives up when the run is cancelled or its future is
+//! dropped; either way the request future is dropped, which sends the
 //! server `notifications/cancelled`.
 
 use std::collections::VecDeque;
@@ -150,6 +154,11 @@ struct State {
     exited: Mutex<Option<String>>,
     list_changed: AtomicBool,
     shutting_down: AtomicBool,
+    /// Wakes the server's task when its tool list changed (async servers
+    /// read the new list right away, see [`McpServer::list`]).
+    changed: tokio::sync::Notify,
+    /// The list read again after a change, for an async server.
+    relisted: Mutex<Option<Result<Vec<RemoteTool>, String>>>,
 }
 
 impl State {
@@ -180,6 +189,7 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) -> impl std::future::Future<Output = ()> + Send + '_ {
         self.0.list_changed.store(true, Ordering::SeqCst);
+        self.0.changed.notify_one();
         std::future::ready(())
     }
 
@@ -212,8 +222,16 @@ pub struct McpServer {
     name: String,
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
+    /// The thread of a server started with [`McpServer::start`].
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The client's handle, for calls awaited on the caller's task.
+    peer: rmcp::Peer<RoleClient>,
+    /// Started with [`McpServer::start_async`]: a task of the caller's runtime.
+    on_caller_runtime: bool,
 }
+
+/// What the server's task hands over once it started: its tools and its client's handle.
+type Ready = Result<(Vec<RemoteTool>, rmcp::Peer<RoleClient>), StartError>;
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -229,7 +247,17 @@ pub struct Starting {
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
     thread: std::thread::JoinHandle<()>,
-    ready: std::sync::mpsc::Receiver<Result<Vec<RemoteTool>, StartError>>,
+    ready: std::sync::mpsc::Receiver<Ready>,
+    timeout: Duration,
+}
+
+/// A server being started on the caller's runtime:
+/// [`StartingAsync::wait`] gives it, with its tools.
+pub struct StartingAsync {
+    name: String,
+    jobs: tokio::sync::mpsc::UnboundedSender<Job>,
+    state: Arc<State>,
+    ready: tokio::sync::oneshot::Receiver<Ready>,
     timeout: Duration,
 }
 
@@ -260,7 +288,10 @@ impl McpServer {
                     return;
                 }
             };
-            runtime.block_on(serve(config, thread_state, receiver, ready_tx, notice));
+            let ready = Box::new(move |ready: Ready| {
+                let _ = ready_tx.send(ready);
+            });
+            runtime.block_on(serve(config, thread_state, receiver, ready, notice, false));
         });
         Starting {
             name,
@@ -272,9 +303,88 @@ impl McpServer {
         }
     }
 
+    /// Starts `config`'s server as a task of the current tokio runtime (no
+    /// thread, no runtime of its own), for async runs; then
+    /// [`StartingAsync::wait`]. Its calls are awaited with
+    /// [`McpServer::call_async`]. Must be called within a tokio runtime
+    /// with its I/O and time drivers enabled.
+    pub fn start_async(
+        config: &ServerConfig,
+        timeout: Duration,
+        notice: ExitNotice,
+    ) -> StartingAsync {
+        let state = Arc::new(State::default());
+        let (jobs, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (ready_tx, ready) = tokio::sync::oneshot::channel();
+        let ready_tx = Box::new(move |ready: Ready| {
+            let _ = ready_tx.send(ready);
+        });
+        tokio::spawn(serve(
+            config.clone(),
+            Arc::clone(&state),
+            receiver,
+            ready_tx,
+            notice,
+            true,
+        ));
+        StartingAsync {
+            name: config.name.clone(),
+            jobs,
+            state,
+            ready,
+            timeout,
+        }
+    }
+
     /// The server's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// [`McpServer::call`], awaited on the caller's task: the request goes
+    /// straight to the client, and dropping the future drops the request,
+    /// which tells the server `notifications/cancelled`.
+    pub async fn call_async(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, Value>,
+        timeout: Duration,
+        cancel: &CancelHandle,
+    ) -> CallOutcome {
+        if self.state.exit_message().is_some() {
+            return self.gone_async().await;
+        }
+        match call(
+            &self.peer,
+            &self.state,
+            tool.to_owned(),
+            arguments,
+            timeout,
+            cancel,
+        )
+        .await
+        {
+            CallOutcome::Exited { .. } => self.gone_async().await,
+            outcome => outcome,
+        }
+    }
+
+    /// [`McpServer::gone`], waiting on the runtime's timer.
+    async fn gone_async(&self) -> CallOutcome {
+        let deadline = Instant::now() + Duration::from_millis(300);
+        let status = loop {
+            if let Some(exit) = self.state.exit_message() {
+                break exit;
+            }
+            if Instant::now() >= deadline {
+                break "it closed its connection".to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        CallOutcome::Exited {
+            status,
+            stderr: self.state.stderr_tail(),
+        }
     }
 
     /// Calls `tool` (the server's name for it) with `arguments`.
@@ -305,14 +415,35 @@ impl McpServer {
         }
     }
 
-    /// Whether the server said its tool list changed since the last [`McpServer::list`].
+    /// Whether the server said its tool list changed since the last
+    /// [`McpServer::list`]. For a server started with
+    /// [`McpServer::start_async`]: whether the new list has been read.
     pub fn list_changed(&self) -> bool {
+        if self.on_caller_runtime {
+            return self
+                .state
+                .relisted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
+        }
         self.state.list_changed.load(Ordering::SeqCst)
     }
 
     /// Lists the server's tools again (`tools/list`, every page), within
-    /// `timeout`.
+    /// `timeout`. A server started with [`McpServer::start_async`] has read
+    /// its new list as soon as it said it changed (a turn boundary never
+    /// waits on the run's own runtime): this hands that list over.
     pub fn list(&self, timeout: Duration) -> Result<Vec<RemoteTool>, String> {
+        if self.on_caller_runtime {
+            return self
+                .state
+                .relisted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .unwrap_or_else(|| Err("the new list has not been read yet".to_owned()));
+        }
         self.state.list_changed.store(false, Ordering::SeqCst);
         let (reply, answer) = std::sync::mpsc::channel();
         let gone = |server: &Self| match server.gone() {
@@ -354,12 +485,7 @@ impl Starting {
     /// Waits for the handshake and the tool listing (every page); a
     /// cancelled run (Ctrl-C) stops the wait.
     pub fn wait(self, cancel: &CancelHandle) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
-        let server = McpServer {
-            name: self.name.clone(),
-            jobs: self.jobs,
-            state: Arc::clone(&self.state),
-            thread: Some(self.thread),
-        };
+        let name = self.name.clone();
         let deadline = Instant::now() + self.timeout;
         let ready = loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -370,27 +496,125 @@ impl Starting {
                 Err(err) => break Err(err),
             }
         };
+        let stop = Stopper {
+            jobs: Some(self.jobs.clone()),
+            thread: Some(self.thread),
+        };
         match ready {
-            Ok(Ok(tools)) => Ok((server, tools)),
+            Ok(Ok((tools, peer))) => Ok((
+                McpServer {
+                    name,
+                    jobs: self.jobs,
+                    state: self.state,
+                    thread: stop.defuse(),
+                    peer,
+                    on_caller_runtime: false,
+                },
+                tools,
+            )),
             Ok(Err(err)) => Err(err),
             Err(_) if cancel.is_cancelled() => Err(StartError::Failed {
-                name: server.name.clone(),
+                name,
                 message: "the run was cancelled while it started".to_owned(),
                 stderr: String::new(),
             }),
-            Err(_) => {
-                let stderr = server.state.stderr_tail();
-                Err(StartError::Timeout {
-                    name: server.name.clone(),
-                    secs: self.timeout.as_secs_f64(),
-                    stderr,
-                })
+            Err(_) => Err(StartError::Timeout {
+                name,
+                secs: self.timeout.as_secs_f64(),
+                stderr: self.state.stderr_tail(),
+            }),
+        }
+    }
+}
+
+impl StartingAsync {
+    /// Waits for the handshake and the tool listing (every page), within
+    /// the start timeout; a cancelled run stops the wait, and so does
+    /// dropping the future (the server is then shut down).
+    pub async fn wait(
+        self,
+        cancel: &CancelHandle,
+    ) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
+        let stop = Stopper {
+            jobs: Some(self.jobs.clone()),
+            thread: None,
+        };
+        let cancelled = async {
+            while !cancel.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let ready = tokio::select! {
+            ready = tokio::time::timeout(self.timeout, self.ready) => ready,
+            () = cancelled => {
+                return Err(StartError::Failed {
+                    name: self.name,
+                    message: "the run was cancelled while it started".to_owned(),
+                    stderr: String::new(),
+                });
+            }
+        };
+        match ready {
+            Ok(Ok(Ok((tools, peer)))) => {
+                stop.defuse();
+                Ok((
+                    McpServer {
+                        name: self.name,
+                        jobs: self.jobs,
+                        state: self.state,
+                        thread: None,
+                        peer,
+                        on_caller_runtime: true,
+                    },
+                    tools,
+                ))
+            }
+            Ok(Ok(Err(err))) => Err(err),
+            Ok(Err(_)) => Err(StartError::Failed {
+                name: self.name,
+                message: "its task ended before it started".to_owned(),
+                stderr: self.state.stderr_tail(),
+            }),
+            Err(_) => Err(StartError::Timeout {
+                name: self.name,
+                secs: self.timeout.as_secs_f64(),
+                stderr: self.state.stderr_tail(),
+            }),
+        }
+    }
+}
+
+/// Shuts a server down unless defused: a start that failed, timed out or
+/// was dropped leaves nothing running.
+struct Stopper {
+    jobs: Option<tokio::sync::mpsc::UnboundedSender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Stopper {
+    /// The server started: it is the [`McpServer`]'s to shut down.
+    fn defuse(mut self) -> Option<std::thread::JoinHandle<()>> {
+        self.jobs = None;
+        self.thread.take()
+    }
+}
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        if let Some(jobs) = self.jobs.take() {
+            let _ = jobs.send(Job::Shutdown);
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
             }
         }
     }
 }
 
 impl Drop for McpServer {
+    /// Asks the server's task to shut down; a server with a thread of its
+    /// own is waited for. A server on the caller's runtime shuts down as
+    /// its task goes on, or, if the runtime is itself shutting down, as its
+    /// task is dropped: its process group is killed either way.
     fn drop(&mut self) {
         let _ = self.jobs.send(Job::Shutdown);
         if let Some(thread) = self.thread.take() {
@@ -404,8 +628,9 @@ async fn serve(
     config: ServerConfig,
     state: Arc<State>,
     mut jobs: tokio::sync::mpsc::UnboundedReceiver<Job>,
-    ready: std::sync::mpsc::Sender<Result<Vec<RemoteTool>, StartError>>,
+    ready: Box<dyn FnOnce(Ready) + Send>,
     notice: ExitNotice,
+    relist_on_change: bool,
 ) {
     let name = config.name.clone();
     let failed = |message: String, state: &State| StartError::Failed {
@@ -421,7 +646,7 @@ async fn serve(
     let watchdog = match Watchdog::spawn() {
         Ok(watchdog) => watchdog,
         Err(source) => {
-            let _ = ready.send(Err(cannot_spawn(source)));
+            ready(Err(cannot_spawn(source)));
             return;
         }
     };
@@ -437,7 +662,7 @@ async fn serve(
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(source) => {
-            let _ = ready.send(Err(cannot_spawn(source)));
+            ready(Err(cannot_spawn(source)));
             return;
         }
     };
@@ -445,7 +670,7 @@ async fn serve(
         tokio::spawn(keep_stderr(stderr, Arc::clone(&state)));
     }
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-        let _ = ready.send(Err(failed("its stdio could not be opened".into(), &state)));
+        ready(Err(failed("its stdio could not be opened".into(), &state)));
         return;
     };
     // The handshake and the listing; a shutdown (the start timed out, or
@@ -473,7 +698,7 @@ async fn serve(
     };
     let client = match started {
         Ok((client, tools)) => {
-            let _ = ready.send(Ok(tools));
+            ready(Ok((tools, client.peer().clone())));
             client
         }
         Err((in_handshake, message)) => {
@@ -488,7 +713,7 @@ async fn serve(
             };
             // Let the stderr reader take the last lines first.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let _ = ready.send(Err(failed(message, &state)));
+            ready(Err(failed(message, &state)));
             drop(watchdog);
             let _ = child.wait().await;
             return;
@@ -515,7 +740,21 @@ async fn serve(
     });
     let peer = client.peer().clone();
     loop {
-        match jobs.recv().await {
+        let job = tokio::select! {
+            job = jobs.recv() => job,
+            () = state.changed.notified(), if relist_on_change => {
+                // An async server reads its new list at once, so that a
+                // turn boundary only takes it (see `McpServer::list`).
+                let peer = peer.clone();
+                let state = Arc::clone(&state);
+                tokio::spawn(async move {
+                    let listed = list_tools(&peer).await;
+                    *state.relisted.lock().unwrap_or_else(|p| p.into_inner()) = Some(listed);
+                });
+                continue;
+            }
+        };
+        match job {
             Some(Job::Call {
                 tool,
                 arguments,

@@ -13,7 +13,9 @@ use super::content::{result_text, rpc_error};
 use super::server::{CallOutcome, ExitNotice, McpServer, RemoteTool, StartError};
 use crate::core::conversation::ToolOutput;
 use crate::run::limits::CancelHandle;
-use crate::tools::{Capability, ReadOnlyTool, Tool, ToolContext, ToolEntry, ToolSource, refusal};
+use crate::tools::{
+    Capability, ReadOnlyTool, Tool, ToolContext, ToolEntry, ToolFuture, ToolSource, refusal,
+};
 
 /// The most bytes of a call's arguments an approval prompt shows.
 const MAX_ACTION_ARGUMENTS: usize = 400;
@@ -37,22 +39,48 @@ pub struct McpTool {
 pub struct McpReadOnlyTool(McpTool);
 
 impl McpTool {
+    /// The call's arguments as the server takes them, or the refusal.
+    fn arguments(&self, input: &Value) -> Result<serde_json::Map<String, Value>, ToolOutput> {
+        match input {
+            Value::Object(map) => Ok(map.clone()),
+            Value::Null => Ok(serde_json::Map::new()),
+            _ => Err(refusal(format!(
+                "{}: the arguments are not a JSON object",
+                self.name
+            ))),
+        }
+    }
+
     fn call(&self, input: &Value) -> ToolOutput {
-        let arguments = match input {
-            Value::Object(map) => map.clone(),
-            Value::Null => serde_json::Map::new(),
-            _ => {
-                return refusal(format!(
-                    "{}: the arguments are not a JSON object",
-                    self.name
-                ));
+        match self.arguments(input) {
+            Ok(arguments) => {
+                self.answer(
+                    self.server
+                        .call(&self.remote, arguments, self.timeout, &self.cancel),
+                )
             }
-        };
+            Err(refused) => refused,
+        }
+    }
+
+    /// [`McpTool::call`], awaited on the run's task ([`McpServer::call_async`]).
+    fn call_async<'a>(&'a self, input: &'a Value) -> ToolFuture<'a> {
+        Box::pin(async move {
+            match self.arguments(input) {
+                Ok(arguments) => self.answer(
+                    self.server
+                        .call_async(&self.remote, arguments, self.timeout, &self.cancel)
+                        .await,
+                ),
+                Err(refused) => refused,
+            }
+        })
+    }
+
+    /// The tool's answer for how the call ended.
+    fn answer(&self, outcome: CallOutcome) -> ToolOutput {
         let server = self.server.name();
-        match self
-            .server
-            .call(&self.remote, arguments, self.timeout, &self.cancel)
-        {
+        match outcome {
             CallOutcome::Result(result) => {
                 let (text, is_error) = result_text(&self.name, &result, self.cap);
                 ToolOutput {
@@ -118,6 +146,10 @@ impl Tool for McpTool {
     fn run(&self, input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
         self.call(input)
     }
+
+    fn run_async<'a>(&'a self, input: &'a Value, _context: &'a ToolContext<'a>) -> ToolFuture<'a> {
+        self.call_async(input)
+    }
 }
 
 impl Tool for McpReadOnlyTool {
@@ -143,6 +175,10 @@ impl Tool for McpReadOnlyTool {
 
     fn run(&self, input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
         self.0.call(input)
+    }
+
+    fn run_async<'a>(&'a self, input: &'a Value, _context: &'a ToolContext<'a>) -> ToolFuture<'a> {
+        self.0.call_async(input)
     }
 }
 
@@ -280,25 +316,58 @@ impl McpTools {
         // down as they drop, those still starting when their channel closes.
         for (config, pending) in configs.iter().zip(starting) {
             let (server, listed) = pending.wait(&settings.cancel)?;
-            let mut source = McpSource {
-                config: config.clone(),
-                server: Arc::new(server),
-                settings: settings.clone(),
-                cache: std::sync::Mutex::new((0, Vec::new(), Vec::new())),
-            };
-            let (entries, warnings) = source.entries(&listed);
-            all.warnings.extend(warnings);
-            all.servers.push((
-                config.name.clone(),
-                entries
-                    .iter()
-                    .map(|entry| entry.name().to_owned())
-                    .collect(),
-            ));
-            source.cache = std::sync::Mutex::new((0, listed, entries));
-            all.sources.push(Arc::new(source));
+            all.add(config, server, &listed, settings);
         }
         Ok(all)
+    }
+
+    /// [`McpTools::start`] for async runs: every server is a task of the
+    /// current tokio runtime ([`McpServer::start_async`]), with no thread
+    /// or runtime of its own, and its tools' calls are awaited on the run's
+    /// task.
+    pub async fn start_async(
+        configs: &[ServerConfig],
+        settings: &McpSettings,
+    ) -> Result<Self, StartError> {
+        let starting: Vec<_> = configs
+            .iter()
+            .map(|config| {
+                McpServer::start_async(config, settings.timeout, settings.exit_notice.clone())
+            })
+            .collect();
+        let mut all = Self::default();
+        for (config, pending) in configs.iter().zip(starting) {
+            let (server, listed) = pending.wait(&settings.cancel).await?;
+            all.add(config, server, &listed, settings);
+        }
+        Ok(all)
+    }
+
+    /// Adds a started server's source, its line and its warnings.
+    fn add(
+        &mut self,
+        config: &ServerConfig,
+        server: McpServer,
+        listed: &[RemoteTool],
+        settings: &McpSettings,
+    ) {
+        let mut source = McpSource {
+            config: config.clone(),
+            server: Arc::new(server),
+            settings: settings.clone(),
+            cache: std::sync::Mutex::new((0, Vec::new(), Vec::new())),
+        };
+        let (entries, warnings) = source.entries(listed);
+        self.warnings.extend(warnings);
+        self.servers.push((
+            config.name.clone(),
+            entries
+                .iter()
+                .map(|entry| entry.name().to_owned())
+                .collect(),
+        ));
+        source.cache = std::sync::Mutex::new((0, listed.to_vec(), entries));
+        self.sources.push(Arc::new(source));
     }
 }
 
