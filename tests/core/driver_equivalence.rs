@@ -184,3 +184,54 @@ proptest! {
         prop_assert_eq!(blocking.trace, awaited.trace);
     }
 }
+
+/// The future of an async run is `Send` with a `Send` model: it can be
+/// spawned on a multi-threaded runtime, and here is, many at once.
+#[test]
+fn async_runs_are_send_and_run_side_by_side_on_a_multi_threaded_runtime() {
+    fn assert_send<T: Send>(value: T) -> T {
+        value
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = TempDir::new("send");
+    dir.write("a.txt", "alpha");
+    let handles: Vec<_> = (0..64)
+        .map(|i| {
+            let agent = AgentBuilder::new(Arc::new(DenyAll))
+                .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+                .unwrap()
+                .subagents(SubagentConfig::new(
+                    Arc::new(ScriptedChildren(vec![vec![Ok(ModelResponse::answer(
+                        format!("child of {i}"),
+                    ))]])),
+                    Hooks::none(),
+                ))
+                .unwrap()
+                .build();
+            let model: Box<dyn subloop::run::model::AsyncModel + Send> =
+                Box::new(Blocking(ScriptedModel::new(vec![
+                    Ok(ModelResponse::tool_calls([
+                        ("r".to_owned(), "read_file", json!({"path": "a.txt"})),
+                        ("t".to_owned(), "task", json!({"task": "look"})),
+                    ])),
+                    Ok(ModelResponse::answer(format!("run {i}"))),
+                ])));
+            runtime.spawn(assert_send(async move {
+                let mut model = model;
+                agent
+                    .run_async("go", Budget::new(3).unwrap(), &mut *model)
+                    .await
+            }))
+        })
+        .collect();
+    for (i, handle) in handles.into_iter().enumerate() {
+        let report = runtime.block_on(handle).unwrap().unwrap();
+        assert_eq!(report.outcome.text, format!("run {i}"));
+        assert_eq!(report.children.len(), 1);
+        assert_eq!(report.children[0].report.summary, format!("child of {i}"));
+    }
+}
