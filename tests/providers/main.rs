@@ -1,7 +1,8 @@
 //! The model providers against loopback mocks: the Messages API client
 //! (`live_api`, `live_fidelity`, with `mock_api`) and the OpenAI-compatible
-//! one (`openai_api`, with `mock_openai`), and both against a real model
-//! server (`local_model`).
+//! one (`openai_api`, with `mock_openai`), both against a real model
+//! server (`local_model`), and many runs at once against the concurrency
+//! bench's own server (`concurrent_bench`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -12,6 +13,8 @@ mod mock_api;
 #[path = "../mock_openai/mod.rs"]
 mod mock_openai;
 
+#[cfg(feature = "live")]
+mod concurrent_bench;
 #[cfg(feature = "live")]
 mod live_api;
 #[cfg(feature = "live")]
