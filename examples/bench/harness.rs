@@ -633,13 +633,24 @@ mod blocking {
 
     /// One client for every run, as a service would hold.
     #[derive(Clone)]
-    enum Client {
+    pub(super) enum Client {
         Anthropic(Arc<anthropic::Client>),
         OpenAi(Arc<openai::Client>),
     }
 
     impl Client {
-        fn model(&self, stop: Option<&StopSlot>) -> Box<dyn Model + Send> {
+        pub(super) fn new(provider: Provider, settings: &Settings) -> Self {
+            match provider {
+                Provider::Anthropic => {
+                    Self::Anthropic(Arc::new(anthropic::Client::new(settings.anthropic.clone())))
+                }
+                Provider::OpenAi => {
+                    Self::OpenAi(Arc::new(openai::Client::new(settings.openai.clone())))
+                }
+            }
+        }
+
+        pub(super) fn model(&self, stop: Option<&StopSlot>) -> Box<dyn Model + Send> {
             match (self, stop) {
                 (Self::Anthropic(client), None) => {
                     Box::new(AnthropicModel::new(Arc::clone(client)))
@@ -680,14 +691,7 @@ mod blocking {
     }
 
     pub(super) fn run_all(options: &Options, settings: &Settings, workspace: &Path) -> Vec<Ended> {
-        let client = match options.provider {
-            Provider::Anthropic => {
-                Client::Anthropic(Arc::new(anthropic::Client::new(settings.anthropic.clone())))
-            }
-            Provider::OpenAi => {
-                Client::OpenAi(Arc::new(openai::Client::new(settings.openai.clone())))
-            }
-        };
+        let client = Client::new(options.provider, settings);
         let stop_probe = options.stop_probe;
         let handles: Vec<_> = (0..options.runs)
             .map(|index| {
