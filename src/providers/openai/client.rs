@@ -15,8 +15,8 @@ use crate::core::protocol::{ModelResponse, Request};
 use crate::providers::http::retry::RetryPolicy;
 use crate::providers::http::transport::{Timeouts, Transport, UreqTransport};
 use crate::providers::http::{
-    ApiKey, Attempts, HttpClient, Secrets, StopProbe, StopSlot, Success, TextSink, Waited,
-    is_http_url, read_stream, redact_url, until_stopped,
+    ApiKey, Attempts, ErrorReader, HttpClient, Secrets, StopProbe, StopSlot, Success, TextSink,
+    Waited, is_http_url, read_stream, redact_url, until_stopped,
 };
 use crate::run::model::{Model, Received};
 
@@ -344,7 +344,7 @@ impl FieldFallback {
     /// Reads an error body with `describe`, noting a refusal of the field.
     pub(crate) fn read_error(
         &self,
-        describe: &dyn Fn(u16, &str) -> Option<(String, String)>,
+        describe: ErrorReader<'_>,
         status: u16,
         text: &str,
     ) -> Option<(String, String)> {
