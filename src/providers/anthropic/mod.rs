@@ -15,7 +15,12 @@
 //! from every error text (when at least [`MIN_SCRUBBED_CHARS`] long); the
 //! userinfo of the base URL is never printed.
 
+#[cfg(feature = "async")]
+mod async_client;
 pub mod sse;
+
+#[cfg(feature = "async")]
+pub use async_client::{AsyncAnthropicModel, AsyncClient};
 
 pub use crate::providers::http::{ApiKey, MIN_SCRUBBED_CHARS, StopProbe, StopSlot, redact_url};
 /// The shared retry policy and transport, under their former paths.

@@ -10,6 +10,10 @@
 //! reads is the provider's business: it passes a function that finds the
 //! error's kind and message in it.
 
+#[cfg(feature = "async")]
+pub mod async_client;
+#[cfg(feature = "async")]
+pub mod async_transport;
 pub mod retry;
 pub mod sse;
 pub mod stream;
@@ -29,11 +33,11 @@ use crate::run::model::Received;
 /// short a string is no secret worth hiding.
 pub const MIN_SCRUBBED_CHARS: usize = 8;
 /// The largest non-streaming body read (32 MiB).
-const MAX_BODY: u64 = 32 * 1024 * 1024;
+pub(crate) const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest error body read (1 MiB).
-const MAX_ERROR_BODY: u64 = 1024 * 1024;
+pub(crate) const MAX_ERROR_BODY: u64 = 1024 * 1024;
 /// The largest event stream read (64 MiB).
-const MAX_STREAM: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_STREAM: u64 = 64 * 1024 * 1024;
 
 /// The userinfo (`user:password`) of a URL, if it has one: everything
 /// before the last `@`. Wider than the URL grammar on purpose: a password
