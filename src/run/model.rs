@@ -123,6 +123,50 @@ pub trait ChildModels: Send + Sync {
     }
 }
 
+/// Child models for async runs only: each delegation of an async run gets
+/// the async model `make(number)` returns (an async HTTP client, say). In a
+/// blocking run, whose children must be blocking models, each child's
+/// request fails with a model error that says so.
+///
+/// ```
+/// use subloop::run::model::{AsyncChildren, AsyncModel, Blocking};
+/// use subloop::ModelResponse;
+/// use subloop::providers::scripted::ScriptedModel;
+///
+/// let children = AsyncChildren(|_number: usize| -> Box<dyn AsyncModel + Send> {
+///     Box::new(Blocking(ScriptedModel::new(vec![Ok(ModelResponse::answer("done"))])))
+/// });
+/// # let _ = children;
+/// ```
+#[derive(Debug, Clone)]
+pub struct AsyncChildren<F>(pub F);
+
+/// The blocking model of [`AsyncChildren`]: every request fails.
+#[derive(Debug)]
+struct AsyncOnly;
+
+impl Model for AsyncOnly {
+    fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        Err(ModelFailure::with_kind(
+            "request_error",
+            "this host's child models are async: a child runs only in an async run (Agent::run_async)",
+        ))
+    }
+}
+
+impl<F> ChildModels for AsyncChildren<F>
+where
+    F: Fn(usize) -> Box<dyn AsyncModel + Send> + Send + Sync,
+{
+    fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(AsyncOnly)
+    }
+
+    fn async_model_for(&self, number: usize) -> Box<dyn AsyncModel + Send> {
+        (self.0)(number)
+    }
+}
+
 /// Any `Fn(number) -> model` hands out child models (e.g. one live client per child).
 impl<F> ChildModels for F
 where

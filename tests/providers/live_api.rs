@@ -23,7 +23,12 @@ use subloop::host::{self, DecisionMode, Models};
 use subloop::providers::anthropic::transport::{
     HttpResponse, Timeouts, Transport, TransportError, TransportErrorKind,
 };
-use subloop::providers::anthropic::{API_VERSION, ApiKey, Client, LiveConfig, LiveError};
+use subloop::providers::anthropic::{API_VERSION, ApiKey, LiveConfig, LiveError};
+use subloop::providers::http::async_transport::{
+    AsyncBody, AsyncResponse, AsyncTransport, ChunkFuture, ResponseFuture,
+};
+
+use crate::clients::{Anthropic, Taps};
 
 const KEY: &str = "sk-test-SECRET-0123456789";
 
@@ -43,14 +48,12 @@ fn config(base_url: &str) -> LiveConfig {
 }
 
 /// A client whose retry waits are recorded, not slept.
-fn client(config: LiveConfig) -> (Client, Arc<Mutex<Vec<Duration>>>) {
-    let sleeps = Arc::new(Mutex::new(Vec::new()));
-    let log = sleeps.clone();
-    let client = Client::new(config).with_sleeper(move |d| log.lock().unwrap().push(d));
-    (client, sleeps)
+fn client(config: LiveConfig) -> (Anthropic, Arc<Mutex<Vec<Duration>>>) {
+    let taps = Taps::default();
+    (Anthropic::new(config, &taps), taps.sleeps)
 }
 
-fn one_request(client: &Client) -> Result<ModelResponse, subloop::core::error::ModelFailure> {
+fn one_request(client: &Anthropic) -> Result<ModelResponse, subloop::core::error::ModelFailure> {
     let messages = [Message::user_text("hi")];
     client.send(&Request {
         system: "sys",
@@ -67,7 +70,7 @@ fn demo_run(decision: DecisionMode) -> (subloop::RunReport, Vec<Recorded>, usize
         host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.decision = decision;
     settings.progress = false;
-    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = client.run(&settings);
     let connections = server.connections.load(std::sync::atomic::Ordering::SeqCst);
     (report, server.recorded(), connections)
 }
@@ -473,15 +476,12 @@ fn stream_events() -> Vec<(&'static str, Value)> {
     ]
 }
 
-fn streaming(url: &str) -> (Client, Arc<Mutex<String>>) {
+fn streaming(url: &str) -> (Anthropic, Arc<Mutex<Vec<String>>>) {
     let mut config = config(url);
     config.stream = true;
-    let shown = Arc::new(Mutex::new(String::new()));
-    let sink = shown.clone();
-    let client = Client::new(config)
-        .with_sleeper(|_| {})
-        .with_text_sink(move |text| sink.lock().unwrap().push_str(text));
-    (client, shown)
+    let taps = Taps::showing();
+    let client = Anthropic::new(config, &taps);
+    (client, taps.shown.expect("a sink"))
 }
 
 #[test]
@@ -505,7 +505,7 @@ fn a_stream_assembles_the_same_reply_as_a_plain_call() {
     let usage = reply.usage.expect("usage");
     assert_eq!((usage.input_tokens, usage.output_tokens), (25, 30));
     assert_eq!(
-        *shown.lock().unwrap(),
+        shown.lock().unwrap().concat(),
         "Let me check.\n",
         "the text ends its line"
     );
@@ -629,13 +629,13 @@ struct FakeTransport {
     sent: Mutex<Vec<Sent>>,
 }
 
-impl Transport for FakeTransport {
-    fn post(
+impl FakeTransport {
+    /// Records what was sent and takes the next reply.
+    fn answer(
         &self,
-        _url: &str,
         headers: &[(&str, &str)],
         body: &[u8],
-    ) -> Result<HttpResponse, TransportError> {
+    ) -> Result<(u16, String), TransportError> {
         let headers = headers
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -644,7 +644,45 @@ impl Transport for FakeTransport {
             .lock()
             .unwrap()
             .push((headers, serde_json::from_slice(body).unwrap()));
-        let (status, body) = self.replies.lock().unwrap().remove(0)?;
+        self.replies.lock().unwrap().remove(0)
+    }
+}
+
+/// A body that is one piece.
+struct Whole(Option<Vec<u8>>);
+
+impl AsyncBody for Whole {
+    fn chunk(&mut self) -> ChunkFuture<'_> {
+        Box::pin(std::future::ready(Ok(self.0.take())))
+    }
+}
+
+impl AsyncTransport for FakeTransport {
+    fn post<'a>(
+        &'a self,
+        _url: &'a str,
+        headers: &'a [(&'a str, &'a str)],
+        body: &'a [u8],
+    ) -> ResponseFuture<'a> {
+        let answer = self
+            .answer(headers, body)
+            .map(|(status, body)| AsyncResponse {
+                status,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: Box::new(Whole(Some(body.into_bytes()))),
+            });
+        Box::pin(std::future::ready(answer))
+    }
+}
+
+impl Transport for FakeTransport {
+    fn post(
+        &self,
+        _url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Result<HttpResponse, TransportError> {
+        let (status, body) = self.answer(headers, body)?;
         Ok(HttpResponse {
             status,
             headers: vec![("content-type".into(), "application/json".into())],
@@ -653,13 +691,12 @@ impl Transport for FakeTransport {
     }
 }
 
-fn fake(replies: Vec<Result<(u16, String), TransportError>>) -> (Client, Arc<FakeTransport>) {
+fn fake(replies: Vec<Result<(u16, String), TransportError>>) -> (Anthropic, Arc<FakeTransport>) {
     let transport = Arc::new(FakeTransport {
         replies: Mutex::new(replies),
         sent: Mutex::new(Vec::new()),
     });
-    let client =
-        Client::with_transport(config("http://fake"), transport.clone()).with_sleeper(|_| {});
+    let client = Anthropic::with_transport(config("http://fake"), transport.clone());
     (client, transport)
 }
 
@@ -799,7 +836,7 @@ fn a_deadline_abandons_a_request_in_flight() {
     settings.progress = false;
     settings.limits.deadline = Some(Duration::from_millis(300));
     let started = std::time::Instant::now();
-    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = client.run(&settings);
     // Well before the 10 s read timeout of `config`.
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -831,7 +868,7 @@ fn cancelling_abandons_a_request_in_flight() {
         cancel.cancel();
     });
     let started = std::time::Instant::now();
-    let report = host::execute(&settings, Models::Live(Arc::new(client))).expect("run");
+    let report = client.run(&settings);
     canceller.join().unwrap();
     assert!(
         started.elapsed() < Duration::from_millis(450),
@@ -847,17 +884,16 @@ fn cancelling_abandons_a_request_in_flight() {
 fn a_client_reused_after_a_cancelled_run_serves_the_next_run() {
     let server = MockServer::start(demo_handler());
     let (client, _) = client(config(&server.url));
-    let client = Arc::new(client);
     let mut settings =
         host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
     settings.progress = false;
     settings.decision = DecisionMode::Allow;
     let first = settings.clone();
     first.cancel.cancel();
-    let cancelled = host::execute(&first, Models::Live(Arc::clone(&client))).expect("first run");
+    let cancelled = client.run(&first);
     assert_eq!(cancelled.outcome.status, StatusKind::Cancelled);
     settings.cancel = subloop::run::limits::CancelHandle::new();
-    let second = host::execute(&settings, Models::Live(client)).expect("second run");
+    let second = client.run(&settings);
     assert_eq!(
         second.outcome.status,
         StatusKind::Answered,
@@ -866,3 +902,25 @@ fn a_client_reused_after_a_cancelled_run_serves_the_next_run() {
     );
     assert_eq!(second.outcome.calls, 4);
 }
+
+crate::async_twins!(
+    demo_allow_makes_seven_requests_and_matches_the_offline_answer,
+    demo_deny_makes_seven_requests_and_matches_the_offline_answer,
+    a_429_is_retried_honouring_retry_after,
+    retry_after_ms_wins_and_overlong_retry_after_falls_back_to_backoff,
+    a_529_three_times_gives_up_after_the_retries,
+    a_400_is_not_retried_and_x_should_retry_false_is_obeyed,
+    bodies_that_are_not_messages_are_model_errors,
+    a_stream_assembles_the_same_reply_as_a_plain_call,
+    a_stream_cut_before_message_stop_is_a_model_error,
+    an_error_event_inside_a_200_stream_is_an_api_error,
+    a_stalled_server_trips_the_read_timeout_and_is_not_asked_again,
+    a_stall_in_the_middle_of_a_body_is_retried,
+    a_dropped_connection_is_retried,
+    the_request_body_is_exactly_the_messages_api_body_with_cache_breakpoints,
+    fixture_response_bodies_round_trip,
+    the_key_never_appears_in_failures,
+    a_deadline_abandons_a_request_in_flight,
+    cancelling_abandons_a_request_in_flight,
+    a_client_reused_after_a_cancelled_run_serves_the_next_run,
+);

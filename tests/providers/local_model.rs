@@ -187,3 +187,56 @@ fn both_providers_hold_the_protocol_against_a_real_model() {
     // The model's calls reached the tools, through both endpoints' parsers.
     assert!(tools_ran > 0, "no tool ran in any of the runs");
 }
+
+/// The async clients, awaited as a service would, against the same real
+/// server: a run with a question per provider, streamed and not, writes a
+/// trace that holds the protocol and replays as reproduced.
+#[test]
+fn the_async_clients_hold_the_protocol_against_a_real_model() {
+    use crate::clients::{Anthropic, OpenAi, Taps};
+    use subloop::host::{DecisionMode, Settings};
+    use subloop::providers::anthropic::LiveConfig;
+    use subloop::providers::openai::OpenAiConfig;
+
+    let Some(url) = server() else {
+        return;
+    };
+    common::with_driver(common::Driver::Async, || {
+        for provider in ["openai", "anthropic"] {
+            for stream in [false, true] {
+                let what = format!("async {provider}{}", if stream { " streamed" } else { "" });
+                let dir = TempDir::new("local-model-async");
+                let ws = workspace(&dir);
+                let trace = dir.path().join("run.jsonl");
+                let mut settings = Settings::new(ws.clone());
+                settings.question = "Read main.py with read_file and say what it prints.".into();
+                settings.decision = DecisionMode::Allow;
+                settings.max_calls = 4;
+                settings.progress = false;
+                settings.trace = Some(trace.clone());
+                let read = std::time::Duration::from_secs(300);
+                let report = if provider == "openai" {
+                    let mut config = OpenAiConfig::new("gemma-3-270m", format!("{url}/v1"));
+                    config.max_tokens = 128;
+                    config.timeouts.read = read;
+                    config.stream = stream;
+                    OpenAi::new(config, &Taps::default()).run(&settings)
+                } else {
+                    let env = |name: &str| match name {
+                        "ANTHROPIC_API_KEY" => Some("local".to_owned()),
+                        "ANTHROPIC_BASE_URL" => Some(url.clone()),
+                        _ => None,
+                    };
+                    let mut config =
+                        LiveConfig::from_env(env, Some("gemma-3-270m".to_owned())).expect("config");
+                    config.max_tokens = 128;
+                    config.timeouts.read = read;
+                    config.stream = stream;
+                    Anthropic::new(config, &Taps::default()).run(&settings)
+                };
+                assert!(report.outcome.calls >= 1, "{what}: {}", report.outcome.text);
+                holds_the_protocol(&url, provider, &ws, &trace, "4", &what);
+            }
+        }
+    });
+}

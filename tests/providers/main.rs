@@ -13,13 +13,15 @@ mod mock_api;
 #[path = "../mock_openai/mod.rs"]
 mod mock_openai;
 
-#[cfg(feature = "live")]
+#[cfg(feature = "async")]
+mod clients;
+#[cfg(feature = "async")]
 mod concurrent_bench;
-#[cfg(feature = "live")]
+#[cfg(feature = "async")]
 mod live_api;
 #[cfg(feature = "live")]
 mod live_fidelity;
-#[cfg(feature = "live")]
+#[cfg(feature = "async")]
 mod local_model;
-#[cfg(feature = "live")]
+#[cfg(feature = "async")]
 mod openai_api;

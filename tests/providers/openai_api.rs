@@ -24,7 +24,9 @@ use subloop::core::protocol::StopReason;
 use subloop::core::protocol::Usage;
 use subloop::host::{self, DecisionMode, Models, Settings};
 use subloop::providers::http::transport::Timeouts;
-use subloop::providers::openai::{Client, OpenAiConfig, OpenAiError};
+use subloop::providers::openai::{OpenAiConfig, OpenAiError};
+
+use crate::clients::{OpenAi, Taps};
 
 const KEY: &str = "sk-openai-SECRET-0123456789";
 
@@ -45,14 +47,12 @@ fn config(base_url: &str, key: Option<&str>) -> OpenAiConfig {
 }
 
 /// A client whose retry waits are recorded, not slept.
-fn new_client(config: OpenAiConfig) -> (Client, Arc<Mutex<Vec<Duration>>>) {
-    let sleeps = Arc::new(Mutex::new(Vec::new()));
-    let log = sleeps.clone();
-    let client = Client::new(config).with_sleeper(move |d| log.lock().unwrap().push(d));
-    (client, sleeps)
+fn new_client(config: OpenAiConfig) -> (OpenAi, Arc<Mutex<Vec<Duration>>>) {
+    let taps = Taps::default();
+    (OpenAi::new(config, &taps), taps.sleeps)
 }
 
-fn one_request(client: &Client) -> Result<ModelResponse, subloop::core::error::ModelFailure> {
+fn one_request(client: &OpenAi) -> Result<ModelResponse, subloop::core::error::ModelFailure> {
     let messages = [Message::user_text("hi")];
     client.send(&Request {
         system: "sys",
@@ -82,8 +82,7 @@ fn demo_run(decision: DecisionMode, stream: bool) -> (subloop::RunReport, Vec<Re
     let mut config = config(&server.url, None);
     config.stream = stream;
     let (client, _) = new_client(config);
-    let report =
-        host::execute(&demo_settings(decision), Models::OpenAi(Arc::new(client))).expect("run");
+    let report = client.run(&demo_settings(decision));
     (report, server.recorded())
 }
 
@@ -376,11 +375,7 @@ fn run_against(server: &MockServer, stream: bool) -> subloop::RunReport {
     let mut config = config(&server.url, None);
     config.stream = stream;
     let (client, _) = new_client(config);
-    host::execute(
-        &run_settings("Compare the files."),
-        Models::OpenAi(Arc::new(client)),
-    )
-    .expect("run")
+    client.run(&run_settings("Compare the files."))
 }
 
 #[test]
@@ -691,7 +686,7 @@ fn a_401_body_reaches_the_user_and_says_to_set_the_key() {
         "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
     let server = serve(vec![Reply::json(401, body.clone())]);
     let (client, _) = new_client(config(&server.url, None));
-    let report = host::execute(&run_settings("hi"), Models::OpenAi(Arc::new(client))).expect("run");
+    let report = client.run(&run_settings("hi"));
     assert_eq!(report.outcome.status, StatusKind::ModelError);
     let text = &report.outcome.text;
     assert!(text.contains("HTTP 401"), "{text}");
@@ -789,7 +784,7 @@ fn the_trace_keeps_reasoning_fields_that_are_not_sent_back() {
     let mut settings = run_settings("look");
     settings.trace = Some(path.clone());
     let (client, _) = new_client(config(&server.url, None));
-    let report = host::execute(&settings, Models::OpenAi(Arc::new(client))).expect("run");
+    let report = client.run(&settings);
     assert_eq!(report.outcome.status, StatusKind::Answered);
     let text = std::fs::read_to_string(&path).expect("trace");
     assert!(
@@ -840,6 +835,11 @@ fn a_server_that_refuses_max_tokens_gets_max_completion_tokens_from_then_on() {
         sleeps.lock().unwrap().is_empty(),
         "not a retry with backoff"
     );
+    assert_eq!(
+        client.max_tokens_field(),
+        subloop::providers::openai::request::MaxTokensField::MaxCompletionTokens,
+        "the client keeps sending the field the server took"
+    );
     // A 400 for another reason is not resent.
     let server = serve(vec![Reply::json(
         400,
@@ -857,7 +857,7 @@ fn a_deadline_abandons_a_request_in_flight() {
     let mut settings = demo_settings(DecisionMode::Deny);
     settings.limits.deadline = Some(Duration::from_millis(300));
     let started = std::time::Instant::now();
-    let report = host::execute(&settings, Models::OpenAi(Arc::new(client))).expect("run");
+    let report = client.run(&settings);
     // Well before the 10 s read timeout of `config`.
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -877,11 +877,30 @@ fn streamed_text_is_shown_as_it_arrives_and_ends_its_line() {
     let server = serve(vec![sse(&chunks(&answer("forty-two")))]);
     let mut config = config(&server.url, None);
     config.stream = true;
-    let shown = Arc::new(Mutex::new(Vec::new()));
-    let log = shown.clone();
-    let client =
-        Client::new(config).with_text_sink(move |text| log.lock().unwrap().push(text.to_owned()));
+    let taps = Taps::showing();
+    let client = OpenAi::new(config, &taps);
     let response = one_request(&client).expect("a reply");
     assert_eq!(response.stop_reason, Some(StopReason::EndTurn));
+    let shown = taps.shown.expect("a sink");
     assert_eq!(*shown.lock().unwrap(), ["fort", "y-two", "\n"]);
 }
+
+crate::async_twins!(
+    demo_allow_makes_seven_requests_and_prints_42,
+    demo_deny_makes_seven_requests_and_says_the_program_was_not_run,
+    the_streamed_demo_gives_the_same_answers,
+    parallel_tool_calls_are_answered_in_call_order,
+    a_stream_with_interleaved_calls_split_across_many_chunks,
+    invalid_json_arguments_are_answered_and_sent_back_as_received,
+    each_finish_reason,
+    tool_calls_with_finish_reason_stop_and_bad_ids_are_protocol_errors,
+    a_429_with_retry_after_then_success,
+    a_500_is_retried_and_400_401_403_404_are_not,
+    a_401_body_reaches_the_user_and_says_to_set_the_key,
+    a_cut_stream_is_a_model_error,
+    usage_with_and_without_cached_tokens,
+    the_trace_keeps_reasoning_fields_that_are_not_sent_back,
+    a_server_that_refuses_max_tokens_gets_max_completion_tokens_from_then_on,
+    a_deadline_abandons_a_request_in_flight,
+    streamed_text_is_shown_as_it_arrives_and_ends_its_line,
+);

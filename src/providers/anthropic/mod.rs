@@ -15,7 +15,12 @@
 //! from every error text (when at least [`MIN_SCRUBBED_CHARS`] long); the
 //! userinfo of the base URL is never printed.
 
+#[cfg(feature = "async")]
+mod async_client;
 pub mod sse;
+
+#[cfg(feature = "async")]
+pub use async_client::{AsyncAnthropicModel, AsyncClient};
 
 pub use crate::providers::http::{ApiKey, MIN_SCRUBBED_CHARS, StopProbe, StopSlot, redact_url};
 /// The shared retry policy and transport, under their former paths.
@@ -32,7 +37,8 @@ use self::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
 use crate::core::error::ModelFailure;
 use crate::core::protocol::{ModelResponse, Request};
 use crate::providers::http::{
-    HttpClient, Secrets, Success, TextSink, Waited, is_http_url, read_stream_with, until_stopped,
+    Attempts, HttpClient, Secrets, Success, TextSink, Waited, is_http_url, read_stream,
+    until_stopped,
 };
 use crate::run::model::{Model, Received};
 
@@ -146,6 +152,49 @@ impl LiveConfig {
     }
 }
 
+/// The exact JSON body of a request under `config`.
+pub(crate) fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
+    let cache = json!({"type": "ephemeral"});
+    let mut body = json!({
+        "model": config.model,
+        "max_tokens": config.max_tokens,
+    });
+    // The static system prompt carries the breakpoint; the attachment (the
+    // plan) follows it as a second block, so tools + system stay cached
+    // when the plan changes, and no text ever follows tool results.
+    let mut system = Vec::new();
+    if !request.system.is_empty() {
+        system.push(json!({"type": "text", "text": request.system, "cache_control": cache}));
+    }
+    if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
+        system.push(json!({"type": "text", "text": text}));
+    }
+    if !system.is_empty() {
+        body["system"] = Value::Array(system);
+    }
+    if !request.tools.is_empty() {
+        let mut tools = json!(request.tools);
+        if let Some(last) = tools.as_array_mut().and_then(|tools| tools.last_mut()) {
+            last["cache_control"] = cache.clone();
+        }
+        body["tools"] = tools;
+    }
+    let mut messages = json!(request.messages);
+    if let Some(block) = messages
+        .as_array_mut()
+        .and_then(|m| m.last_mut())
+        .and_then(|last| last["content"].as_array_mut())
+        .and_then(|c| c.last_mut())
+    {
+        block["cache_control"] = cache;
+    }
+    body["messages"] = messages;
+    if config.stream {
+        body["stream"] = json!(true);
+    }
+    body
+}
+
 /// The HTTP client, shared by the parent's model and every child's.
 pub struct Client {
     config: LiveConfig,
@@ -200,45 +249,7 @@ impl Client {
 
     /// The exact JSON body of a request.
     pub fn request_body(&self, request: &Request<'_>) -> Value {
-        let cache = json!({"type": "ephemeral"});
-        let mut body = json!({
-            "model": self.config.model,
-            "max_tokens": self.config.max_tokens,
-        });
-        // The static system prompt carries the breakpoint; the attachment (the
-        // plan) follows it as a second block, so tools + system stay cached
-        // when the plan changes, and no text ever follows tool results.
-        let mut system = Vec::new();
-        if !request.system.is_empty() {
-            system.push(json!({"type": "text", "text": request.system, "cache_control": cache}));
-        }
-        if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
-            system.push(json!({"type": "text", "text": text}));
-        }
-        if !system.is_empty() {
-            body["system"] = Value::Array(system);
-        }
-        if !request.tools.is_empty() {
-            let mut tools = json!(request.tools);
-            if let Some(last) = tools.as_array_mut().and_then(|tools| tools.last_mut()) {
-                last["cache_control"] = cache.clone();
-            }
-            body["tools"] = tools;
-        }
-        let mut messages = json!(request.messages);
-        if let Some(block) = messages
-            .as_array_mut()
-            .and_then(|m| m.last_mut())
-            .and_then(|last| last["content"].as_array_mut())
-            .and_then(|c| c.last_mut())
-        {
-            block["cache_control"] = cache;
-        }
-        body["messages"] = messages;
-        if self.config.stream {
-            body["stream"] = json!(true);
-        }
-        body
+        request_body(&self.config, request)
     }
 
     fn fail(&self, kind: &str, message: String) -> ModelFailure {
@@ -297,18 +308,8 @@ impl Client {
         stop: Option<&StopProbe>,
         whole_lines: bool,
     ) -> Result<Received, ModelFailure> {
-        let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
-        let accept = if self.config.stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
-        let headers = [
-            ("x-api-key", self.config.api_key.expose()),
-            ("anthropic-version", API_VERSION),
-            ("content-type", "application/json"),
-            ("accept", accept),
-        ];
+        let url = messages_url(&self.config);
+        let headers = headers(&self.config);
         match self.http.post(&url, &headers, body, stop, &read_error)? {
             Success::Stream(response) => self.read_stream(response, whole_lines),
             Success::Body(text) => self.parse_body(&text),
@@ -320,42 +321,72 @@ impl Client {
         response: HttpResponse,
         whole_lines: bool,
     ) -> Result<Received, ModelFailure> {
-        let result = read_stream_with(
+        read_stream(
             response,
             self.on_text.as_ref(),
             whole_lines,
-            |body, on_text| sse::read_stream(body, on_text),
-        );
-        result.map_err(|failure| {
-            self.fail(
-                failure.kind.as_deref().unwrap_or("stream_error"),
-                failure.message,
-            )
-        })
+            sse::StreamAssembler::new(),
+        )
+        .map_err(|failure| stream_failure(self.http.attempts(), failure))
     }
 
     fn parse_body(&self, text: &str) -> Result<Received, ModelFailure> {
-        let value: Value = serde_json::from_str(text).map_err(|err| {
-            let snippet: String = text.chars().take(200).collect();
-            self.fail(
-                "invalid_response",
-                format!("the response is not JSON ({err}): {snippet}"),
-            )
-        })?;
-        if value.get("type").and_then(Value::as_str) == Some("error") {
-            let (kind, message) = api_error(&value);
-            return Err(self.fail(kind, format!("{kind}: {message}")));
-        }
-        match ModelResponse::from_value(value.clone()) {
-            Ok(response) => Ok(Received {
-                response,
-                raw: Some(value),
-            }),
-            Err(err) => Err(self.fail(
-                "invalid_response",
-                format!("the response is not a message: {err}"),
-            )),
-        }
+        parse_body(self.http.attempts(), text)
+    }
+}
+
+/// The endpoint of `config`'s server.
+pub(crate) fn messages_url(config: &LiveConfig) -> String {
+    format!("{}/v1/messages", config.base_url.trim_end_matches('/'))
+}
+
+/// The headers of every request (the key only in `x-api-key`).
+pub(crate) fn headers(config: &LiveConfig) -> [(&'static str, &str); 4] {
+    let accept = if config.stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    [
+        ("x-api-key", config.api_key.expose()),
+        ("anthropic-version", API_VERSION),
+        ("content-type", "application/json"),
+        ("accept", accept),
+    ]
+}
+
+/// A stream's failure, its kind kept (`stream_error` if it has none) and
+/// its text scrubbed.
+pub(crate) fn stream_failure(attempts: &Attempts, failure: ModelFailure) -> ModelFailure {
+    attempts.fail(
+        failure.kind.as_deref().unwrap_or("stream_error"),
+        failure.message,
+    )
+}
+
+/// A whole (non-streamed) response body read as a reply; an `error` body is
+/// the API's failure.
+pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
+    let value: Value = serde_json::from_str(text).map_err(|err| {
+        let snippet: String = text.chars().take(200).collect();
+        attempts.fail(
+            "invalid_response",
+            format!("the response is not JSON ({err}): {snippet}"),
+        )
+    })?;
+    if value.get("type").and_then(Value::as_str) == Some("error") {
+        let (kind, message) = api_error(&value);
+        return Err(attempts.fail(kind, format!("{kind}: {message}")));
+    }
+    match ModelResponse::from_value(value.clone()) {
+        Ok(response) => Ok(Received {
+            response,
+            raw: Some(value),
+        }),
+        Err(err) => Err(attempts.fail(
+            "invalid_response",
+            format!("the response is not a message: {err}"),
+        )),
     }
 }
 

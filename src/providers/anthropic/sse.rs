@@ -17,6 +17,7 @@ use crate::core::protocol::ModelResponse;
 use crate::run::model::Received;
 
 pub use crate::providers::http::sse::{SseEvent, SseReader};
+use crate::providers::http::stream::{StreamParser, read_events};
 
 struct BlockState {
     block: Value,
@@ -237,20 +238,26 @@ impl StreamAssembler {
     }
 }
 
+impl StreamParser for StreamAssembler {
+    fn event(
+        &mut self,
+        event: &SseEvent,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<bool, ModelFailure> {
+        self.push(event, on_text).map(|()| false)
+    }
+
+    fn finish(self) -> Result<Received, ModelFailure> {
+        self.finish_received()
+    }
+}
+
 /// Reads a whole event stream into a reply and the message assembled from it.
 pub fn read_stream(
     input: impl BufRead,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Received, ModelFailure> {
-    let mut reader = SseReader::new(input);
-    let mut assembler = StreamAssembler::new();
-    loop {
-        match reader.next_event() {
-            Ok(Some(event)) => assembler.push(&event, on_text)?,
-            Ok(None) => return assembler.finish_received(),
-            Err(err) => return Err(failure(format!("reading the stream failed: {err}"))),
-        }
-    }
+    read_events(input, StreamAssembler::new(), on_text)
 }
 
 #[cfg(test)]

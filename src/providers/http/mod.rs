@@ -10,8 +10,13 @@
 //! reads is the provider's business: it passes a function that finds the
 //! error's kind and message in it.
 
+#[cfg(feature = "async")]
+pub mod async_client;
+#[cfg(feature = "async")]
+pub mod async_transport;
 pub mod retry;
 pub mod sse;
+pub mod stream;
 pub mod transport;
 
 use std::io::{BufReader, Read};
@@ -19,19 +24,20 @@ use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, SystemTime};
 
 use self::retry::{RetryPolicy, retryable_status, should_retry_header};
-use self::transport::{HttpResponse, Transport, TransportErrorKind};
+use self::transport::{HttpResponse, Transport, TransportError, TransportErrorKind};
 use crate::core::error::ModelFailure;
+use crate::run::model::Received;
 
 /// Secrets shorter than this many characters are not scrubbed from error
 /// texts: replacing a one-letter "key" would garble every message, and so
 /// short a string is no secret worth hiding.
 pub const MIN_SCRUBBED_CHARS: usize = 8;
 /// The largest non-streaming body read (32 MiB).
-const MAX_BODY: u64 = 32 * 1024 * 1024;
+pub(crate) const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest error body read (1 MiB).
-const MAX_ERROR_BODY: u64 = 1024 * 1024;
+pub(crate) const MAX_ERROR_BODY: u64 = 1024 * 1024;
 /// The largest event stream read (64 MiB).
-const MAX_STREAM: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_STREAM: u64 = 64 * 1024 * 1024;
 
 /// The userinfo (`user:password`) of a URL, if it has one: everything
 /// before the last `@`. Wider than the URL grammar on purpose: a password
@@ -135,7 +141,7 @@ type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
 
 /// Finds an error's kind and message in an error body (`status`, body
 /// text); `None` when the body is not the provider's error shape.
-pub type ErrorReader<'a> = &'a dyn Fn(u16, &str) -> Option<(String, String)>;
+pub type ErrorReader<'a> = &'a (dyn Fn(u16, &str) -> Option<(String, String)> + Sync);
 
 /// A successful (2xx) response.
 #[derive(Debug)]
@@ -146,48 +152,43 @@ pub enum Success {
     Stream(HttpResponse),
 }
 
-/// The sending half every provider shares: transport, retries, waits and secrets.
-pub struct HttpClient {
-    transport: Arc<dyn Transport>,
-    sleep: Sleeper,
+/// What every attempt of a request comes to, decided without I/O: give
+/// the body to the provider, wait and send again, or give up with a
+/// failure whose text has the secrets scrubbed. The blocking
+/// [`HttpClient`] and the async client (feature `async`) both send through
+/// it, so they retry the same statuses, wait the same delays and fail with
+/// the same texts.
+#[derive(Clone)]
+pub struct Attempts {
     policy: RetryPolicy,
     secrets: Secrets,
 }
 
-impl std::fmt::Debug for HttpClient {
+impl std::fmt::Debug for Attempts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpClient")
+        f.debug_struct("Attempts")
             .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
 }
 
-fn is_stream(response: &HttpResponse) -> bool {
-    response
-        .header("content-type")
-        .is_some_and(|kind| kind.starts_with("text/event-stream"))
+/// The kind of failure of a body that could not be read.
+fn body_error_kind(err: &std::io::Error) -> &'static str {
+    match err.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => "timeout_error",
+        _ => "connection_error",
+    }
 }
 
-fn read_body(response: HttpResponse) -> std::io::Result<String> {
-    let mut bytes = Vec::new();
-    response.body.take(MAX_BODY).read_to_end(&mut bytes)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-impl HttpClient {
-    /// A client sending through `transport` with `policy`, hiding `secrets`.
-    pub fn new(transport: Arc<dyn Transport>, policy: RetryPolicy, secrets: Secrets) -> Self {
-        Self {
-            transport,
-            sleep: Arc::new(std::thread::sleep),
-            policy,
-            secrets,
-        }
+impl Attempts {
+    /// Attempts under `policy`, hiding `secrets` from every failure text.
+    pub fn new(policy: RetryPolicy, secrets: Secrets) -> Self {
+        Self { policy, secrets }
     }
 
-    /// Replaces how the client waits between retries (tests record instead of sleeping).
-    pub fn set_sleeper(&mut self, sleep: impl Fn(Duration) + Send + Sync + 'static) {
-        self.sleep = Arc::new(sleep);
+    /// The retry policy.
+    pub fn policy(&self) -> RetryPolicy {
+        self.policy
     }
 
     /// A failure of `kind` whose message has the secrets scrubbed.
@@ -203,111 +204,36 @@ impl HttpClient {
         )
     }
 
-    /// POSTs `body` to `url`, retrying what is worth retrying (see
-    /// [`retry`]); no retry starts once `stop` says the run was stopped.
-    /// An error status becomes a failure whose text holds what
-    /// `read_error` finds in the body (else the body's first 200 characters).
-    pub fn post(
-        &self,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-        stop: Option<&StopProbe>,
-        read_error: ErrorReader<'_>,
-    ) -> Result<Success, ModelFailure> {
-        let policy = self.policy;
-        let mut retry = 0;
-        loop {
-            let delay = match self.transport.post(url, headers, body) {
-                Ok(response) if (200..300).contains(&response.status) => {
-                    if is_stream(&response) {
-                        return Ok(Success::Stream(response));
-                    }
-                    // The body is read inside the loop: a timeout or a reset
-                    // while reading it is retried like one before the headers.
-                    match read_body(response) {
-                        Ok(text) => return Ok(Success::Body(text)),
-                        Err(err) => {
-                            let kind = match err.kind() {
-                                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => {
-                                    "timeout_error"
-                                }
-                                _ => "connection_error",
-                            };
-                            if retry >= policy.max_retries {
-                                let attempts = retry + 1;
-                                return Err(self.fail(
-                                    kind,
-                                    format!("{kind}: reading the response failed: {err} (after {attempts} attempt(s))"),
-                                ));
-                            }
-                            policy.delay(retry, None, None, SystemTime::now())
-                        }
-                    }
-                }
-                Ok(mut response) => {
-                    let failure = self.error_response(&mut response, retry, read_error);
-                    let wanted = should_retry_header(response.header("x-should-retry"))
-                        .unwrap_or_else(|| retryable_status(response.status));
-                    if !wanted || retry >= policy.max_retries {
-                        return Err(failure);
-                    }
-                    policy.delay(
-                        retry,
-                        response.header("retry-after-ms"),
-                        response.header("retry-after"),
-                        SystemTime::now(),
-                    )
-                }
-                Err(err) if err.kind == TransportErrorKind::ResponseTimeout => {
-                    // The server may still be generating the reply: asking
-                    // again would only start a second generation.
-                    let attempts = retry + 1;
-                    return Err(self.fail(
-                        "timeout_error",
-                        format!(
-                            "timeout_error: no response in time: {err} (after {attempts} attempt(s)); not sent again, since the server may still be working on it; for a slow server (a local model) use --stream, a smaller --max-tokens, or a longer --timeout-read"
-                        ),
-                    ));
-                }
-                Err(err) => {
-                    let kind = match err.kind {
-                        TransportErrorKind::Timeout | TransportErrorKind::ResponseTimeout => {
-                            "timeout_error"
-                        }
-                        TransportErrorKind::Connection => "connection_error",
-                        TransportErrorKind::Other => "request_error",
-                    };
-                    if err.kind == TransportErrorKind::Other || retry >= policy.max_retries {
-                        let attempts = retry + 1;
-                        return Err(
-                            self.fail(kind, format!("{kind}: {err} (after {attempts} attempt(s))"))
-                        );
-                    }
-                    policy.delay(retry, None, None, SystemTime::now())
-                }
-            };
-            if stop.is_some_and(|probe| probe()) {
-                return Err(self.abandoned());
-            }
-            (self.sleep)(delay);
-            retry += 1;
+    /// Attempt `retry` (0-based) got a 2xx status whose body could not be
+    /// read: the wait before the next attempt, or the failure. A timeout or
+    /// a reset while reading is retried like one before the headers.
+    pub fn body_failed(&self, retry: u32, err: &std::io::Error) -> Result<Duration, ModelFailure> {
+        let kind = body_error_kind(err);
+        if retry >= self.policy.max_retries {
+            let attempts = retry + 1;
+            return Err(self.fail(
+                kind,
+                format!("{kind}: reading the response failed: {err} (after {attempts} attempt(s))"),
+            ));
         }
+        Ok(self.policy.delay(retry, None, None, SystemTime::now()))
     }
 
-    fn error_response(
+    /// Attempt `retry` got an error `status` with `headers` and the body
+    /// `text`: the wait before the next attempt, or the failure, whose text
+    /// holds what `read_error` finds in the body (else its first 200
+    /// characters).
+    pub fn status_failed(
         &self,
-        response: &mut HttpResponse,
         retry: u32,
+        status: u16,
+        headers: &[(String, String)],
+        text: &str,
         read_error: ErrorReader<'_>,
-    ) -> ModelFailure {
-        let mut text = String::new();
-        let _ = (&mut response.body)
-            .take(MAX_ERROR_BODY)
-            .read_to_string(&mut text);
+    ) -> Result<Duration, ModelFailure> {
+        let header = |name: &str| find_header(headers, name);
         let attempts = retry + 1;
-        let status = response.status;
-        match read_error(status, &text) {
+        let failure = match read_error(status, text) {
             Some((kind, message)) => self.fail(
                 &kind,
                 format!("HTTP {status} {kind}: {message} (after {attempts} attempt(s))"),
@@ -319,6 +245,157 @@ impl HttpClient {
                     format!("HTTP {status}: {snippet} (after {attempts} attempt(s))"),
                 )
             }
+        };
+        let wanted = should_retry_header(header("x-should-retry"))
+            .unwrap_or_else(|| retryable_status(status));
+        if !wanted || retry >= self.policy.max_retries {
+            return Err(failure);
+        }
+        Ok(self.policy.delay(
+            retry,
+            header("retry-after-ms"),
+            header("retry-after"),
+            SystemTime::now(),
+        ))
+    }
+
+    /// Attempt `retry` got no HTTP response: the wait before the next
+    /// attempt, or the failure. A response that did not come in time is
+    /// never asked again (the server may still be generating it), nor is a
+    /// failure of another kind (a bad URL, TLS).
+    pub fn transport_failed(
+        &self,
+        retry: u32,
+        err: &TransportError,
+    ) -> Result<Duration, ModelFailure> {
+        let attempts = retry + 1;
+        if err.kind == TransportErrorKind::ResponseTimeout {
+            // The server may still be generating the reply: asking
+            // again would only start a second generation.
+            return Err(self.fail(
+                "timeout_error",
+                format!(
+                    "timeout_error: no response in time: {err} (after {attempts} attempt(s)); not sent again, since the server may still be working on it; for a slow server (a local model) use --stream, a smaller --max-tokens, or a longer --timeout-read"
+                ),
+            ));
+        }
+        let kind = match err.kind {
+            TransportErrorKind::Timeout | TransportErrorKind::ResponseTimeout => "timeout_error",
+            TransportErrorKind::Connection => "connection_error",
+            TransportErrorKind::Other => "request_error",
+        };
+        if err.kind == TransportErrorKind::Other || retry >= self.policy.max_retries {
+            return Err(self.fail(kind, format!("{kind}: {err} (after {attempts} attempt(s))")));
+        }
+        Ok(self.policy.delay(retry, None, None, SystemTime::now()))
+    }
+}
+
+/// The first value of header `name` (case-insensitive) among `headers`.
+pub fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+    headers
+        .iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.as_str())
+}
+
+/// Whether `headers` announce an event stream (`content-type: text/event-stream`).
+pub fn is_event_stream(headers: &[(String, String)]) -> bool {
+    find_header(headers, "content-type").is_some_and(|kind| kind.starts_with("text/event-stream"))
+}
+
+/// The sending half every provider shares: transport, retries, waits and secrets.
+pub struct HttpClient {
+    transport: Arc<dyn Transport>,
+    sleep: Sleeper,
+    attempts: Attempts,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("attempts", &self.attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+fn read_body(response: HttpResponse) -> std::io::Result<String> {
+    let mut bytes = Vec::new();
+    response.body.take(MAX_BODY).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+impl HttpClient {
+    /// A client sending through `transport` with `policy`, hiding `secrets`.
+    pub fn new(transport: Arc<dyn Transport>, policy: RetryPolicy, secrets: Secrets) -> Self {
+        Self {
+            transport,
+            sleep: Arc::new(std::thread::sleep),
+            attempts: Attempts::new(policy, secrets),
+        }
+    }
+
+    /// Replaces how the client waits between retries (tests record instead of sleeping).
+    pub fn set_sleeper(&mut self, sleep: impl Fn(Duration) + Send + Sync + 'static) {
+        self.sleep = Arc::new(sleep);
+    }
+
+    /// A failure of `kind` whose message has the secrets scrubbed.
+    pub fn fail(&self, kind: &str, message: String) -> ModelFailure {
+        self.attempts.fail(kind, message)
+    }
+
+    /// The retry decisions and secrets this client sends with.
+    pub fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+
+    /// The failure of a request given up because the run was stopped.
+    pub fn abandoned(&self) -> ModelFailure {
+        self.attempts.abandoned()
+    }
+
+    /// POSTs `body` to `url`, retrying what is worth retrying (see
+    /// [`retry`] and [`Attempts`]); no retry starts once `stop` says the
+    /// run was stopped.
+    pub fn post(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        stop: Option<&StopProbe>,
+        read_error: ErrorReader<'_>,
+    ) -> Result<Success, ModelFailure> {
+        let mut retry = 0;
+        loop {
+            let delay = match self.transport.post(url, headers, body) {
+                Ok(response) if (200..300).contains(&response.status) => {
+                    if is_event_stream(&response.headers) {
+                        return Ok(Success::Stream(response));
+                    }
+                    // The body is read inside the loop: a timeout or a reset
+                    // while reading it is retried like one before the headers.
+                    match read_body(response) {
+                        Ok(text) => return Ok(Success::Body(text)),
+                        Err(err) => self.attempts.body_failed(retry, &err)?,
+                    }
+                }
+                Ok(response) => {
+                    let mut bytes = Vec::new();
+                    let status = response.status;
+                    let headers = response.headers;
+                    let _ = response.body.take(MAX_ERROR_BODY).read_to_end(&mut bytes);
+                    let text = String::from_utf8_lossy(&bytes);
+                    self.attempts
+                        .status_failed(retry, status, &headers, &text, read_error)?
+                }
+                Err(err) => self.attempts.transport_failed(retry, &err)?,
+            };
+            if stop.is_some_and(|probe| probe()) {
+                return Err(self.abandoned());
+            }
+            (self.sleep)(delay);
+            retry += 1;
         }
     }
 }
@@ -326,57 +403,82 @@ impl HttpClient {
 /// Where streamed text is shown as it arrives (the CLI prints it on stderr).
 pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
-/// The body of an event stream, as a provider's stream reader gets it.
-pub type StreamBody = BufReader<std::io::Take<Box<dyn Read + Send>>>;
-
-/// Reads an event stream with `read`, which shows text through the
-/// callback it is given: on `sink` if there is one, and once the stream is
-/// over, a `"\n"` when the text shown did not end its line, so what is
-/// printed next (a progress line, an error) starts on a line of its own. A
-/// hostile stream cannot grow without bound: past 64 MiB it just ends.
-///
-/// With `whole_lines`, the text reaches the sink only as whole lines (the
-/// last one ended by a `"\n"` when the stream is over), so a stream running
-/// beside others never leaves a line open for their text or progress lines
-/// to join.
-pub fn read_stream_with<T>(
-    response: HttpResponse,
-    sink: Option<&TextSink>,
+/// How streamed text reaches a [`TextSink`]: as it arrives, or by whole
+/// lines, and in both cases ending its line once the stream is over.
+pub struct Shown<'s> {
+    sink: Option<&'s TextSink>,
     whole_lines: bool,
-    read: impl FnOnce(StreamBody, &mut dyn FnMut(&str)) -> T,
-) -> T {
-    // Whether the text shown so far ends in the middle of a line.
-    let mut open_line = false;
-    // With `whole_lines`, the text of the line not yet ended.
-    let mut pending = String::new();
-    let mut on_text = |text: &str| {
-        if let Some(sink) = sink
-            && !text.is_empty()
-        {
-            if whole_lines {
-                pending.push_str(text);
-                if let Some(end) = pending.rfind('\n') {
-                    let rest = pending.split_off(end + 1);
-                    sink(&std::mem::replace(&mut pending, rest));
-                }
-            } else {
-                open_line = !text.ends_with('\n');
-                sink(text);
-            }
+    /// Whether the text shown so far ends in the middle of a line.
+    open_line: bool,
+    /// With `whole_lines`, the text of the line not yet ended.
+    pending: String,
+}
+
+impl std::fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shown")
+            .field("whole_lines", &self.whole_lines)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'s> Shown<'s> {
+    /// Text shown on `sink` (if any); with `whole_lines`, only whole lines
+    /// reach it, so a stream running beside others never leaves a line
+    /// open for their text or progress lines to join.
+    pub fn new(sink: Option<&'s TextSink>, whole_lines: bool) -> Self {
+        Self {
+            sink,
+            whole_lines,
+            open_line: false,
+            pending: String::new(),
         }
-    };
-    // A hostile stream cannot grow without bound: past the cap it just ends.
-    let result = read(BufReader::new(response.body.take(MAX_STREAM)), &mut on_text);
-    // The streamed text ends its line, so what is printed next (a progress
-    // line, an error) starts on a line of its own.
-    if let Some(sink) = sink {
-        if !pending.is_empty() {
-            pending.push('\n');
-            sink(&pending);
-        } else if open_line {
+    }
+
+    /// Shows a piece of streamed text.
+    pub fn text(&mut self, text: &str) {
+        let Some(sink) = self.sink else { return };
+        if text.is_empty() {
+            return;
+        }
+        if self.whole_lines {
+            self.pending.push_str(text);
+            if let Some(end) = self.pending.rfind('\n') {
+                let rest = self.pending.split_off(end + 1);
+                sink(&std::mem::replace(&mut self.pending, rest));
+            }
+        } else {
+            self.open_line = !text.ends_with('\n');
+            sink(text);
+        }
+    }
+
+    /// The stream is over: the text shown ends its line, so what is
+    /// printed next (a progress line, an error) starts on a line of its own.
+    pub fn end(mut self) {
+        let Some(sink) = self.sink else { return };
+        if !self.pending.is_empty() {
+            self.pending.push('\n');
+            sink(&self.pending);
+        } else if self.open_line {
             sink("\n");
         }
     }
+}
+
+/// Reads a blocking event stream into a reply with `parser`, showing its
+/// text on `sink` (see [`Shown`]). A hostile stream cannot grow without
+/// bound: past 64 MiB it just ends.
+pub fn read_stream<P: stream::StreamParser>(
+    response: HttpResponse,
+    sink: Option<&TextSink>,
+    whole_lines: bool,
+    parser: P,
+) -> Result<Received, ModelFailure> {
+    let mut shown = Shown::new(sink, whole_lines);
+    let input = BufReader::new(response.body.take(MAX_STREAM));
+    let result = stream::read_events(input, parser, &mut |text| shown.text(text));
+    shown.end();
     result
 }
 

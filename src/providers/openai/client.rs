@@ -13,10 +13,10 @@ use super::stream;
 use crate::core::error::ModelFailure;
 use crate::core::protocol::{ModelResponse, Request};
 use crate::providers::http::retry::RetryPolicy;
-use crate::providers::http::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
+use crate::providers::http::transport::{Timeouts, Transport, UreqTransport};
 use crate::providers::http::{
-    ApiKey, HttpClient, Secrets, StopProbe, StopSlot, Success, TextSink, Waited, is_http_url,
-    read_stream_with, redact_url, until_stopped,
+    ApiKey, Attempts, ErrorReader, HttpClient, Secrets, StopProbe, StopSlot, Success, TextSink,
+    Waited, is_http_url, read_stream, redact_url, until_stopped,
 };
 use crate::run::model::{Model, Received};
 
@@ -142,7 +142,7 @@ impl std::fmt::Debug for Client {
 
 /// What a failed status says, from an error body in any of the shapes
 /// servers send; a 401 also says what to do about the key.
-fn error_reader(has_key: bool) -> impl Fn(u16, &str) -> Option<(String, String)> {
+pub(crate) fn error_reader(has_key: bool) -> impl Fn(u16, &str) -> Option<(String, String)> {
     move |status, text| {
         let parts = serde_json::from_str::<Value>(text)
             .ok()
@@ -263,89 +263,147 @@ impl Client {
         body: &[u8],
         stop: Option<&StopProbe>,
     ) -> Result<Received, ModelFailure> {
-        let url = format!(
-            "{}/chat/completions",
-            self.config.base_url.trim_end_matches('/')
-        );
-        let accept = if self.config.stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        };
-        let bearer = self
-            .config
-            .api_key
-            .as_ref()
-            .map(|key| format!("Bearer {}", key.expose()));
-        let mut headers = vec![("content-type", "application/json"), ("accept", accept)];
-        if let Some(bearer) = &bearer {
-            headers.insert(0, ("authorization", bearer.as_str()));
-        }
+        let url = completions_url(&self.config);
+        let bearer = bearer(&self.config);
+        let headers = headers(&self.config, bearer.as_deref());
         let describe = error_reader(bearer.is_some());
-        let field = self.max_tokens_field();
-        let refused = AtomicBool::new(false);
-        let read_error = |status: u16, text: &str| {
-            if status == 400 && field.refused_by(text) {
-                refused.store(true, Ordering::Relaxed);
-            }
-            describe(status, text)
-        };
+        let fallback = FieldFallback::new(self.max_tokens_field());
+        let read_error = |status: u16, text: &str| fallback.read_error(&describe, status, text);
         let success = match self.http.post(&url, &headers, body, stop, &read_error) {
             // A server that does not take this token field gets the other
             // one, once, and keeps getting it.
-            Err(failure) if refused.load(Ordering::Relaxed) => {
-                let Some(body) = with_field(body, field, field.other()) else {
+            Err(failure) => {
+                let Some(body) = fallback.retry_body(body) else {
                     return Err(failure);
                 };
                 let success = self.http.post(&url, &headers, &body, stop, &describe)?;
-                self.other_field.store(
-                    field.other() != self.config.max_tokens_field,
-                    Ordering::Relaxed,
-                );
+                fallback.settled(&self.config, &self.other_field);
                 success
             }
-            other => other?,
+            Ok(success) => success,
         };
         match success {
-            Success::Stream(response) => self.read_stream(response),
-            Success::Body(text) => self.parse_body(&text),
-        }
-    }
-
-    fn read_stream(&self, response: HttpResponse) -> Result<Received, ModelFailure> {
-        let result = read_stream_with(response, self.on_text.as_ref(), false, |body, on_text| {
-            stream::read_stream(body, on_text)
-        });
-        result.map_err(|failure| {
-            self.http.fail(
-                failure.kind.as_deref().unwrap_or("stream_error"),
-                failure.message,
-            )
-        })
-    }
-
-    fn parse_body(&self, text: &str) -> Result<Received, ModelFailure> {
-        let value: Value = serde_json::from_str(text).map_err(|err| {
-            let snippet: String = text.chars().take(200).collect();
-            self.http.fail(
-                "invalid_response",
-                format!("the response is not JSON ({err}): {snippet}"),
-            )
-        })?;
-        if let Some((kind, message)) = reply::error_parts(&value) {
-            let kind = kind.unwrap_or_else(|| "api_error".to_owned());
-            return Err(self.http.fail(&kind, format!("{kind}: {message}")));
-        }
-        match reply::parse_completion(&value) {
-            Ok(response) => Ok(Received {
+            Success::Stream(response) => read_stream(
                 response,
-                raw: Some(value),
-            }),
-            Err(reason) => Err(self.http.fail(
-                "invalid_response",
-                format!("the response is not a chat completion: {reason}"),
-            )),
+                self.on_text.as_ref(),
+                false,
+                stream::ChunkStream::default(),
+            )
+            .map_err(|failure| stream_failure(self.http.attempts(), failure)),
+            Success::Body(text) => parse_body(self.http.attempts(), &text),
         }
+    }
+}
+
+/// The endpoint of `config`'s server.
+pub(crate) fn completions_url(config: &OpenAiConfig) -> String {
+    format!("{}/chat/completions", config.base_url.trim_end_matches('/'))
+}
+
+/// The `Authorization` header's value, when there is a key.
+pub(crate) fn bearer(config: &OpenAiConfig) -> Option<String> {
+    config
+        .api_key
+        .as_ref()
+        .map(|key| format!("Bearer {}", key.expose()))
+}
+
+/// The headers of every request (the key only in `authorization`).
+pub(crate) fn headers<'a>(
+    config: &OpenAiConfig,
+    bearer: Option<&'a str>,
+) -> Vec<(&'static str, &'a str)> {
+    let accept = if config.stream {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let mut headers = vec![("content-type", "application/json"), ("accept", accept)];
+    if let Some(bearer) = bearer {
+        headers.insert(0, ("authorization", bearer));
+    }
+    headers
+}
+
+/// The token-field fallback of one request: whether the server refused
+/// the field the limit was sent in, and the body with the other one.
+pub(crate) struct FieldFallback {
+    field: MaxTokensField,
+    refused: AtomicBool,
+}
+
+impl FieldFallback {
+    /// A request sending its limit in `field`.
+    pub(crate) fn new(field: MaxTokensField) -> Self {
+        Self {
+            field,
+            refused: AtomicBool::new(false),
+        }
+    }
+
+    /// Reads an error body with `describe`, noting a refusal of the field.
+    pub(crate) fn read_error(
+        &self,
+        describe: ErrorReader<'_>,
+        status: u16,
+        text: &str,
+    ) -> Option<(String, String)> {
+        if status == 400 && self.field.refused_by(text) {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+        describe(status, text)
+    }
+
+    /// The body to send once more, with the other field, if the server
+    /// refused this one.
+    pub(crate) fn retry_body(&self, body: &[u8]) -> Option<Vec<u8>> {
+        if !self.refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        with_field(body, self.field, self.field.other())
+    }
+
+    /// The other field worked: the client keeps sending it.
+    pub(crate) fn settled(&self, config: &OpenAiConfig, other_field: &AtomicBool) {
+        other_field.store(
+            self.field.other() != config.max_tokens_field,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// A stream's failure, its kind kept (`stream_error` if it has none) and
+/// its text scrubbed.
+pub(crate) fn stream_failure(attempts: &Attempts, failure: ModelFailure) -> ModelFailure {
+    attempts.fail(
+        failure.kind.as_deref().unwrap_or("stream_error"),
+        failure.message,
+    )
+}
+
+/// A whole (non-streamed) response body read as a reply; an error body is
+/// the server's failure.
+pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
+    let value: Value = serde_json::from_str(text).map_err(|err| {
+        let snippet: String = text.chars().take(200).collect();
+        attempts.fail(
+            "invalid_response",
+            format!("the response is not JSON ({err}): {snippet}"),
+        )
+    })?;
+    if let Some((kind, message)) = reply::error_parts(&value) {
+        let kind = kind.unwrap_or_else(|| "api_error".to_owned());
+        return Err(attempts.fail(&kind, format!("{kind}: {message}")));
+    }
+    match reply::parse_completion(&value) {
+        Ok(response) => Ok(Received {
+            response,
+            raw: Some(value),
+        }),
+        Err(reason) => Err(attempts.fail(
+            "invalid_response",
+            format!("the response is not a chat completion: {reason}"),
+        )),
     }
 }
 

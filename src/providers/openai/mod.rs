@@ -20,8 +20,12 @@ pub mod request;
 #[cfg(feature = "live")]
 pub mod stream;
 
+#[cfg(feature = "async")]
+mod async_client;
 #[cfg(feature = "live")]
 mod client;
+#[cfg(feature = "async")]
+pub use async_client::{AsyncClient, AsyncOpenAiModel};
 #[cfg(feature = "live")]
 pub use client::{
     Client, DEFAULT_BASE_URL, DEFAULT_MAX_TOKENS, OpenAiConfig, OpenAiError, OpenAiModel,

@@ -21,7 +21,8 @@ use serde_json::{Map, Value, json};
 
 use super::reply::{error_parts, parse_completion};
 use crate::core::error::ModelFailure;
-use crate::providers::http::sse::SseReader;
+use crate::providers::http::sse::SseEvent;
+use crate::providers::http::stream::{StreamParser, read_events};
 use crate::run::model::Received;
 
 fn failure(message: impl Into<String>) -> ModelFailure {
@@ -271,31 +272,37 @@ pub fn read_stream(
     input: impl BufRead,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Received, ModelFailure> {
-    let mut reader = SseReader::new(input);
-    let mut assembler = ChunkAssembler::new();
-    loop {
-        match reader.next_event() {
-            Ok(Some(event)) => {
-                assembler.push(&event.data, on_text)?;
-                if assembler.is_done() {
-                    break;
-                }
-            }
-            Ok(None) => break,
-            Err(err) => return Err(failure(format!("reading the stream failed: {err}"))),
-        }
+    read_events(input, ChunkStream::default(), on_text)
+}
+
+/// A Chat Completions stream as a [`StreamParser`]: the chunks assembled,
+/// then read as a reply.
+#[derive(Debug, Default)]
+pub struct ChunkStream(ChunkAssembler);
+
+impl StreamParser for ChunkStream {
+    fn event(
+        &mut self,
+        event: &SseEvent,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<bool, ModelFailure> {
+        self.0.push(&event.data, on_text)?;
+        Ok(self.0.is_done())
     }
-    let raw = assembler.finish()?;
-    let response = parse_completion(&raw).map_err(|reason| {
-        ModelFailure::with_kind(
-            "invalid_response",
-            format!("the assembled stream is not a reply: {reason}"),
-        )
-    })?;
-    Ok(Received {
-        response,
-        raw: Some(raw),
-    })
+
+    fn finish(self) -> Result<Received, ModelFailure> {
+        let raw = self.0.finish()?;
+        let response = parse_completion(&raw).map_err(|reason| {
+            ModelFailure::with_kind(
+                "invalid_response",
+                format!("the assembled stream is not a reply: {reason}"),
+            )
+        })?;
+        Ok(Received {
+            response,
+            raw: Some(raw),
+        })
+    }
 }
 
 #[cfg(test)]
