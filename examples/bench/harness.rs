@@ -717,14 +717,106 @@ mod async_runs {
     //! Every run a task on a tokio runtime, the async clients, `Agent::run_async`.
 
     use std::path::Path;
+    use std::sync::Arc;
 
-    use super::{Ended, Options, Settings};
+    use subloop::Model;
+    use subloop::providers::anthropic::{self, AsyncAnthropicModel};
+    use subloop::providers::openai::{self, AsyncOpenAiModel};
+    use subloop::run::model::{AsyncModel, ChildModels};
+
+    use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings};
+
+    /// One client for every run: the runs share its connection pool.
+    #[derive(Clone)]
+    enum Client {
+        Anthropic(Arc<anthropic::AsyncClient>),
+        OpenAi(Arc<openai::AsyncClient>),
+    }
+
+    impl Client {
+        fn new(provider: Provider, settings: &Settings) -> Result<Self, String> {
+            Ok(match provider {
+                Provider::Anthropic => Self::Anthropic(Arc::new(
+                    anthropic::AsyncClient::new(settings.anthropic.clone())
+                        .map_err(|err| err.to_string())?,
+                )),
+                Provider::OpenAi => Self::OpenAi(Arc::new(
+                    openai::AsyncClient::new(settings.openai.clone())
+                        .map_err(|err| err.to_string())?,
+                )),
+            })
+        }
+
+        fn model(&self) -> Box<dyn AsyncModel + Send> {
+            match self {
+                Self::Anthropic(client) => Box::new(AsyncAnthropicModel::new(Arc::clone(client))),
+                Self::OpenAi(client) => Box::new(AsyncOpenAiModel::new(Arc::clone(client))),
+            }
+        }
+    }
+
+    /// Each child gets a model of the shared async client; the blocking
+    /// one is there for `ChildModels::model_for`, which async runs do not call.
+    struct Children {
+        client: Client,
+        blocking: super::blocking::Client,
+    }
+
+    impl ChildModels for Children {
+        fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
+            self.blocking.model(None)
+        }
+
+        fn async_model_for(&self, _number: usize) -> Box<dyn AsyncModel + Send> {
+            self.client.model()
+        }
+    }
+
+    async fn one(client: Client, children: Arc<dyn ChildModels>, workspace: &Path) -> Ended {
+        let setup = |why: String| ("setup".to_owned(), why);
+        let agent = super::build_agent(workspace, children).map_err(setup)?;
+        let budget = Budget::new(PARENT_CALLS).map_err(|err| setup(err.to_string()))?;
+        let mut model = client.model();
+        match agent
+            .run_async(super::DEMO_QUESTION, budget, &mut model)
+            .await
+        {
+            Ok(report) => super::check(&report),
+            Err(err) => Err(setup(err.to_string())),
+        }
+    }
 
     pub(super) fn run_all(
-        _options: &Options,
-        _settings: &Settings,
-        _workspace: &Path,
+        options: &Options,
+        settings: &Settings,
+        workspace: &Path,
     ) -> Result<Vec<Ended>, String> {
-        Err("async clients not on this branch yet".to_owned())
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.threads.max(1))
+            .thread_name("bench-run")
+            .enable_all()
+            .build()
+            .map_err(|err| format!("the runs' runtime: {err}"))?;
+        runtime.block_on(async {
+            let client = Client::new(options.provider, settings)?;
+            let children: Arc<dyn ChildModels> = Arc::new(Children {
+                client: client.clone(),
+                blocking: super::blocking::Client::new(options.provider, settings),
+            });
+            let tasks: Vec<_> = (0..options.runs)
+                .map(|_| {
+                    let (client, children) = (client.clone(), Arc::clone(&children));
+                    let workspace = workspace.to_owned();
+                    tokio::spawn(async move { one(client, children, &workspace).await })
+                })
+                .collect();
+            let mut ended = Vec::with_capacity(tasks.len());
+            for task in tasks {
+                ended.push(task.await.unwrap_or_else(|_| {
+                    Err(("panic".to_owned(), "the run's task panicked".to_owned()))
+                }));
+            }
+            Ok(ended)
+        })
     }
 }
