@@ -173,6 +173,12 @@ pub struct Figures {
     pub threads_before: u64,
     /// The most threads the process had during the runs (sampled every 10 ms).
     pub threads_peak: u64,
+    /// Open file descriptors just before the runs.
+    pub fds_before: u64,
+    /// The most descriptors the process had open during the runs (sampled every 100 ms).
+    pub fds_peak: u64,
+    /// The process's limit of open descriptors (raised to the hard limit).
+    pub fd_limit: u64,
     /// User + system CPU of the whole process during the runs.
     pub cpu: Duration,
     /// Of which the in-process server's threads; none with `base_url`.
@@ -254,6 +260,10 @@ impl Figures {
             format!("rss per run: {:.1} KiB", self.rss_per_run_kib()),
             format!("threads before: {}", self.threads_before),
             format!("threads peak: {}", self.threads_peak),
+            format!(
+                "descriptors: {} before, {} at most (limit {})",
+                self.fds_before, self.fds_peak, self.fd_limit
+            ),
             cpu,
             format!(
                 "requests served: {} (received {}, 429 {}, stalled {}, bad {}; {} connections, at most {} open; server {})",
@@ -299,6 +309,9 @@ impl Figures {
             "rss_per_run_kib": self.rss_per_run_kib(),
             "threads_before": self.threads_before,
             "threads_peak": self.threads_peak,
+            "fds_before": self.fds_before,
+            "fds_peak": self.fds_peak,
+            "fd_limit": self.fd_limit,
             "cpu_s": self.cpu.as_secs_f64(),
             "server_cpu_s": self.server_cpu.map(|cpu| cpu.as_secs_f64()),
             "server_in_process": self.server_in_process,
@@ -461,10 +474,17 @@ fn threads_cpu(name: &str) -> Duration {
     Duration::from_secs_f64(total as f64 / ticks)
 }
 
-/// Samples the process's thread count every 10 ms until stopped; gives the most seen.
+/// The process's open file descriptors.
+fn open_fds() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64)
+}
+
+/// Samples the process's thread count every 10 ms and its open
+/// descriptors every 100 ms (listing thousands costs more) until stopped;
+/// gives the most of each seen.
 struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<u64>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
 }
 
 impl Sampler {
@@ -474,21 +494,26 @@ impl Sampler {
         let thread = std::thread::Builder::new()
             .name("bench-sampler".to_owned())
             .spawn(move || {
-                let mut peak = 0;
-                loop {
-                    peak = peak.max(status_field("Threads").unwrap_or(0));
+                let (mut threads, mut fds) = (0, 0);
+                for sample in 0u64.. {
+                    threads = threads.max(status_field("Threads").unwrap_or(0));
+                    if sample % 10 == 0 {
+                        fds = fds.max(open_fds());
+                    }
                     if stopped.load(Ordering::SeqCst) {
-                        return peak;
+                        break;
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
+                (threads, fds.max(open_fds()))
             })?;
         Ok(Self { stop, thread })
     }
 
-    fn finish(self) -> u64 {
+    /// The most threads and descriptors seen.
+    fn finish(self) -> (u64, u64) {
         self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap_or(0)
+        self.thread.join().unwrap_or((0, 0))
     }
 }
 
@@ -545,7 +570,7 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     if options.runs == 0 {
         return Err("--runs must be at least 1".into());
     }
-    let _ = server::raise_nofile_limit();
+    let fd_limit = server::raise_nofile_limit().unwrap_or(0);
     let workspace = Workspace::new().map_err(|err| format!("workspace: {err}"))?;
     let server = match &options.base_url {
         Some(url) => Server::Elsewhere(url.trim_end_matches('/').to_owned()),
@@ -567,6 +592,7 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let rss_before_kib = status_field("VmRSS").unwrap_or(0);
     let threads_before = status_field("Threads").unwrap_or(0);
+    let fds_before = open_fds();
     let before = server.snapshot()?;
     let cpu_before = cpu_time();
     let server_cpu_before = threads_cpu(server::THREAD_NAME);
@@ -584,7 +610,7 @@ pub fn run(options: &Options) -> Result<Figures, String> {
         Server::Elsewhere(_) => None,
     };
     let rss_peak_kib = status_field("VmHWM").unwrap_or(0);
-    let threads_peak = sampler.finish();
+    let (threads_peak, fds_peak) = sampler.finish();
     let after = server.snapshot()?;
     let mut figures = Figures {
         runs: options.runs,
@@ -602,6 +628,9 @@ pub fn run(options: &Options) -> Result<Figures, String> {
         rss_peak_kib,
         threads_before,
         threads_peak,
+        fds_before,
+        fds_peak,
+        fd_limit,
         cpu,
         server_cpu,
         server: after.since(&before),
