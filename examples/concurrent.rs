@@ -19,6 +19,9 @@
 //! * `--no-stop-probe`: blocking mode, models without the run's stop probe
 //!   (by default each request waits on a worker thread while the run's
 //!   thread watches the probe, as in the CLI).
+//! * `--tools-per-run`: each run opens its own `read_file` (a workspace
+//!   directory handle per run, as separate CLI processes have); by default
+//!   one is cloned into every run, sharing the handle.
 //! * `--base-url URL`: a server already running (`examples/mock_server.rs`,
 //!   `http://127.0.0.1:PORT`, without `/v1`); by default one is started in
 //!   this process, on a runtime of its own with `--server-threads S`
@@ -66,10 +69,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Long("base-url") => options.base_url = Some(parser.value()?.string()?),
             Long("stream") => options.stream = true,
             Long("no-stop-probe") => options.stop_probe = false,
+            Long("tools-per-run") => options.tools_per_run = true,
             Long("json") => json = true,
             Long("help") | Short('h') => {
                 println!(
-                    "concurrent [--mode blocking|async] [--runs N] [--threads T] [--provider anthropic|openai] [--stream] [--no-stop-probe] [--base-url URL] [--server-threads S] [--delay-ms D] [--status-429-every K] [--stall-every K] [--timeout-read-ms MS] [--json]"
+                    "concurrent [--mode blocking|async] [--runs N] [--threads T] [--provider anthropic|openai] [--stream] [--no-stop-probe] [--tools-per-run] [--base-url URL] [--server-threads S] [--delay-ms D] [--status-429-every K] [--stall-every K] [--timeout-read-ms MS] [--json]"
                 );
                 return Ok(());
             }

@@ -3,8 +3,10 @@
 //!
 //! A run is `subloop demo --live` with `--decision deny`, built as the
 //! host builds it: `read_file` and `run_main` over a temporary copy of the
-//! demo workspace, the plan, and a subagent with `read_file` only, whose
-//! model is a live client; every `run_main` is denied (nothing is run).
+//! demo workspace (one copy, and by default one `read_file` cloned into
+//! every run: see [`Tools`]), the plan, and a subagent with `read_file`
+//! only, whose model is a live client; every `run_main` is denied
+//! (nothing is run).
 //! The parent makes 4 model requests (`task`, `read_file`, `run_main`, the
 //! answer) and its child 3, so the longest chain of requests one after
 //! another is 7: the floor is 7 × the server's delay.
@@ -126,6 +128,9 @@ pub struct Options {
     pub stop_probe: bool,
     /// The client's read timeout (a stalled request gives up after it).
     pub read_timeout: Duration,
+    /// Each run opens its own `read_file` (a workspace directory handle
+    /// per run) instead of sharing one.
+    pub tools_per_run: bool,
 }
 
 impl Default for Options {
@@ -143,6 +148,7 @@ impl Default for Options {
             stream: false,
             stop_probe: true,
             read_timeout: Timeouts::default().read,
+            tools_per_run: false,
         }
     }
 }
@@ -157,6 +163,7 @@ pub struct Figures {
     pub threads: usize,
     pub stop_probe: bool,
     pub stream: bool,
+    pub tools_per_run: bool,
     /// From the first run's start to the last run's end.
     pub wall: Duration,
     /// Runs that answered as the demo does.
@@ -241,6 +248,14 @@ impl Figures {
                 }
             ),
             format!(
+                "tools: {}",
+                if self.tools_per_run {
+                    "a read_file (and its workspace handle) per run"
+                } else {
+                    "one read_file (one workspace handle) shared by every run"
+                }
+            ),
+            format!(
                 "provider: {}{}",
                 self.provider.name(),
                 if self.stream { " (streamed)" } else { "" }
@@ -296,6 +311,7 @@ impl Figures {
             "stream": self.stream,
             "threads": self.threads,
             "stop_probe": self.stop_probe,
+            "tools_per_run": self.tools_per_run,
             "delay_ms": self.delay.as_millis() as u64,
             "wall_s": self.wall.as_secs_f64(),
             "floor_s": self.floor().as_secs_f64(),
@@ -376,22 +392,58 @@ impl Drop for Workspace {
     }
 }
 
-/// The demo's agent as the host builds it, with every `run_main` denied.
-pub fn build_agent(workspace: &Path, children: Arc<dyn ChildModels>) -> Result<Agent, String> {
-    let text = |error: subloop::core::error::SetupError| error.to_string();
-    let subagents = SubagentConfig::new(children, Hooks::none())
-        .budget(ChildBudget::new(ChildBudget::DEFAULT).map_err(text)?)
-        .whitelist(&["read_file"]);
-    Ok(AgentBuilder::new(Arc::new(DenyAll))
-        .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT).map_err(text)?)
-        .map_err(text)?
-        .tool(RunMain::new(workspace, RunSettings::default()).map_err(text)?)
-        .map_err(text)?
-        .plan()
-        .map_err(text)?
-        .subagents(subagents)
-        .map_err(text)?
-        .build())
+/// The tools of every run over the workspace: one `read_file` (with its
+/// directory handle) and one `run_main` cloned into each run's agent, as a
+/// service's runs over one workspace can share them, or (`per_run`) new
+/// ones for each run, as separate CLI processes have.
+pub struct Tools {
+    workspace: PathBuf,
+    shared: Option<(ReadFile, RunMain)>,
+}
+
+fn setup_text(error: subloop::core::error::SetupError) -> String {
+    error.to_string()
+}
+
+fn new_tools(workspace: &Path) -> Result<(ReadFile, RunMain), String> {
+    Ok((
+        ReadFile::new(workspace, DEFAULT_READ_LIMIT).map_err(setup_text)?,
+        RunMain::new(workspace, RunSettings::default()).map_err(setup_text)?,
+    ))
+}
+
+impl Tools {
+    pub fn new(workspace: &Path, per_run: bool) -> Result<Self, String> {
+        Ok(Self {
+            workspace: workspace.to_owned(),
+            shared: if per_run {
+                None
+            } else {
+                Some(new_tools(workspace)?)
+            },
+        })
+    }
+
+    /// The demo's agent as the host builds it, with every `run_main` denied.
+    pub fn build_agent(&self, children: Arc<dyn ChildModels>) -> Result<Agent, String> {
+        let (read_file, run_main) = match &self.shared {
+            Some(tools) => tools.clone(),
+            None => new_tools(&self.workspace)?,
+        };
+        let subagents = SubagentConfig::new(children, Hooks::none())
+            .budget(ChildBudget::new(ChildBudget::DEFAULT).map_err(setup_text)?)
+            .whitelist(&["read_file"]);
+        Ok(AgentBuilder::new(Arc::new(DenyAll))
+            .read_only_tool(read_file)
+            .map_err(setup_text)?
+            .tool(run_main)
+            .map_err(setup_text)?
+            .plan()
+            .map_err(setup_text)?
+            .subagents(subagents)
+            .map_err(setup_text)?
+            .build())
+    }
 }
 
 /// The clients' settings: a base URL, retries enough for a server that
@@ -572,6 +624,7 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     }
     let fd_limit = server::raise_nofile_limit().unwrap_or(0);
     let workspace = Workspace::new().map_err(|err| format!("workspace: {err}"))?;
+    let tools = Arc::new(Tools::new(&workspace.0, options.tools_per_run)?);
     let server = match &options.base_url {
         Some(url) => Server::Elsewhere(url.trim_end_matches('/').to_owned()),
         None => Server::InProcess(
@@ -598,8 +651,8 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     let server_cpu_before = threads_cpu(server::THREAD_NAME);
     let start = Instant::now();
     let ended = match options.mode {
-        Mode::Blocking => blocking::run_all(options, &settings, &workspace.0),
-        Mode::Async => async_runs::run_all(options, &settings, &workspace.0)?,
+        Mode::Blocking => blocking::run_all(options, &settings, &tools),
+        Mode::Async => async_runs::run_all(options, &settings, &tools)?,
     };
     let wall = start.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
@@ -620,6 +673,7 @@ pub fn run(options: &Options) -> Result<Figures, String> {
         threads: options.threads,
         stop_probe: options.stop_probe,
         stream: options.stream,
+        tools_per_run: options.tools_per_run,
         wall,
         ok: 0,
         failed: BTreeMap::new(),
@@ -651,14 +705,13 @@ pub fn run(options: &Options) -> Result<Figures, String> {
 mod blocking {
     //! A thread per run, the blocking clients, `Agent::run`.
 
-    use std::path::Path;
     use std::sync::Arc;
 
     use subloop::Model;
     use subloop::providers::anthropic::{self, AnthropicModel, StopSlot};
     use subloop::providers::openai::{self, OpenAiModel};
 
-    use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings};
+    use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings, Tools};
 
     /// One client for every run, as a service would hold.
     #[derive(Clone)]
@@ -696,14 +749,14 @@ mod blocking {
         }
     }
 
-    fn one(client: &Client, workspace: &Path, stop_probe: bool) -> Ended {
+    fn one(client: &Client, tools: &Tools, stop_probe: bool) -> Ended {
         let failed = |why: String| Err(("setup".to_owned(), why));
         let slot: StopSlot = Arc::default();
         let children = {
             let (client, slot) = (client.clone(), Arc::clone(&slot));
             move |_number: usize| client.model(stop_probe.then_some(&slot))
         };
-        let agent = match super::build_agent(workspace, Arc::new(children)) {
+        let agent = match tools.build_agent(Arc::new(children)) {
             Ok(agent) => agent,
             Err(why) => return failed(why),
         };
@@ -719,15 +772,19 @@ mod blocking {
         }
     }
 
-    pub(super) fn run_all(options: &Options, settings: &Settings, workspace: &Path) -> Vec<Ended> {
+    pub(super) fn run_all(
+        options: &Options,
+        settings: &Settings,
+        tools: &Arc<Tools>,
+    ) -> Vec<Ended> {
         let client = Client::new(options.provider, settings);
         let stop_probe = options.stop_probe;
         let handles: Vec<_> = (0..options.runs)
             .map(|index| {
-                let (client, workspace) = (client.clone(), workspace.to_owned());
+                let (client, tools) = (client.clone(), Arc::clone(tools));
                 std::thread::Builder::new()
                     .name(format!("run-{index}"))
-                    .spawn(move || one(&client, &workspace, stop_probe))
+                    .spawn(move || one(&client, &tools, stop_probe))
             })
             .collect();
         handles
@@ -745,7 +802,6 @@ mod blocking {
 mod async_runs {
     //! Every run a task on a tokio runtime, the async clients, `Agent::run_async`.
 
-    use std::path::Path;
     use std::sync::Arc;
 
     use subloop::Model;
@@ -753,7 +809,7 @@ mod async_runs {
     use subloop::providers::openai::{self, AsyncOpenAiModel};
     use subloop::run::model::{AsyncModel, ChildModels};
 
-    use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings};
+    use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings, Tools};
 
     /// One client for every run: the runs share its connection pool.
     #[derive(Clone)]
@@ -801,9 +857,9 @@ mod async_runs {
         }
     }
 
-    async fn one(client: Client, children: Arc<dyn ChildModels>, workspace: &Path) -> Ended {
+    async fn one(client: Client, children: Arc<dyn ChildModels>, tools: &Tools) -> Ended {
         let setup = |why: String| ("setup".to_owned(), why);
-        let agent = super::build_agent(workspace, children).map_err(setup)?;
+        let agent = tools.build_agent(children).map_err(setup)?;
         let budget = Budget::new(PARENT_CALLS).map_err(|err| setup(err.to_string()))?;
         let mut model = client.model();
         match agent
@@ -818,7 +874,7 @@ mod async_runs {
     pub(super) fn run_all(
         options: &Options,
         settings: &Settings,
-        workspace: &Path,
+        tools: &Arc<Tools>,
     ) -> Result<Vec<Ended>, String> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.threads.max(1))
@@ -835,8 +891,8 @@ mod async_runs {
             let tasks: Vec<_> = (0..options.runs)
                 .map(|_| {
                     let (client, children) = (client.clone(), Arc::clone(&children));
-                    let workspace = workspace.to_owned();
-                    tokio::spawn(async move { one(client, children, &workspace).await })
+                    let tools = Arc::clone(tools);
+                    tokio::spawn(async move { one(client, children, &tools).await })
                 })
                 .collect();
             let mut ended = Vec::with_capacity(tasks.len());
