@@ -762,6 +762,8 @@ mod tests {
             calls,
             messages,
             usage: Usage::default(),
+            output: None,
+            output_error: None,
         }
     }
 

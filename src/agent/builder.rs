@@ -4,13 +4,20 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use schemars::JsonSchema;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use thiserror::Error;
 
 use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::core::agent_id::AgentId;
-use crate::core::conversation::{AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome};
+use crate::core::conversation::{
+    AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind,
+};
 use crate::core::error::{InputError, SetupError};
 use crate::core::plan::SharedPlan;
 use crate::core::protocol::Usage;
@@ -45,6 +52,10 @@ pub struct AgentBuilder {
     on_empty: OnEmptyReply,
     /// Where the `task` tool finds the run's services once they exist.
     task: Option<Arc<OnceLock<Shared>>>,
+    /// What the parent's answer is checked against.
+    output: Option<Arc<dyn OutputCheck>>,
+    /// How many answers that fail the check are sent back.
+    output_retries: u32,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -70,7 +81,42 @@ impl AgentBuilder {
             cancel: CancelHandle::new(),
             on_empty: OnEmptyReply::Stop,
             task: None,
+            output: None,
+            output_retries: DEFAULT_OUTPUT_RETRIES,
         }
+    }
+
+    /// Asks for a structured answer: the parent's answer must be JSON that
+    /// `check` accepts ([`crate::agent::output::SchemaOutput`] for a JSON
+    /// schema, [`crate::agent::output::TypedOutput`] for a Rust type). The
+    /// schema goes with every request (a provider with a native structured
+    /// output constrains the reply with it), and every answer is checked
+    /// here whatever the model: one that does not match is sent back with
+    /// the reason up to [`crate::agent::output::DEFAULT_OUTPUT_RETRIES`]
+    /// times (see [`AgentBuilder::output_retries`]), then the run finishes
+    /// `invalid_output`. The value is in the report ([`RunReport::output`]).
+    pub fn output_check(mut self, check: Arc<dyn OutputCheck>) -> Self {
+        self.output = Some(check);
+        self
+    }
+
+    /// [`AgentBuilder::output_check`] with a JSON schema.
+    pub fn output_schema(self, schema: Value) -> Self {
+        self.output_check(SchemaOutput::shared(schema))
+    }
+
+    /// [`AgentBuilder::output_check`] with the schema of `T` (derived with
+    /// `schemars`); [`RunReport::output`] gives the `T`.
+    pub fn output<T: JsonSchema + DeserializeOwned + 'static>(self) -> Self {
+        self.output_check(TypedOutput::<T>::shared())
+    }
+
+    /// How many answers that do not match the output schema are sent back
+    /// before the run finishes `invalid_output` (default 1); it takes effect
+    /// with an output check.
+    pub fn output_retries(mut self, retries: u32) -> Self {
+        self.output_retries = retries;
+        self
     }
 
     /// The parent's system prompt.
@@ -174,6 +220,7 @@ impl AgentBuilder {
             hooks: self.hooks,
             plan: self.plan,
             shared,
+            output: self.output.map(|check| (check, self.output_retries)),
         }
     }
 }
@@ -185,6 +232,7 @@ pub struct Agent {
     hooks: Hooks,
     plan: Option<SharedPlan>,
     shared: Shared,
+    output: Option<(Arc<dyn OutputCheck>, u32)>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -228,7 +276,31 @@ pub(crate) fn millis<S: serde::Serializer>(
     serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Why a report holds no output value of the type asked for.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// The run did not finish with a checked answer (it asked for none, or
+    /// it finished otherwise: `invalid_output`, `call_limit`, …).
+    #[error("the run holds no checked answer (it finished {0})")]
+    Missing(StatusKind),
+    /// The value is not a `T`.
+    #[error("the answer is not of the type asked for: {0}")]
+    Type(#[from] serde_json::Error),
+}
+
 impl RunReport {
+    /// The parent's checked answer as a `T` (see
+    /// [`AgentBuilder::output_check`]).
+    pub fn output<T: DeserializeOwned>(&self) -> Result<T, OutputError> {
+        let value = self
+            .outcome
+            .output
+            .as_ref()
+            .ok_or(OutputError::Missing(self.outcome.status))?;
+        Ok(T::deserialize(value)?)
+    }
+
     /// Token counts of the parent and every child together.
     pub fn total_usage(&self) -> Usage {
         let mut total = self.outcome.usage;
@@ -341,9 +413,12 @@ impl Agent {
     where
         M: AsyncModel + ?Sized,
     {
-        let conversation = conversation
+        let mut conversation = conversation
             .with_system(self.system.as_str())
             .on_empty_reply(self.shared.on_empty);
+        if let Some((check, retries)) = &self.output {
+            conversation = conversation.expect_output(Arc::clone(check), *retries);
+        }
         let started = Instant::now();
         self.shared.guard.start();
         let agent = AgentId::Parent;

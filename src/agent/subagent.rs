@@ -21,13 +21,16 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use schemars::JsonSchema;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
-    Budget, Conversation, OnEmptyReply, Outcome, StatusKind, ToolOutput,
+    Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind, ToolOutput,
 };
 use crate::core::error::SetupError;
 use crate::core::protocol::ToolUseId;
@@ -98,6 +101,8 @@ pub struct SubagentConfig {
     hooks: Hooks,
     models: Arc<dyn ChildModels>,
     system: String,
+    output: Option<Arc<dyn OutputCheck>>,
+    output_retries: u32,
 }
 
 impl std::fmt::Debug for SubagentConfig {
@@ -122,7 +127,36 @@ impl SubagentConfig {
             hooks,
             models,
             system: CHILD_SYSTEM.to_owned(),
+            output: None,
+            output_retries: DEFAULT_OUTPUT_RETRIES,
         }
+    }
+
+    /// Asks each child for a structured answer, checked as the parent's is
+    /// ([`crate::AgentBuilder::output_check`]): the report's `summary` is
+    /// then the answer's JSON value, and a child whose answer still does
+    /// not match after its retries reports `invalid_output` with the reason
+    /// (an error result). The `task` tool's description tells the parent
+    /// the shape that comes back.
+    pub fn output_check(mut self, check: Arc<dyn OutputCheck>) -> Self {
+        self.output = Some(check);
+        self
+    }
+
+    /// [`SubagentConfig::output_check`] with a JSON schema.
+    pub fn output_schema(self, schema: Value) -> Self {
+        self.output_check(SchemaOutput::shared(schema))
+    }
+
+    /// [`SubagentConfig::output_check`] with the schema of `T`.
+    pub fn output<T: JsonSchema + DeserializeOwned + 'static>(self) -> Self {
+        self.output_check(TypedOutput::<T>::shared())
+    }
+
+    /// How many of a child's answers that do not match are sent back (default 1).
+    pub fn output_retries(mut self, retries: u32) -> Self {
+        self.output_retries = retries;
+        self
     }
 
     /// The child's tools, by name; each must be a read-only tool of the parent.
@@ -144,6 +178,10 @@ impl SubagentConfig {
     }
 }
 
+/// The `task` tool's description.
+const TASK_DESCRIPTION: &str = "Delegate a self-contained sub-question to a subagent with a fresh history and read-only tools. \
+Returns a JSON report {status, summary, calls}; only the summary comes back, not the subagent's history.";
+
 /// What the parent gets back: `{"status", "summary", "calls"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TaskReport {
@@ -163,7 +201,15 @@ impl TaskReport {
     /// The report of a child's outcome. No model is asked to summarise.
     pub fn from_outcome(outcome: &Outcome) -> Self {
         let mut is_error = outcome.status != StatusKind::Answered;
-        let mut summary = outcome.text.clone();
+        // A checked answer is its value (compact JSON); one that failed the
+        // check says why.
+        let mut summary = match (&outcome.output, &outcome.output_error) {
+            (Some(value), _) => value.to_string(),
+            (None, Some(error)) => {
+                format!("the answer does not match the output schema: {error}")
+            }
+            (None, None) => outcome.text.clone(),
+        };
         if let Some((cut, _)) = summary.char_indices().nth(MAX_SUMMARY_CHARS) {
             summary.truncate(cut);
             summary.push_str(TRUNCATION_NOTE);
@@ -236,6 +282,11 @@ pub struct TaskTool {
     hooks: Hooks,
     models: Arc<dyn ChildModels>,
     system: String,
+    /// The child's output check and its retries.
+    output: Option<(Arc<dyn OutputCheck>, u32)>,
+    /// What the parent is told the tool does (and, with an output check,
+    /// the shape of the summary).
+    description: String,
     /// The run's services, set once when the agent is built.
     shared: Arc<OnceLock<Shared>>,
 }
@@ -262,12 +313,21 @@ impl TaskTool {
         }
         let names: Vec<&str> = config.whitelist.iter().map(String::as_str).collect();
         let registry = parent.read_only_subset(&names)?;
+        let mut description = TASK_DESCRIPTION.to_owned();
+        if let Some(check) = &config.output {
+            description.push_str(&format!(
+                " The summary of an answered report is a JSON value matching this schema: {}",
+                check.schema()
+            ));
+        }
         Ok(Self {
             registry,
             budget: config.budget,
             hooks: config.hooks,
             models: config.models,
             system: config.system,
+            output: config.output.map(|check| (check, config.output_retries)),
+            description,
             shared,
         })
     }
@@ -332,9 +392,12 @@ impl TaskTool {
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
         let outcome = match Conversation::start(task, self.budget.get()) {
             Ok(conversation) => {
-                let conversation = conversation
+                let mut conversation = conversation
                     .with_system(self.system.as_str())
                     .on_empty_reply(shared.on_empty);
+                if let Some((check, retries)) = &self.output {
+                    conversation = conversation.expect_output(Arc::clone(check), *retries);
+                }
                 match drive {
                     Drive::Blocking => {
                         let mut model = Blocking(self.models.model_for(number));
@@ -447,6 +510,8 @@ fn refusal_outcome(task: &str, reason: &str) -> Outcome {
         calls: 0,
         messages: vec![crate::core::protocol::Message::user_text(task)],
         usage: Default::default(),
+        output: None,
+        output_error: None,
     }
 }
 
@@ -475,8 +540,7 @@ impl Tool for TaskTool {
     }
 
     fn description(&self) -> &str {
-        "Delegate a self-contained sub-question to a subagent with a fresh history and read-only tools. \
-Returns a JSON report {status, summary, calls}; only the summary comes back, not the subagent's history."
+        &self.description
     }
 
     fn input_schema(&self) -> Value {

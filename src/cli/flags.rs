@@ -166,6 +166,8 @@ pub(crate) struct Draft {
     pub mcp_servers: Vec<String>,
     /// `--mcp-read-only NAME:TOOL,…`, each given.
     pub mcp_read_only: Vec<String>,
+    /// `--output-schema FILE`.
+    pub output_schema: Option<PathBuf>,
 }
 
 /// The flags that may be given more than once (each adds to a list).
@@ -177,6 +179,28 @@ pub(crate) struct Value {
     pub flag: String,
     /// The value as given.
     pub raw: OsString,
+}
+
+/// The largest schema file read (1 MiB).
+const MAX_SCHEMA_BYTES: u64 = 1024 * 1024;
+
+/// Reads a JSON Schema file: a JSON object, at most 1 MiB.
+pub fn read_schema(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|err| format!("cannot read it: {err}"))?;
+    let mut text = String::new();
+    file.take(MAX_SCHEMA_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|err| format!("cannot read it: {err}"))?;
+    if text.len() as u64 > MAX_SCHEMA_BYTES {
+        return Err("it is larger than 1 MiB".to_owned());
+    }
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).map_err(|err| format!("it is not JSON: {err}"))?;
+    if !schema.is_object() {
+        return Err("a JSON Schema file holds an object".to_owned());
+    }
+    Ok(schema)
 }
 
 impl Value {
@@ -570,6 +594,31 @@ pub(crate) const FLAGS: &[Flag] = &[
                 .to_str()
                 .and_then(subloop::core::conversation::OnEmptyReply::parse)
                 .ok_or_else(|| v.takes("stop or continue"))?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "output-schema",
+        short: None,
+        help: "the answer must be JSON matching this JSON Schema file; one that does not is sent back with the reason (see --output-retries), then the run ends invalid_output; the JSON report holds the value under \"output\"",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("SCHEMA", |d, v| {
+            d.settings.output_schema = Some(
+                read_schema(&v.path())
+                    .map_err(|err| format!("--output-schema {}: {err}", v.path().display()))?,
+            );
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "output-retries",
+        short: None,
+        help: "how many answers that do not match the output schema (given, or recorded in the trace a replay reads) are sent back before the run ends invalid_output (default 1)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("N", |d, v| {
+            d.settings.output_retries = v.count()?;
             Ok(())
         }),
     },

@@ -233,6 +233,7 @@ where
         mcp_files: Vec::new(),
         mcp_servers: Vec::new(),
         mcp_read_only: Vec::new(),
+        output_schema: None,
     };
     let mut replay: Option<PathBuf> = None;
     let mut seen: Vec<&'static str> = Vec::new();
@@ -310,8 +311,14 @@ fn finish(
         mcp_files,
         mcp_servers,
         mcp_read_only,
+        output_schema,
     } = draft;
     settings.mcp = mcp_servers_of(&mcp_files, &mcp_servers, &mcp_read_only).map_err(fail)?;
+    if let Some(path) = &output_schema {
+        let schema = flags::read_schema(path)
+            .map_err(|err| fail(format!("--output-schema {}: {err}", path.display())))?;
+        settings.output_schema = Some(schema);
+    }
     if live && script.is_some() {
         return Err(fail("--live and --script cannot be used together".into()));
     }

@@ -127,6 +127,10 @@ pub struct Settings {
     pub temporary_workspace: bool,
     /// What an empty `end_turn` reply leads to (`--on-empty-reply`).
     pub on_empty_reply: OnEmptyReply,
+    /// The JSON schema the parent's answer must match (`--output-schema`).
+    pub output_schema: Option<serde_json::Value>,
+    /// How many answers that do not match it are sent back (`--output-retries`).
+    pub output_retries: u32,
     /// A trace to resume (`--resume`): the run continues where it ends, and
     /// its lines are appended to it (see [`crate::record::resume`]).
     pub resume: Option<PathBuf>,
@@ -209,6 +213,8 @@ impl Settings {
             cancel: CancelHandle::new(),
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
+            output_schema: None,
+            output_retries: crate::agent::output::DEFAULT_OUTPUT_RETRIES,
             resume: None,
             follow_up: None,
             view: None,
@@ -320,9 +326,14 @@ fn assemble(
     trace: Option<&Path>,
 ) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
-    let builder = AgentBuilder::new(approver)
+    let mut builder = AgentBuilder::new(approver)
         .limits(settings.limits, settings.cancel.clone())
         .on_empty_reply(settings.on_empty_reply)
+        .output_retries(settings.output_retries);
+    if let Some(schema) = &settings.output_schema {
+        builder = builder.output_schema(schema.clone());
+    }
+    let builder = builder
         .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
         .tool(
             RunMain::new(&settings.workspace, settings.run.clone())?
@@ -932,6 +943,10 @@ pub fn replay(
     })?;
     let mut settings = settings.clone();
     settings.question = question;
+    // The answer is checked as the recorded run checked it.
+    if settings.output_schema.is_none() {
+        settings.output_schema = recorded.output_schema("parent").cloned();
+    }
     let budget = Budget::new(settings.max_calls)?;
     let log = Arc::new(ReplayLog::new(keep_going));
     let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));

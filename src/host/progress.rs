@@ -43,6 +43,12 @@ impl Monitor for StderrProgress {
             Event::EmptyReplyContinued { call, prompt } => {
                 format!("[{agent}] model call {call} gave an empty reply; answering: {prompt}")
             }
+            Event::InvalidAnswer { call, error } => {
+                format!(
+                    "[{agent}] model call {call}: the answer does not match the output schema ({}); sent back",
+                    printable(error)
+                )
+            }
             Event::ModelFailed { call, failure } => {
                 format!(
                     "[{agent}] model call {call} failed: {}",

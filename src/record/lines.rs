@@ -40,6 +40,8 @@ struct Request {
     tool_definitions: Option<Vec<ToolDefinition>>,
     #[serde(default)]
     workspace: Option<String>,
+    #[serde(default)]
+    output_schema: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +70,13 @@ struct EmptyReply {
 
 #[derive(Deserialize)]
 #[allow(dead_code)]
+struct InvalidAnswer {
+    call: u64,
+    error: String,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
 struct Tool {
     name: String,
     id: String,
@@ -91,6 +100,10 @@ struct Outcome {
     calls: Option<u64>,
     #[serde(default)]
     usage: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    output: Option<Value>,
+    #[serde(default)]
+    output_error: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -121,11 +134,12 @@ struct Resumed {
 }
 
 /// The kinds a trace holds.
-pub(crate) const KINDS: [&str; 9] = [
+pub(crate) const KINDS: [&str; 10] = [
     "request",
     "response",
     "model_failed",
     "empty_reply",
+    "invalid_answer",
     "tool",
     "warning",
     "outcome",
@@ -161,6 +175,7 @@ pub(crate) fn check(value: &Value) -> Result<(), String> {
         "response" => Response::deserialize(value).map(drop),
         "model_failed" => ModelFailed::deserialize(value).map(drop),
         "empty_reply" => EmptyReply::deserialize(value).map(drop),
+        "invalid_answer" => InvalidAnswer::deserialize(value).map(drop),
         "tool" => Tool::deserialize(value).map(drop),
         "warning" => Warning::deserialize(value).map(drop),
         "outcome" => Outcome::deserialize(value).map(drop),

@@ -76,6 +76,8 @@ struct RecordedAgent {
     calls: Vec<RecordedCall>,
     tool_lines: Vec<Value>,
     parent_tool_use_id: Option<String>,
+    /// The schema its answers were checked against, if any.
+    output_schema: Option<Value>,
 }
 
 /// The parent's recorded `outcome` line.
@@ -240,6 +242,10 @@ impl RecordedRun {
                             .unwrap_or_default()
                             .to_owned();
                         entry.tool_sets = vec![field(&value, "tool_definitions").map_err(at)?];
+                        entry.output_schema = value
+                            .get("output_schema")
+                            .filter(|v| v.is_object())
+                            .cloned();
                     } else if value
                         .get("tool_definitions")
                         .is_some_and(|defs| !defs.is_null())
@@ -350,7 +356,14 @@ impl RecordedRun {
                 .unwrap_or_default(),
             messages: entry.messages.get(..recorded.messages)?,
             attachment: recorded.attachment.as_deref(),
+            output: entry.output_schema.as_ref(),
         })
+    }
+
+    /// The schema `agent`'s answers were checked against, when the run
+    /// asked for a structured answer.
+    pub fn output_schema(&self, agent: &str) -> Option<&Value> {
+        self.agents.get(agent)?.output_schema.as_ref()
     }
 
     /// The recorded reply to request `call` of `agent`; `None` when the

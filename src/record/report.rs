@@ -28,6 +28,12 @@ pub struct JsonReport<'a> {
     usage: RunUsage<'a>,
     accounting: RunAccounting<'a>,
     limits: LimitsEntry,
+    /// The checked answer's value (`--output-schema`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a serde_json::Value>,
+    /// Why the last answer did not match the output schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_error: Option<&'a str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -43,6 +49,9 @@ struct ChildEntry<'a> {
     warnings: &'a [Warning],
     usage: AgentUsage<'a>,
     empty_replies_continued: u32,
+    /// The child's checked answer, when it had an output check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a serde_json::Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,6 +145,7 @@ fn child_entry(child: &ChildRecord) -> ChildEntry<'_> {
             per_call: &child.usage_per_call,
         },
         empty_replies_continued: child.empty_replies_continued,
+        output: child.outcome.output.as_ref(),
     }
 }
 
@@ -193,6 +203,8 @@ impl<'a> JsonReport<'a> {
                 deadline_secs: report.limits.deadline.map(|d| d.as_secs_f64()),
                 max_tokens_total: report.limits.max_tokens_total,
             },
+            output: report.outcome.output.as_ref(),
+            output_error: report.outcome.output_error.as_deref(),
         }
     }
 }
@@ -263,7 +275,7 @@ mod tests {
             .children
             .iter()
             .map(|child| {
-                json!({
+                let mut value = json!({
                     "agent": child.agent,
                     "parent_tool_use_id": child.parent_tool_use_id,
                     "task": child.task,
@@ -275,10 +287,14 @@ mod tests {
                     "warnings": child.warnings,
                     "usage": {"total": child.outcome.usage, "per_call": child.usage_per_call},
                     "empty_replies_continued": child.empty_replies_continued,
-                })
+                });
+                if let Some(output) = &child.outcome.output {
+                    value["output"] = output.clone();
+                }
+                value
             })
             .collect();
-        json!({
+        let mut value = json!({
             "status": report.outcome.status,
             "text": report.outcome.text,
             "calls": report.outcome.calls,
@@ -307,7 +323,14 @@ mod tests {
                 "deadline_secs": report.limits.deadline.map(|d| d.as_secs_f64()),
                 "max_tokens_total": report.limits.max_tokens_total,
             },
-        })
+        });
+        if let Some(output) = &report.outcome.output {
+            value["output"] = output.clone();
+        }
+        if let Some(error) = &report.outcome.output_error {
+            value["output_error"] = json!(error);
+        }
+        value
     }
 
     fn usage(input: u64, output: u64) -> Usage {
@@ -325,6 +348,8 @@ mod tests {
             calls,
             messages: Vec::new(),
             usage,
+            output: None,
+            output_error: None,
         }
     }
 

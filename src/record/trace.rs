@@ -310,6 +310,9 @@ impl Monitor for TraceWriter {
                 });
                 if *call == 1 {
                     fields["system"] = json!(request.system);
+                    if let Some(schema) = request.output {
+                        fields["output_schema"] = schema.clone();
+                    }
                     if let (AgentId::Parent, Some(workspace)) = (agent, &self.workspace) {
                         fields["workspace"] = json!(workspace);
                     }
@@ -344,18 +347,31 @@ impl Monitor for TraceWriter {
                     json!({"call": call, "continued_with": prompt}),
                 );
             }
+            Event::InvalidAnswer { call, error } => {
+                self.line(
+                    agent,
+                    "invalid_answer",
+                    json!({"call": call, "error": error}),
+                );
+            }
             Event::ModelFailed { call, failure } => {
                 let fields =
                     json!({"call": call, "error": failure.message, "error_type": failure.kind});
                 self.line(agent, "model_failed", fields);
             }
             Event::Finished { outcome } => {
-                let fields = json!({
+                let mut fields = json!({
                     "status": outcome.status,
                     "text": outcome.text,
                     "calls": outcome.calls,
                     "usage": outcome.usage,
                 });
+                if let Some(output) = &outcome.output {
+                    fields["output"] = output.clone();
+                }
+                if let Some(error) = &outcome.output_error {
+                    fields["output_error"] = json!(error);
+                }
                 self.line(agent, "outcome", fields);
             }
             Event::ToolRequested { .. } | Event::ToolFinished { .. } => {}

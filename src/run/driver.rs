@@ -374,7 +374,19 @@ where
                 live.stage.ask(next);
                 continue;
             }
+            Reply::InvalidAnswer { next, error } => {
+                live.monitor.event(
+                    agent,
+                    &Event::InvalidAnswer {
+                        call,
+                        error: &error,
+                    },
+                );
+                live.stage.ask(next);
+                continue;
+            }
             Reply::Answered(done) => return live.finish(done.into_outcome()),
+            Reply::InvalidOutput(done) => return live.finish(done.into_outcome()),
             Reply::ModelStopped(done) => return live.finish(done.into_outcome()),
             Reply::ProtocolError(done) => return live.finish(done.into_outcome()),
         };

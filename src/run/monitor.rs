@@ -46,6 +46,15 @@ pub enum Event<'a> {
         /// The user message's text ([`crate::core::conversation::CONTINUE_PROMPT`]).
         prompt: &'a str,
     },
+    /// The answer to request `call` failed the run's output check and was
+    /// sent back to the model with `error` (in a user message, sent with
+    /// the next request).
+    InvalidAnswer {
+        /// 1-based request number of the answer.
+        call: u32,
+        /// Why the answer failed.
+        error: &'a str,
+    },
     /// The model request failed.
     ModelFailed {
         /// 1-based request number.

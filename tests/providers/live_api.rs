@@ -60,6 +60,7 @@ fn one_request(client: &Anthropic) -> Result<ModelResponse, subloop::core::error
         tools: &[],
         messages: &messages,
         attachment: None,
+        output: None,
     })
 }
 
@@ -732,6 +733,7 @@ fn the_request_body_is_exactly_the_messages_api_body_with_cache_breakpoints() {
         tools: &tools,
         messages: &messages,
         attachment: Some("Current plan: x"),
+        output: None,
     };
     client.send(&request).expect("ok");
     let (headers, body) = transport.sent.lock().unwrap()[0].clone();

@@ -59,6 +59,7 @@ fn one_request(client: &OpenAi) -> Result<ModelResponse, subloop::core::error::M
         tools: &[],
         messages: &messages,
         attachment: None,
+        output: None,
     })
 }
 

@@ -362,6 +362,7 @@ mod tests {
             tools: &[],
             messages: &[],
             attachment: None,
+            output: None,
         };
         let mut model = ScriptedModel::from_script(raw.clone(), true);
         assert!(model.respond_received(&request).is_err());
