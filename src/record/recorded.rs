@@ -78,6 +78,8 @@ struct RecordedAgent {
     parent_tool_use_id: Option<String>,
     /// The schema its answers were checked against, if any.
     output_schema: Option<Value>,
+    /// The answers sent back because they did not match it: call → why.
+    invalid_answers: BTreeMap<u32, String>,
 }
 
 /// The parent's recorded `outcome` line.
@@ -295,6 +297,21 @@ impl RecordedRun {
                     .or_default()
                     .tool_lines
                     .push(value),
+                "invalid_answer" => {
+                    let call = call_number(&value).map_err(at)?;
+                    let error = value
+                        .get("error")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                    let call = u32::try_from(call)
+                        .map_err(|_| at(format!("call {call} is out of range")))?;
+                    agents
+                        .entry(agent.to_owned())
+                        .or_default()
+                        .invalid_answers
+                        .insert(call, error);
+                }
                 "outcome" if agent == "parent" => {
                     let text = |name: &str| {
                         value
@@ -358,6 +375,16 @@ impl RecordedRun {
             attachment: recorded.attachment.as_deref(),
             output: entry.output_schema.as_ref(),
         })
+    }
+
+    /// Why `agent`'s answer to request `call` was sent back, when it did
+    /// not match the output schema.
+    pub fn invalid_answer(&self, agent: &str, call: u32) -> Option<&str> {
+        self.agents
+            .get(agent)?
+            .invalid_answers
+            .get(&call)
+            .map(String::as_str)
     }
 
     /// The schema `agent`'s answers were checked against, when the run

@@ -119,6 +119,12 @@ fn agent_lines(
     shown.push(agent.to_owned());
     let pad = "    ".repeat(depth);
     let calls = run.calls(agent);
+    if let Some(schema) = run.output_schema(agent) {
+        out.push_str(&format!(
+            "{pad}{agent} answers must match the output schema {}\n",
+            preview(&schema.to_string())
+        ));
+    }
     for call in 1..=calls {
         for question in follow_ups(run, agent, call) {
             out.push_str(&format!(
@@ -169,6 +175,13 @@ fn agent_lines(
         out.push_str(&format!(
             "{pad}{agent} call {call} ({offered} tools offered) -> {reply}\n"
         ));
+        if let Some(error) = run.invalid_answer(agent, call) {
+            out.push_str(&format!(
+                "{pad}{agent} answer {call} {}: {}; sent back\n",
+                paint.code("33", "does not match the output schema"),
+                printable(error)
+            ));
+        }
         // This reply's tool lines: those before the next reply's.
         let own = run.tools_of_reply(agent, call);
         for line in own {
@@ -200,6 +213,11 @@ pub(crate) fn follow_ups(run: &RecordedRun, agent: &str, call: u32) -> Vec<Strin
     let Some(earlier) = call.checked_sub(1).filter(|&earlier| earlier > 0) else {
         return Vec::new();
     };
+    // An answer sent back for not matching the output schema was followed
+    // by the reason, not by a question.
+    if run.invalid_answer(agent, earlier).is_some() {
+        return Vec::new();
+    }
     let answered = match run.reply(agent, earlier) {
         Some(Ok(reply)) => {
             let mut said = false;
