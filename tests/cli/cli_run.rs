@@ -567,7 +567,10 @@ fn output_schema_sends_a_prose_answer_back_and_puts_the_value_in_the_json() {
     let view = subloop(&["view", trace.to_str().unwrap(), "--check"]);
     assert_eq!(view.status.code(), Some(0), "{}", stdout(&view));
     let text = stdout(&view);
-    assert!(text.contains("parent answers must match the output schema"), "{text}");
+    assert!(
+        text.contains("parent answers must match the output schema"),
+        "{text}"
+    );
     assert!(
         text.contains("parent answer 2 does not match the output schema: the answer is not JSON"),
         "{text}"
@@ -580,7 +583,11 @@ fn output_schema_sends_a_prose_answer_back_and_puts_the_value_in_the_json() {
         &workspace(),
         "--quiet",
     ]);
-    assert!(stdout(&replay).starts_with("reproduced"), "{}", stdout(&replay));
+    assert!(
+        stdout(&replay).starts_with("reproduced"),
+        "{}",
+        stdout(&replay)
+    );
 }
 
 #[test]
@@ -588,7 +595,14 @@ fn output_schema_ends_invalid_output_with_exit_1_after_the_retries() {
     let schema = verdict_schema();
     let output = run_example(
         "structured.json",
-        &["--output-schema", &schema, "--output-retries", "0", "--json", "--quiet"],
+        &[
+            "--output-schema",
+            &schema,
+            "--output-retries",
+            "0",
+            "--json",
+            "--quiet",
+        ],
     );
     assert_eq!(output.status.code(), Some(1));
     let report = one_object(&output);
@@ -610,14 +624,19 @@ fn an_unusable_output_schema_file_is_a_usage_error() {
     let array = dir.write("array.json", "[1, 2]");
     for (path, says) in [
         (not_json.to_str().unwrap(), "it is not JSON"),
-        (array.to_str().unwrap(), "a JSON Schema file holds an object"),
+        (
+            array.to_str().unwrap(),
+            "a JSON Schema file holds an object",
+        ),
         ("/nonexistent/schema.json", "cannot read it"),
     ] {
         let output = run_example("answer.json", &["--output-schema", path]);
         assert_eq!(output.status.code(), Some(2), "{path}");
         let err = stderr(&output);
-        assert!(err.contains("--output-schema") && err.contains(says), "{err}");
+        assert!(
+            err.contains("--output-schema") && err.contains(says),
+            "{err}"
+        );
         assert!(stdout(&output).is_empty());
     }
 }
-

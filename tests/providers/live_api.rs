@@ -923,7 +923,7 @@ fn a_structured_answer_sends_output_config_and_a_mismatch_goes_back() {
         )
     };
     let mut replies = vec![
-        text(r#"{"verdict": "pass", "lines": 0}"#),
+        text(r#"{"verdict": "maybe", "lines": 3}"#),
         text(r#"{"verdict": "pass", "lines": 3}"#),
     ]
     .into_iter();
@@ -966,7 +966,7 @@ fn a_structured_answer_sends_output_config_and_a_mismatch_goes_back() {
     let n = messages.as_array().map_or(0, Vec::len);
     assert_eq!(
         messages[n - 1]["content"][0]["text"],
-        "Your answer does not match the required output schema: answer.lines: must be at least 1 (got 0). Reply again with only the JSON value, matching the schema."
+        "Your answer does not match the required output schema: answer.verdict: must be one of \"pass\", \"fail\". Reply again with only the JSON value, matching the schema."
     );
 }
 
