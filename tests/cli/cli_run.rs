@@ -615,6 +615,26 @@ fn output_schema_ends_invalid_output_with_exit_1_after_the_retries() {
             .is_some_and(|error| error.starts_with("the answer is not JSON")),
         "{report}"
     );
+    // Without --json: the last answer on stdout, why it is not one on stderr.
+    let output = run_example(
+        "structured.json",
+        &[
+            "--output-schema",
+            &schema,
+            "--output-retries",
+            "0",
+            "--quiet",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stdout(&output).starts_with("main.py prints 6 * 7"));
+    assert!(
+        stderr(&output).contains(
+            "subloop: the answer does not match the output schema: the answer is not JSON"
+        ),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
