@@ -1500,6 +1500,7 @@ fn several_task_calls_in_one_reply_really_run_at_the_same_time() {
 
 crate::async_twins!(
     parent_and_child_histories_are_separate,
+    the_builtin_tools_offer_the_same_schemas_byte_for_byte,
     child_tool_definitions_are_exactly_the_default_whitelist,
     child_tool_definitions_follow_a_custom_whitelist,
     child_cannot_run_main_delegate_or_plan_even_with_allow_all,
