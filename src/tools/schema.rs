@@ -130,6 +130,11 @@ const MAX_REF_HOPS: u32 = 32;
 /// for ever.
 const MAX_VISITS: u32 = 1_000_000;
 
+/// How many forms an `anyOf` / `oneOf` error lists, and how many schema
+/// nodes it looks at to find them.
+const MAX_FORMS: usize = 24;
+const MAX_DESCRIBED: u32 = 256;
+
 /// Reads a schema's JSON into nodes, following each `$ref` once.
 struct Compiler<'a> {
     root: &'a Value,
@@ -525,8 +530,15 @@ impl Node {
             return Err(failure);
         }
         let mut forms = Vec::new();
+        let mut budget = MAX_DESCRIBED;
         for branch in branches {
-            branch.describe(run.targets, 0, &mut forms);
+            branch.describe(run.targets, 0, &mut forms, &mut budget);
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        forms.retain(|form| seen.insert(form.clone()));
+        if forms.len() > MAX_FORMS || budget == 0 {
+            forms.truncate(MAX_FORMS);
+            forms.push("…".to_owned());
         }
         fail_here(format!("must be one of {}", forms.join(", ")))
     }
@@ -557,7 +569,11 @@ impl Node {
     /// Short forms of what this node allows, for an error message: its
     /// values when it lists them, `{"Name": …}` for an object of one
     /// required field (an enum variant with data), else its type.
-    fn describe(&self, targets: &[Node], hops: u32, forms: &mut Vec<String>) {
+    fn describe(&self, targets: &[Node], hops: u32, forms: &mut Vec<String>, budget: &mut u32) {
+        if *budget == 0 || forms.len() > MAX_FORMS {
+            return;
+        }
+        *budget -= 1;
         if let Some(constant) = &self.constant {
             forms.push(constant.to_string());
             return;
@@ -569,7 +585,7 @@ impl Node {
         let branches: Vec<&Node> = self.any_of.iter().chain(&self.one_of).collect();
         if !branches.is_empty() && self.types == Types::Any {
             for branch in branches {
-                branch.describe(targets, hops, forms);
+                branch.describe(targets, hops, forms, budget);
             }
             return;
         }
@@ -577,7 +593,7 @@ impl Node {
             && self.types == Types::Any
             && hops < 4
         {
-            target.describe(targets, hops + 1, forms);
+            target.describe(targets, hops + 1, forms, budget);
             return;
         }
         let one = |expected: &str| match expected {
