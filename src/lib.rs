@@ -110,4 +110,9 @@ pub use policy::hooks::Hooks;
 pub use policy::permission::Approver;
 pub use run::limits::{CancelHandle, Limits};
 pub use run::model::Model;
-pub use tools::{ReadOnlyTool, Tool};
+pub use tools::{ReadOnlyTool, Tool, TypedTool};
+
+/// The manual's pages whose examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/tools.md")]
+pub struct ToolsManual;

@@ -24,3 +24,4 @@ mod read_file_syscalls;
 mod registry_schema;
 mod run_main_process;
 mod subagent;
+mod typed_args;

@@ -381,6 +381,56 @@ fn parent_and_child_histories_are_separate() {
 
 // -------------------------------------------------------------- whitelist
 
+/// Today's input schema of each built-in tool, byte for byte, as the model
+/// sees it: a tool whose schema becomes generated from a Rust type (a typed
+/// tool) must keep offering exactly these bytes.
+const BUILTIN_SCHEMAS: [(&str, &str); 4] = [
+    (
+        "read_file",
+        r#"{"additionalProperties":false,"properties":{"path":{"description":"Path relative to the workspace root","maxLength":4096,"minLength":1,"type":"string"}},"required":["path"],"type":"object"}"#,
+    ),
+    (
+        "run_main",
+        r#"{"additionalProperties":false,"properties":{},"type":"object"}"#,
+    ),
+    (
+        "todo_write",
+        r#"{"additionalProperties":false,"properties":{"items":{"items":{"additionalProperties":false,"properties":{"id":{"maxLength":64,"minLength":1,"type":"string"},"status":{"enum":["pending","in_progress","completed"],"type":"string"},"text":{"maxLength":200,"minLength":1,"type":"string"}},"required":["id","text","status"],"type":"object"},"maxItems":20,"type":"array"}},"required":["items"],"type":"object"}"#,
+    ),
+    (
+        "task",
+        r#"{"additionalProperties":false,"properties":{"task":{"description":"The sub-question, 1 to 600 characters, self-contained","minLength":1,"type":"string"}},"required":["task"],"type":"object"}"#,
+    ),
+];
+
+#[test]
+fn the_builtin_tools_offer_the_same_schemas_byte_for_byte() {
+    let ws = workspace();
+    let parent = RecordingModel::new(vec![answer("done")]);
+    let children = RecordingChildren::new(Vec::new());
+    run(
+        ws.path(),
+        Arc::new(AllowAll),
+        SubagentConfig::new(as_child_models(&children), Hooks::none()),
+        &parent,
+    );
+    let offered: Vec<(String, String)> = parent.requests()[0]
+        .tools
+        .iter()
+        .map(|def| {
+            (
+                def.name.clone(),
+                serde_json::to_string(&def.input_schema).unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = BUILTIN_SCHEMAS
+        .iter()
+        .map(|(name, schema)| ((*name).to_owned(), (*schema).to_owned()))
+        .collect();
+    assert_eq!(offered, expected);
+}
+
 #[test]
 fn child_tool_definitions_are_exactly_the_default_whitelist() {
     let ws = workspace();
@@ -1450,6 +1500,7 @@ fn several_task_calls_in_one_reply_really_run_at_the_same_time() {
 
 crate::async_twins!(
     parent_and_child_histories_are_separate,
+    the_builtin_tools_offer_the_same_schemas_byte_for_byte,
     child_tool_definitions_are_exactly_the_default_whitelist,
     child_tool_definitions_follow_a_custom_whitelist,
     child_cannot_run_main_delegate_or_plan_even_with_allow_all,
