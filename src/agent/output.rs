@@ -78,18 +78,11 @@ impl OutputCheck for SchemaOutput {
     }
 }
 
-/// The model-facing JSON schema of `T`, as `schemars` derives it: inline
-/// (no `$schema`, no top-level `title`), with its `$defs` kept.
+/// The JSON schema of `T`, as `schemars` derives it and as typed tools
+/// offer theirs ([`crate::tools::input_schema_for`]): subschemas inline, no
+/// `$schema`, `title` or top-level `description`.
 pub fn schema_of<T: JsonSchema>() -> Value {
-    let mut schema = schemars::generate::SchemaSettings::draft2020_12()
-        .into_generator()
-        .into_root_schema_for::<T>()
-        .to_value();
-    if let Some(object) = schema.as_object_mut() {
-        object.remove("$schema");
-        object.remove("title");
-    }
-    schema
+    crate::tools::input_schema_for::<T>()
 }
 
 /// An answer checked against the schema of `T` and deserialized into it.
