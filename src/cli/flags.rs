@@ -629,7 +629,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         help: "run the command hooks of a Claude Code settings file {\"hooks\": {EVENT: [{matcher, hooks: [{type: command, command, timeout, failOpen}]}]}} (docs/hooks.md); nothing else of the file is read, and no settings file is ever read unless given",
         commands: ALL,
         group: Group::Options,
-        action: Action::Value("FILE", |d, v| {
+        action: Action::Value("SETTINGS", |d, v| {
             d.settings.hooks =
                 CommandHooks::load(&v.path()).map_err(|err| format!("--settings: {err}"))?;
             Ok(())
