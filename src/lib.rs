@@ -18,7 +18,7 @@
 //! |---|---|
 //! | [`core`] | wire types ([`core::protocol`]), the [`Conversation`] typestate, errors, [`core::agent_id::AgentId`], the plan, terminal-safe text; no I/O, no threads, no clock |
 //! | [`run`] | the one loop ([`run::driver`]), the [`Model`] trait, run [`run::limits`] and cancellation, the [`run::monitor::Monitor`] that watches a run, the [`run::shutdown`] actions a host runs on its way out |
-//! | [`policy`] | the permission gate and its approvers ([`policy::permission`]), [`Hooks`] |
+//! | [`policy`] | the permission gate and its approvers ([`policy::permission`]), [`Hooks`], the command hooks of a settings file ([`policy::command_hooks`]) |
 //! | [`tools`] | the [`tools::Tool`] trait, the registry and its schema checks, `read_file`, `run_main`, `todo_write`, MCP servers |
 //! | [`providers`] | models: Anthropic and OpenAI-compatible clients, scripted replies, the demo's offline models |
 //! | [`agent`] | [`AgentBuilder`], [`Agent`], [`RunReport`], the gated executor, subagents (`task`) |

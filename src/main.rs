@@ -260,6 +260,15 @@ fn run() -> ExitCode {
     cli.settings.prompt_watch = Some(crate::cli::signals::prompt_watch());
     let _cleanup = host::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.script = cli.script.clone();
+    if cli.settings.progress {
+        for note in cli.settings.hooks.notes() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "[hooks] {}",
+                subloop::core::text::printable(note)
+            );
+        }
+    }
     if let (Command::View, Some(trace)) = (command, &cli.replay) {
         return view(&cli, trace);
     }

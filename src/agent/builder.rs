@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::agent::executor::run_command_hooks;
 use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::agent::resume_point::ResumePoint;
@@ -19,8 +20,10 @@ use crate::core::conversation::{
     AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind,
 };
 use crate::core::error::{InputError, SetupError};
+use crate::core::hook::HookEvent;
 use crate::core::plan::SharedPlan;
 use crate::core::protocol::Usage;
+use crate::policy::command_hooks::{CommandHooks, HookInput, HookVerdict};
 use crate::policy::hooks::{AuditEntry, AuditLog, Hooks};
 use crate::policy::permission::Approver;
 use crate::run::driver::{self, block_on};
@@ -56,6 +59,8 @@ pub struct AgentBuilder {
     output: Option<Arc<dyn OutputCheck>>,
     /// How many answers that fail the check are sent back.
     output_retries: u32,
+    /// The settings' command hooks.
+    commands: CommandHooks,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -83,6 +88,7 @@ impl AgentBuilder {
             task: None,
             output: None,
             output_retries: DEFAULT_OUTPUT_RETRIES,
+            commands: CommandHooks::none(),
         }
     }
 
@@ -179,6 +185,19 @@ impl AgentBuilder {
         self
     }
 
+    /// The command hooks of a settings file ([`CommandHooks::load`]), run
+    /// for the parent and every child, whatever the order of the builder
+    /// calls: `SessionStart` and `UserPromptSubmit` before the question,
+    /// `PreToolUse` after the permission gate and the in-process
+    /// [`Hooks`] let a call through, `PostToolUse` after its in-process
+    /// after hooks, `SubagentStart` before a child's first request, `Stop`
+    /// and `SubagentStop` on an answer, `SessionEnd` when the run is over
+    /// (see `docs/hooks.md`).
+    pub fn command_hooks(mut self, hooks: CommandHooks) -> Self {
+        self.commands = hooks;
+        self
+    }
+
     /// Adds a monitor (progress printer, trace, ...); it sees the parent and every child.
     pub fn monitor(self, monitor: impl Monitor + 'static) -> Self {
         self.monitor.add(monitor);
@@ -209,6 +228,7 @@ impl AgentBuilder {
             children: Arc::new(Mutex::new(Vec::new())),
             guard: Arc::new(RunGuard::new(self.limits, self.cancel)),
             on_empty: self.on_empty,
+            commands: self.commands,
         };
         if let Some(services) = &self.task {
             // Set once, here; a builder builds one agent.
@@ -221,6 +241,7 @@ impl AgentBuilder {
             plan: self.plan,
             shared,
             output: self.output.map(|check| (check, self.output_retries)),
+            early: Vec::new(),
         }
     }
 }
@@ -233,6 +254,8 @@ pub struct Agent {
     plan: Option<SharedPlan>,
     shared: Shared,
     output: Option<(Arc<dyn OutputCheck>, u32)>,
+    /// Warnings raised before the run (a host's own prompt hooks).
+    early: Vec<Warning>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -329,9 +352,12 @@ impl Agent {
         budget: Budget,
         model: &mut dyn Model,
     ) -> Result<RunReport, InputError> {
-        let conversation = Conversation::start(question, budget)?;
+        Conversation::start(question, budget)?;
+        let mut agent = self;
+        let question = agent.open_session("startup", Some(question))?;
+        let conversation = Conversation::start(&question, budget)?;
         let mut model = Blocking(model);
-        Ok(block_on(self.drive(
+        Ok(block_on(agent.drive(
             conversation,
             0,
             &mut model,
@@ -361,8 +387,11 @@ impl Agent {
     where
         M: AsyncModel + ?Sized,
     {
-        let conversation = Conversation::start(question, budget)?;
-        Ok(self.drive(conversation, 0, model, Drive::Async).await)
+        Conversation::start(question, budget)?;
+        let mut agent = self;
+        let question = agent.open_session("startup", Some(question))?;
+        let conversation = Conversation::start(&question, budget)?;
+        Ok(agent.drive(conversation, 0, model, Drive::Async).await)
     }
 
     /// Continues a run cut short, from `point` (which `record::resume` rebuilds from a trace): its
@@ -370,9 +399,11 @@ impl Agent {
     /// counted against this run's limits and its plan restored. The
     /// conversation's call budget already counts the earlier calls.
     pub fn resume(self, point: ResumePoint, model: &mut dyn Model) -> RunReport {
-        let (conversation, sent) = self.restore(point);
+        let mut agent = self;
+        let (conversation, sent) = agent.restore(point);
+        let _ = agent.open_session("resume", None);
         let mut model = Blocking(model);
-        block_on(self.drive(conversation, sent, &mut model, Drive::Blocking))
+        block_on(agent.drive(conversation, sent, &mut model, Drive::Blocking))
     }
 
     /// [`Agent::resume`], awaited as [`Agent::run_async`] is.
@@ -380,8 +411,116 @@ impl Agent {
     where
         M: AsyncModel + ?Sized,
     {
-        let (conversation, sent) = self.restore(point);
-        self.drive(conversation, sent, model, Drive::Async).await
+        let mut agent = self;
+        let (conversation, sent) = agent.restore(point);
+        let _ = agent.open_session("resume", None);
+        agent.drive(conversation, sent, model, Drive::Async).await
+    }
+
+    /// Runs the parent's command hooks of `event` for `input`; warnings
+    /// go to `warnings`.
+    fn parent_hooks(
+        &self,
+        input: &HookInput<'_>,
+        warnings: &mut Vec<String>,
+    ) -> crate::policy::command_hooks::HookOutcome {
+        run_command_hooks(
+            &self.shared.commands,
+            &self.shared.monitor,
+            &self.shared.audit,
+            &AgentId::Parent,
+            input,
+            warnings,
+        )
+    }
+
+    /// Runs the settings' `UserPromptSubmit` hooks on `question`, a
+    /// question the host asks on its own (a follow-up it rebuilds a
+    /// resumed run with; [`Agent::run`] does this for its question): the
+    /// question with their context appended, or the block
+    /// ([`InputError::PromptBlocked`]). Their records go to the run's
+    /// monitors and audit log, their warnings to the report.
+    pub fn submit_prompt(&mut self, question: &str) -> Result<String, InputError> {
+        let mut warnings = Vec::new();
+        let asked = self.prompt_hooks(question, &mut warnings);
+        self.keep_warnings(warnings);
+        asked
+    }
+
+    fn prompt_hooks(
+        &self,
+        question: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<String, InputError> {
+        if !self.shared.commands.has(HookEvent::UserPromptSubmit) {
+            return Ok(question.to_owned());
+        }
+        let outcome = self.parent_hooks(
+            &HookInput::user_prompt_submit(&AgentId::Parent, question),
+            warnings,
+        );
+        if let Some(reason) = outcome.stop {
+            return Err(InputError::PromptBlocked(reason));
+        }
+        if let HookVerdict::Block(reason) = outcome.verdict {
+            return Err(InputError::PromptBlocked(reason));
+        }
+        Ok(match outcome.context_text() {
+            Some(context) => format!("{question}\n\n{context}"),
+            None => question.to_owned(),
+        })
+    }
+
+    /// Warnings raised before the run: told to the monitors now, and kept
+    /// for the report.
+    fn keep_warnings(&mut self, warnings: Vec<String>) {
+        for text in warnings {
+            self.shared.monitor.warning(&AgentId::Parent, &text);
+            self.early.push(Warning {
+                agent: AgentId::Parent,
+                text,
+            });
+        }
+    }
+
+    /// The settings' `SessionStart` hooks (`source`: `startup` or
+    /// `resume`), then for a new question its `UserPromptSubmit` hooks:
+    /// the question to ask, their context appended, or the block. A
+    /// resumed run's question is already asked, so context for it is
+    /// left out with a warning.
+    fn open_session(&mut self, source: &str, question: Option<&str>) -> Result<String, InputError> {
+        let mut warnings = Vec::new();
+        let mut context = Vec::new();
+        if self.shared.commands.has(HookEvent::SessionStart) {
+            let outcome = self.parent_hooks(
+                &HookInput::session_start(&AgentId::Parent, source),
+                &mut warnings,
+            );
+            if let Some(reason) = outcome.stop {
+                self.shared.guard.stop(reason);
+            }
+            context.extend(outcome.context);
+        }
+        let asked = match question {
+            None => {
+                if !context.is_empty() {
+                    warnings.push(
+                        "a SessionStart hook gave context, which is added only to a new run's question; it was left out"
+                            .to_owned(),
+                    );
+                }
+                Ok(String::new())
+            }
+            Some(question) => self.prompt_hooks(question, &mut warnings).map(|asked| {
+                if context.is_empty() {
+                    asked
+                } else {
+                    format!("{asked}\n\n{}", context.join("\n\n"))
+                }
+            }),
+        };
+        self.keep_warnings(warnings);
+        asked
     }
 
     /// Charges what the run cut short had spent and restores its plan;
@@ -404,7 +543,7 @@ impl Agent {
     /// Drives the parent conversation to its end, the first `sent` messages
     /// already on record.
     async fn drive<M>(
-        self,
+        mut self,
         conversation: Conversation<AwaitingModel>,
         sent: usize,
         model: &mut M,
@@ -426,6 +565,7 @@ impl Agent {
             registry: &self.registry,
             approver: self.shared.approver.as_ref(),
             hooks: &self.hooks,
+            commands: &self.shared.commands,
             audit: &self.shared.audit,
             monitor: &self.shared.monitor,
             guard: &self.shared.guard,
@@ -441,7 +581,22 @@ impl Agent {
             &mut observer,
         )
         .await;
-        let (tools, warnings) = toolbox.into_parts();
+        let (tools, mut warnings) = toolbox.into_parts();
+        warnings.splice(0..0, std::mem::take(&mut self.early));
+        if self.shared.commands.has(HookEvent::SessionEnd) {
+            let mut texts = Vec::new();
+            self.parent_hooks(
+                &HookInput::session_end(&agent, outcome.status.as_str()),
+                &mut texts,
+            );
+            for text in texts {
+                self.shared.monitor.warning(&agent, &text);
+                warnings.push(Warning {
+                    agent: agent.clone(),
+                    text,
+                });
+            }
+        }
         let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();
         let mut children = std::mem::take(

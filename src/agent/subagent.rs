@@ -26,14 +26,16 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning, run_command_hooks};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
     Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind, ToolOutput,
 };
 use crate::core::error::SetupError;
+use crate::core::hook::HookEvent;
 use crate::core::protocol::ToolUseId;
+use crate::policy::command_hooks::{CommandHooks, HookInput};
 use crate::policy::hooks::{AuditLog, Hooks};
 use crate::policy::permission::Approver;
 use crate::run::driver::{self, block_on};
@@ -273,6 +275,8 @@ pub(crate) struct Shared {
     pub(crate) guard: Arc<RunGuard>,
     /// What an empty `end_turn` leads to, for the parent and every child.
     pub(crate) on_empty: OnEmptyReply,
+    /// The settings' command hooks, for the parent and every child.
+    pub(crate) commands: CommandHooks,
 }
 
 /// The `task` tool. Built by [`crate::AgentBuilder::subagents`].
@@ -384,13 +388,15 @@ impl TaskTool {
             registry: self.registry.registry(),
             approver: shared.approver.as_ref(),
             hooks: &self.hooks,
+            commands: &shared.commands,
             audit: &shared.audit,
             monitor: &shared.monitor,
             guard: &shared.guard,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
-        let outcome = match Conversation::start(task, self.budget.get()) {
+        let task_text = Self::subagent_start(shared, &agent, task, &mut toolbox);
+        let outcome = match Conversation::start(&task_text, self.budget.get()) {
             Ok(conversation) => {
                 let mut conversation = conversation
                     .with_system(self.system.as_str())
@@ -450,6 +456,36 @@ impl TaskTool {
                 elapsed: started.elapsed(),
             });
         output
+    }
+
+    /// The settings' `SubagentStart` hooks: the child's first message is
+    /// its task with their context appended.
+    fn subagent_start(
+        shared: &Shared,
+        agent: &AgentId,
+        task: &str,
+        toolbox: &mut Toolbox<'_>,
+    ) -> String {
+        if !shared.commands.has(HookEvent::SubagentStart) {
+            return task.to_owned();
+        }
+        let mut warnings = Vec::new();
+        let outcome = run_command_hooks(
+            &shared.commands,
+            &shared.monitor,
+            &shared.audit,
+            agent,
+            &HookInput::subagent_start(agent, task),
+            &mut warnings,
+        );
+        toolbox.warn(warnings);
+        if let Some(reason) = &outcome.stop {
+            shared.guard.stop(reason.clone());
+        }
+        match outcome.context_text() {
+            Some(context) => format!("{task}\n\n{context}"),
+            None => task.to_owned(),
+        }
     }
 
     /// The report of a child that panicked.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use subloop::agent::subagent::ChildBudget;
 use subloop::core::error::SetupError;
 use subloop::host::{DecisionMode, Settings};
+use subloop::policy::command_hooks::CommandHooks;
 use subloop::tools::{MAX_READ_LIMIT, split_command};
 
 use super::{Command, LiveFlags};
@@ -619,6 +620,18 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("N", |d, v| {
             d.settings.output_retries = v.count()?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "settings",
+        short: None,
+        help: "run the command hooks of a Claude Code settings file {\"hooks\": {EVENT: [{matcher, hooks: [{type: command, command, timeout, failOpen}]}]}} (docs/hooks.md); nothing else of the file is read, and no settings file is ever read unless given",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("SETTINGS", |d, v| {
+            d.settings.hooks =
+                CommandHooks::load(&v.path()).map_err(|err| format!("--settings: {err}"))?;
             Ok(())
         }),
     },

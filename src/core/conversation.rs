@@ -1224,6 +1224,35 @@ impl Conversation<Finished<Answered>> {
 }
 
 impl Conversation<Finished<Answered>> {
+    /// Whether the current question has a model call left (so that
+    /// [`Conversation::keep_going`] can go on).
+    pub fn calls_left(&self) -> bool {
+        self.core.question_calls() < self.core.budget.get()
+    }
+
+    /// The answer is not taken as the end (a `Stop` hook blocked it):
+    /// `message` is appended as a user message and the model is asked
+    /// again, within the current question's budget — unlike
+    /// [`Conversation::follow_up`], which gives a new question a budget of
+    /// its own. With no call left, or an empty message, the answered
+    /// conversation is handed back unchanged.
+    // The conversation is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn keep_going(self, message: &str) -> Result<Conversation<AwaitingModel>, Self> {
+        if message.trim().is_empty() || !self.calls_left() {
+            return Err(self);
+        }
+        let mut core = self.core;
+        core.history.push(Message::user_text(message));
+        core.continued = false;
+        Ok(Conversation {
+            core,
+            state: AwaitingModel { _private: () },
+        })
+    }
+}
+
+impl Conversation<Finished<Answered>> {
     /// Asks a follow-up question: the answered history with `question`
     /// appended as a user message, waiting for the model. The call `budget`
     /// is the new question's own; [`Conversation::calls_made`] and the token

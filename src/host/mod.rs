@@ -21,7 +21,9 @@ use crate::core::agent_id::AgentId;
 use crate::core::call::Warning;
 use crate::core::conversation::{Budget, OnEmptyReply};
 use crate::core::error::{InputError, ScriptError, SetupError};
+use crate::core::hook::HookEvent;
 use crate::host::progress::StderrProgress;
+use crate::policy::command_hooks::{CommandHooks, HookSettingsError};
 use crate::policy::hooks::Hooks;
 use crate::policy::permission::PromptWatch;
 use crate::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
@@ -162,6 +164,10 @@ pub struct Settings {
     pub programs: crate::tools::Programs,
     /// Told when an approval prompt opens and closes (`--decision ask`).
     pub prompt_watch: Option<ApprovalWatch>,
+    /// The command hooks of the settings file (`--settings`); none by
+    /// default. Each run gives them its workspace, its trace and the
+    /// host's [`Settings::programs`].
+    pub hooks: CommandHooks,
 }
 
 /// A host's callback, shared (its `Debug` shows only that it is there).
@@ -227,6 +233,7 @@ impl Settings {
             watch: None,
             programs: crate::tools::Programs::new(),
             prompt_watch: None,
+            hooks: CommandHooks::none(),
         }
     }
 
@@ -285,6 +292,9 @@ pub enum AppError {
     /// An MCP server could not be started (or this build has no MCP client).
     #[error("{0}")]
     Mcp(String),
+    /// The settings file's hooks cannot be used.
+    #[error(transparent)]
+    Hooks(#[from] HookSettingsError),
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -326,7 +336,14 @@ fn assemble(
     trace: Option<&Path>,
 ) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
+    let hooks = settings
+        .hooks
+        .clone()
+        .workspace(&settings.workspace)
+        .transcript(trace.or(settings.resume.as_deref()))
+        .with_programs(settings.programs.clone());
     let mut builder = AgentBuilder::new(approver)
+        .command_hooks(hooks)
         .limits(settings.limits, settings.cancel.clone())
         .on_empty_reply(settings.on_empty_reply)
         .output_retries(settings.output_retries);
@@ -649,7 +666,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         return Err(InputError::EmptyQuestion.into());
     }
     // A resumed run is rebuilt (and checked) before anything else happens.
-    let resuming = match &settings.resume {
+    let mut resuming = match &settings.resume {
         Some(path) => {
             let resuming = Resuming::load(path, settings)?;
             same_workspace(settings, &resuming.run).map_err(|error| AppError::Resume {
@@ -766,7 +783,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             )
         }
     };
-    let (agent, trace, mcp) = assemble(
+    let (mut agent, trace, mcp) = assemble(
         settings,
         settings.decision.approver(
             &settings.input,
@@ -777,6 +794,18 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         resuming.as_ref().map(|(resuming, point)| (resuming, point)),
         trace_path.as_deref(),
     )?;
+    // A follow-up question is the user's prompt: its UserPromptSubmit
+    // hooks run now (recorded in the trace), and what they add is asked.
+    if let (Some(question), Some((resumed, point))) = (&settings.follow_up, &mut resuming) {
+        let asked = agent.submit_prompt(question)?;
+        if asked != *question {
+            *point = ResumePoint::follow_up(&resumed.run, &asked, budget, settings.on_empty_reply)
+                .map_err(|error| AppError::Resume {
+                    path: settings.resume.clone().unwrap_or_default(),
+                    error,
+                })?;
+        }
+    }
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
     Ok(Prepared {
@@ -943,6 +972,12 @@ pub fn replay(
     })?;
     let mut settings = settings.clone();
     settings.question = question;
+    // The recorded question is asked as recorded: context that SessionStart
+    // or UserPromptSubmit hooks added to it is already in it.
+    settings.hooks = settings
+        .hooks
+        .clone()
+        .without(&[HookEvent::SessionStart, HookEvent::UserPromptSubmit]);
     // The answer is checked as the recorded run checked it.
     if settings.output_schema.is_none() {
         settings.output_schema = recorded.output_schema("parent").cloned();

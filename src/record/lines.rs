@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::core::call::CallDecision;
 use crate::core::conversation::StatusKind;
+use crate::core::hook::HookDecision;
 use crate::core::protocol::{Message, ToolDefinition};
 
 /// Every line: its `agent`, `kind` and, for a child, the `task` call that
@@ -93,6 +94,27 @@ struct Warning {
 
 #[derive(Deserialize)]
 #[allow(dead_code)]
+struct Hook {
+    event: String,
+    command: String,
+    #[serde(default)]
+    call_id: Option<String>,
+    #[serde(default)]
+    tool: Option<String>,
+    #[serde(default)]
+    call: Option<u64>,
+    exit_code: Option<i64>,
+    #[serde(default)]
+    timed_out: bool,
+    decision: HookDecision,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    duration_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
 struct Outcome {
     status: StatusKind,
     text: String,
@@ -134,7 +156,7 @@ struct Resumed {
 }
 
 /// The kinds a trace holds.
-pub(crate) const KINDS: [&str; 10] = [
+pub(crate) const KINDS: [&str; 11] = [
     "request",
     "response",
     "model_failed",
@@ -142,6 +164,7 @@ pub(crate) const KINDS: [&str; 10] = [
     "invalid_answer",
     "tool",
     "warning",
+    "hook",
     "outcome",
     "mcp_server",
     "resumed",
@@ -178,6 +201,7 @@ pub(crate) fn check(value: &Value) -> Result<(), String> {
         "invalid_answer" => InvalidAnswer::deserialize(value).map(drop),
         "tool" => Tool::deserialize(value).map(drop),
         "warning" => Warning::deserialize(value).map(drop),
+        "hook" => Hook::deserialize(value).map(drop),
         "outcome" => Outcome::deserialize(value).map(drop),
         "mcp_server" => McpServer::deserialize(value).map(drop),
         "resumed" => Resumed::deserialize(value).map(drop),

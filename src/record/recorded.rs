@@ -80,6 +80,8 @@ struct RecordedAgent {
     output_schema: Option<Value>,
     /// The answers sent back because they did not match it: call → why.
     invalid_answers: BTreeMap<u32, String>,
+    /// Its `hook` lines, in order.
+    hook_lines: Vec<Value>,
 }
 
 /// The parent's recorded `outcome` line.
@@ -297,6 +299,11 @@ impl RecordedRun {
                     .or_default()
                     .tool_lines
                     .push(value),
+                "hook" => agents
+                    .entry(agent.to_owned())
+                    .or_default()
+                    .hook_lines
+                    .push(value),
                 "invalid_answer" => {
                     let call = call_number(&value).map_err(at)?;
                     let error = value
@@ -344,6 +351,13 @@ impl RecordedRun {
             outcome,
             workspace,
         })
+    }
+
+    /// The `hook` lines of `agent`, in order: the command hooks that ran.
+    pub fn hooks(&self, agent: &str) -> &[Value] {
+        self.agents
+            .get(agent)
+            .map_or(&[], |entry| entry.hook_lines.as_slice())
     }
 
     /// The workspace the recorded run worked in (the last resumed part's),

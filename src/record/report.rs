@@ -11,6 +11,7 @@ use crate::agent::executor::{ToolRecord, Warning};
 use crate::agent::subagent::ChildRecord;
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{Outcome, StatusKind};
+use crate::core::hook::HookRecord;
 use crate::core::protocol::{ToolUseId, Usage};
 
 /// The `--json` object of a run: `status`, `text`, `calls`, `tools`,
@@ -34,6 +35,17 @@ pub struct JsonReport<'a> {
     /// Why the last answer did not match the output schema.
     #[serde(skip_serializing_if = "Option::is_none")]
     output_error: Option<&'a str>,
+    /// The command hooks that ran (`--settings`), in order, each with its agent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    hooks: Vec<HookEntry<'a>>,
+}
+
+/// A command hook's run, with the agent it ran for.
+#[derive(Debug, Serialize)]
+struct HookEntry<'a> {
+    agent: &'a AgentId,
+    #[serde(flatten)]
+    record: &'a HookRecord,
 }
 
 #[derive(Debug, Serialize)]
@@ -205,6 +217,16 @@ impl<'a> JsonReport<'a> {
             },
             output: report.outcome.output.as_ref(),
             output_error: report.outcome.output_error.as_deref(),
+            hooks: report
+                .audit
+                .iter()
+                .filter_map(|entry| {
+                    entry.hook.as_ref().map(|record| HookEntry {
+                        agent: &entry.agent,
+                        record,
+                    })
+                })
+                .collect(),
         }
     }
 }
@@ -214,7 +236,8 @@ impl RunReport {
     /// `children` (agent, task, report, tools), `warnings`,
     /// `empty_replies_continued` (also per child), `usage`, and
     /// `accounting` (per agent and in total: model calls, tool calls,
-    /// delegations, tokens, elapsed time) with the run's `limits`.
+    /// delegations, tokens, elapsed time) with the run's `limits`, and
+    /// `hooks` (each command hook that ran, with its agent) when any did.
     ///
     /// A `Value` for hosts that inspect it; [`RunReport::write_json`] writes
     /// the same object without building one.

@@ -15,6 +15,7 @@
 //! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
 //! | `tool` | `name`, `id`, `decision`, `is_error`, `content` (the result exactly as sent to the model) |
 //! | `warning` | `text` |
+//! | `hook` | `event`, `command`, `call_id` and `tool` (tool events), `call` (the answer a stop hook judged), `exit_code`, `timed_out`, `decision`, `reason`, `duration_ms`: one command hook's run |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
 //! | `mcp_server` | (parent) `server`, `event` (`started`, with `tools`: the registered names; `exited`, with `how`: the exit status and the server's last stderr lines, when it exits mid-run) |
 //! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"), `workspace` (where the resumed run works): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
@@ -41,6 +42,7 @@ use serde_json::{Map, Value, json};
 
 use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
+use crate::core::hook::HookRecord;
 use crate::core::protocol::{Message, ToolDefinition, Usage};
 use crate::run::driver::Event;
 use crate::run::monitor::Monitor;
@@ -384,6 +386,10 @@ impl Monitor for TraceWriter {
 
     fn warning(&mut self, agent: &AgentId, warning: &str) {
         self.line(agent, "warning", json!({"text": warning}));
+    }
+
+    fn hook(&mut self, agent: &AgentId, record: &HookRecord) {
+        self.line(agent, "hook", json!(record));
     }
 }
 

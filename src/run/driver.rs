@@ -103,6 +103,16 @@ pub trait Executor {
         calls.iter().map(|_| stopped_output(interrupt)).collect()
     }
 
+    /// The model answered request `call` with `answer` (checked against
+    /// the output schema, if any): `Some(message)` sends the agent on,
+    /// `message` appended as a user message (a `Stop` hook that blocked),
+    /// when `calls_left` says the question's budget allows it; `None` lets
+    /// the conversation finish. The default always lets it finish.
+    fn review_answer(&mut self, call: u32, answer: &str, calls_left: bool) -> Option<String> {
+        let _ = (call, answer, calls_left);
+        None
+    }
+
     /// Asked at every turn boundary (before each model request and before
     /// each tool call): `Some` stops the run there. A tool that cannot start
     /// is answered `not executed:`; the conversation then finishes with the
@@ -385,7 +395,20 @@ where
                 live.stage.ask(next);
                 continue;
             }
-            Reply::Answered(done) => return live.finish(done.into_outcome()),
+            Reply::Answered(done) => {
+                let calls_left = done.calls_left();
+                let Some(message) = live.executor.review_answer(call, done.text(), calls_left)
+                else {
+                    return live.finish(done.into_outcome());
+                };
+                match done.keep_going(&message) {
+                    Ok(next) => {
+                        live.stage.ask(next);
+                        continue;
+                    }
+                    Err(done) => return live.finish(done.into_outcome()),
+                }
+            }
             Reply::InvalidOutput(done) => return live.finish(done.into_outcome()),
             Reply::ModelStopped(done) => return live.finish(done.into_outcome()),
             Reply::ProtocolError(done) => return live.finish(done.into_outcome()),

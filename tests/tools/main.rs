@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod command_hooks;
 mod dispatch_properties;
 mod gate_and_hooks;
 #[cfg(feature = "mcp")]
