@@ -27,7 +27,9 @@ use crate::run::driver::{self, block_on};
 use crate::run::limits::{CancelHandle, Limits, RunGuard};
 use crate::run::model::{AsyncModel, Blocking, Model};
 use crate::run::monitor::{AgentMonitor, Monitor, SharedMonitor};
+use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
+use tracing::Instrument;
 
 /// The default parent system prompt.
 pub const PARENT_SYSTEM: &str = "You are a careful coding agent working in a workspace. Use the tools to \
@@ -56,6 +58,8 @@ pub struct AgentBuilder {
     output: Option<Arc<dyn OutputCheck>>,
     /// How many answers that fail the check are sent back.
     output_retries: u32,
+    /// What the run's spans may record.
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -80,6 +84,7 @@ impl AgentBuilder {
             limits: Limits::default(),
             cancel: CancelHandle::new(),
             on_empty: OnEmptyReply::Stop,
+            telemetry: Telemetry::default(),
             task: None,
             output: None,
             output_retries: DEFAULT_OUTPUT_RETRIES,
@@ -173,6 +178,13 @@ impl AgentBuilder {
         self
     }
 
+    /// What the run's spans may record (see [`crate::run::telemetry`]):
+    /// by default no message or tool content.
+    pub fn telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// The parent's hooks.
     pub fn hooks(mut self, hooks: Hooks) -> Self {
         self.hooks = hooks;
@@ -209,6 +221,7 @@ impl AgentBuilder {
             children: Arc::new(Mutex::new(Vec::new())),
             guard: Arc::new(RunGuard::new(self.limits, self.cancel)),
             on_empty: self.on_empty,
+            telemetry: self.telemetry,
         };
         if let Some(services) = &self.task {
             // Set once, here; a builder builds one agent.
@@ -429,7 +442,12 @@ impl Agent {
             audit: &self.shared.audit,
             monitor: &self.shared.monitor,
             guard: &self.shared.guard,
+            telemetry: self.shared.telemetry,
         };
+        // The run's root span: a child of the caller's current span, if any.
+        let span = telemetry::agent_span(&agent);
+        telemetry::record_identity(&span, model.identity().as_ref());
+        telemetry::record_budget(&span, conversation.budget().get());
         let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref(), drive);
         let mut observer = AgentMonitor::new(&self.shared.monitor, &self.shared.guard);
         let outcome = driver::drive(
@@ -440,6 +458,7 @@ impl Agent {
             &mut toolbox,
             &mut observer,
         )
+        .instrument(span.clone())
         .await;
         let (tools, warnings) = toolbox.into_parts();
         let empty_replies_continued = observer.continued();
@@ -455,6 +474,11 @@ impl Agent {
             AgentId::Child { number, .. } => number,
             AgentId::Parent => 0,
         });
+        let mut total = outcome.usage;
+        for child in &children {
+            total.add(&child.outcome.usage);
+        }
+        telemetry::record_outcome(&span, &outcome, &total);
         RunReport {
             elapsed: started.elapsed(),
             limits: self.shared.guard.limits(),

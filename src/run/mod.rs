@@ -1,6 +1,7 @@
 //! The one loop: the [`driver`] that takes a conversation from question to
 //! finish, the [`model::Model`] it asks, the [`limits`] of a run and its
-//! cancellation, and the [`monitor::Monitor`] that watches it.
+//! cancellation, the [`monitor::Monitor`] that watches it, and the
+//! [`telemetry`] spans it opens.
 //!
 //! May import: [`crate::core`].
 
@@ -10,3 +11,4 @@ pub mod limits;
 pub mod model;
 pub mod monitor;
 pub mod shutdown;
+pub mod telemetry;
