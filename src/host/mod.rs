@@ -162,6 +162,8 @@ pub struct Settings {
     pub programs: crate::tools::Programs,
     /// Told when an approval prompt opens and closes (`--decision ask`).
     pub prompt_watch: Option<ApprovalWatch>,
+    /// What the run's spans may record (message content or not).
+    pub telemetry: crate::run::telemetry::Telemetry,
 }
 
 /// A host's callback, shared (its `Debug` shows only that it is there).
@@ -227,6 +229,7 @@ impl Settings {
             watch: None,
             programs: crate::tools::Programs::new(),
             prompt_watch: None,
+            telemetry: crate::run::telemetry::Telemetry::default(),
         }
     }
 
@@ -329,6 +332,7 @@ fn assemble(
     let mut builder = AgentBuilder::new(approver)
         .limits(settings.limits, settings.cancel.clone())
         .on_empty_reply(settings.on_empty_reply)
+        .telemetry(settings.telemetry)
         .output_retries(settings.output_retries);
     if let Some(schema) = &settings.output_schema {
         builder = builder.output_schema(schema.clone());

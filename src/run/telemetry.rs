@@ -109,7 +109,7 @@ pub fn record_identity(span: &Span, identity: Option<&ModelIdentity>) {
 
 /// Records an agent's call budget (model requests it may make).
 pub fn record_budget(span: &Span, budget: u32) {
-    span.record("subloop.budget", budget);
+    span.record("subloop.budget", i64::from(budget));
 }
 
 /// Records the task or question an agent was given, when content is captured.
@@ -129,22 +129,31 @@ pub fn record_outcome(span: &Span, outcome: &Outcome, total: &Usage) {
         return;
     }
     record_usage(span, &outcome.usage);
-    span.record("subloop.usage.total_input_tokens", input_tokens(total));
-    span.record("subloop.usage.total_output_tokens", total.output_tokens);
+    span.record("subloop.usage.total_input_tokens", int(input_tokens(total)));
+    span.record(
+        "subloop.usage.total_output_tokens",
+        int(total.output_tokens),
+    );
     span.record(
         "subloop.usage.total_cache_read_input_tokens",
-        total.cache_read_input_tokens,
+        int(total.cache_read_input_tokens),
     );
     span.record(
         "subloop.usage.total_cache_creation_input_tokens",
-        total.cache_creation_input_tokens,
+        int(total.cache_creation_input_tokens),
     );
     span.record("subloop.status", outcome.status.as_str());
-    span.record("subloop.calls", outcome.calls);
+    span.record("subloop.calls", i64::from(outcome.calls));
     if !matches!(outcome.status, StatusKind::Answered) {
         span.record("error.type", outcome.status.as_str());
         span.record("otel.status_code", "ERROR");
     }
+}
+
+/// A count as an OpenTelemetry integer attribute (a signed 64-bit one;
+/// an unsigned value would be exported as text).
+fn int(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// All input tokens, cached ones included, as the conventions count
@@ -158,15 +167,15 @@ fn input_tokens(usage: &Usage) -> u64 {
 }
 
 fn record_usage(span: &Span, usage: &Usage) {
-    span.record("gen_ai.usage.input_tokens", input_tokens(usage));
-    span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+    span.record("gen_ai.usage.input_tokens", int(input_tokens(usage)));
+    span.record("gen_ai.usage.output_tokens", int(usage.output_tokens));
     span.record(
         "gen_ai.usage.cache_read.input_tokens",
-        usage.cache_read_input_tokens,
+        int(usage.cache_read_input_tokens),
     );
     span.record(
         "gen_ai.usage.cache_creation.input_tokens",
-        usage.cache_creation_input_tokens,
+        int(usage.cache_creation_input_tokens),
     );
 }
 
@@ -194,7 +203,7 @@ pub fn chat_span(identity: Option<&ModelIdentity>, agent: &AgentId, call: u32) -
         gen_ai.usage.output_tokens = Empty,
         gen_ai.usage.cache_read.input_tokens = Empty,
         gen_ai.usage.cache_creation.input_tokens = Empty,
-        subloop.call = call,
+        subloop.call = i64::from(call),
         error.type = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
