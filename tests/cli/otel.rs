@@ -191,8 +191,8 @@ fn the_demo_exports_its_span_tree() {
     let chats = count(&under_root, "chat");
     let tools = count(&under_root, "execute_tool");
     assert!(
-        chats >= 2 && tools >= 1,
-        "{chats} chat, {tools} execute_tool"
+        (chats, tools) == (4, 3),
+        "the demo parent makes 4 requests and 3 tool calls: {chats} chat, {tools} execute_tool"
     );
     assert_eq!(int(&root, "subloop.calls"), Some(chats as i64));
     let task = under_root
@@ -207,7 +207,14 @@ fn the_demo_exports_its_span_tree() {
     assert_eq!(operation(child), "invoke_agent");
     assert_eq!(child.name, "invoke_agent subloop.task");
     let under_child = children(&spans, child);
-    assert!(count(&under_child, "chat") >= 1);
+    assert_eq!(
+        (
+            count(&under_child, "chat"),
+            count(&under_child, "execute_tool")
+        ),
+        (3, 2),
+        "the demo child: 3 requests, 2 tool calls"
+    );
     assert_eq!(
         under_child.len(),
         count(&under_child, "chat") + count(&under_child, "execute_tool")
