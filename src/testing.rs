@@ -503,6 +503,7 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
             &ToolContext {
                 agent: &agent,
                 call: &call,
+                span: &tracing::Span::none(),
             },
         );
         assert!(
@@ -522,6 +523,7 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
             &ToolContext {
                 agent: &agent,
                 call: &call,
+                span: &tracing::Span::none(),
             },
         );
         if output.is_error {

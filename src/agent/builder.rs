@@ -30,7 +30,9 @@ use crate::run::driver::{self, block_on};
 use crate::run::limits::{CancelHandle, Limits, RunGuard};
 use crate::run::model::{AsyncModel, Blocking, Model};
 use crate::run::monitor::{AgentMonitor, Monitor, SharedMonitor};
+use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
+use tracing::Instrument;
 
 /// The default parent system prompt.
 pub const PARENT_SYSTEM: &str = "You are a careful coding agent working in a workspace. Use the tools to \
@@ -61,6 +63,8 @@ pub struct AgentBuilder {
     output_retries: u32,
     /// The settings' command hooks.
     commands: CommandHooks,
+    /// What the run's spans may record.
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -85,6 +89,7 @@ impl AgentBuilder {
             limits: Limits::default(),
             cancel: CancelHandle::new(),
             on_empty: OnEmptyReply::Stop,
+            telemetry: Telemetry::default(),
             task: None,
             output: None,
             output_retries: DEFAULT_OUTPUT_RETRIES,
@@ -179,6 +184,13 @@ impl AgentBuilder {
         self
     }
 
+    /// What the run's spans may record (see [`crate::run::telemetry`]):
+    /// by default no message or tool content.
+    pub fn telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// The parent's hooks.
     pub fn hooks(mut self, hooks: Hooks) -> Self {
         self.hooks = hooks;
@@ -229,6 +241,7 @@ impl AgentBuilder {
             guard: Arc::new(RunGuard::new(self.limits, self.cancel)),
             on_empty: self.on_empty,
             commands: self.commands,
+            telemetry: self.telemetry,
         };
         if let Some(services) = &self.task {
             // Set once, here; a builder builds one agent.
@@ -569,7 +582,12 @@ impl Agent {
             audit: &self.shared.audit,
             monitor: &self.shared.monitor,
             guard: &self.shared.guard,
+            telemetry: self.shared.telemetry,
         };
+        // The run's root span: a child of the caller's current span, if any.
+        let span = telemetry::agent_span(&agent);
+        telemetry::record_identity(&span, model.identity().as_ref());
+        telemetry::record_budget(&span, conversation.budget().get());
         let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref(), drive);
         let mut observer = AgentMonitor::new(&self.shared.monitor, &self.shared.guard);
         let outcome = driver::drive(
@@ -580,6 +598,7 @@ impl Agent {
             &mut toolbox,
             &mut observer,
         )
+        .instrument(span.clone())
         .await;
         let (tools, mut warnings) = toolbox.into_parts();
         warnings.splice(0..0, std::mem::take(&mut self.early));
@@ -610,6 +629,11 @@ impl Agent {
             AgentId::Child { number, .. } => number,
             AgentId::Parent => 0,
         });
+        let mut total = outcome.usage;
+        for child in &children {
+            total.add(&child.outcome.usage);
+        }
+        telemetry::record_outcome(&span, &outcome, &total);
         RunReport {
             elapsed: started.elapsed(),
             limits: self.shared.guard.limits(),

@@ -19,7 +19,9 @@ use crate::run::driver::{Event, Executor, Monitor, Round, RoundFuture, block_on,
 use crate::run::join::CatchUnwind;
 use crate::run::limits::RunGuard;
 use crate::run::monitor::SharedMonitor;
+use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
+use tracing::{Instrument, Span};
 
 pub use crate::core::call::{CallDecision, ToolRecord, Warning};
 
@@ -33,6 +35,7 @@ pub(crate) struct Gate<'a> {
     pub(crate) audit: &'a AuditLog,
     pub(crate) monitor: &'a SharedMonitor,
     pub(crate) guard: &'a RunGuard,
+    pub(crate) telemetry: Telemetry,
 }
 
 /// How a run is driven: which entry points of a tool an executor calls.
@@ -450,10 +453,11 @@ impl<'a> Toolbox<'a> {
         }
     }
 
-    async fn run_tool(&self, tool: &dyn Tool, call: &ToolCall) -> ToolOutput {
+    async fn run_tool(&self, tool: &dyn Tool, call: &ToolCall, span: &Span) -> ToolOutput {
         let context = ToolContext {
             agent: &self.agent,
             call,
+            span,
         };
         let ran = match self.drive {
             Drive::Blocking => catch_unwind(AssertUnwindSafe(|| tool.run(call.input(), &context))),
@@ -474,18 +478,36 @@ impl<'a> Toolbox<'a> {
     }
 
     async fn process(&mut self, call: &ToolCall) -> Answer {
-        let mut warnings = Vec::new();
-        match self.admit(call, &mut warnings) {
-            Admission::Refused(output, decision) => {
-                self.conclude(call, output, decision, false, warnings)
-            }
-            Admission::Admitted(tool, decision) => {
-                self.running.insert(call.id().clone(), decision);
-                let output = self.run_tool(tool.as_ref(), call).await;
-                self.running.remove(call.id());
-                self.conclude(call, output, decision, true, warnings)
+        let span = telemetry::tool_span(call, self.gate.telemetry);
+        let answer = async {
+            let mut warnings = Vec::new();
+            match self.admit(call, &mut warnings) {
+                Admission::Refused(output, decision) => {
+                    self.conclude(call, output, decision, false, warnings)
+                }
+                Admission::Admitted(tool, decision) => {
+                    self.running.insert(call.id().clone(), decision);
+                    let output = self.run_tool(tool.as_ref(), call, &span).await;
+                    self.running.remove(call.id());
+                    self.conclude(call, output, decision, true, warnings)
+                }
             }
         }
+        .instrument(span.clone())
+        .await;
+        self.record_span(&span, &answer.record);
+        answer
+    }
+
+    /// Records how a call ended on its `execute_tool` span.
+    fn record_span(&self, span: &Span, record: &ToolRecord) {
+        telemetry::record_tool(
+            span,
+            self.gate.telemetry,
+            record.decision.as_str(),
+            record.is_error,
+            &record.content,
+        );
     }
 
     /// Runs one batch: consecutive calls to one delegating tool. Admission
@@ -494,16 +516,21 @@ impl<'a> Toolbox<'a> {
     /// waits in `prepared` for its turn.
     async fn run_batch(&mut self, run: &[ToolCall]) {
         let mut admitted: Vec<AdmittedCall<'_>> = Vec::new();
+        let mut spans = Vec::new();
         for call in run {
             let mut warnings = Vec::new();
-            match self.admit(call, &mut warnings) {
+            let span = telemetry::tool_span(call, self.gate.telemetry);
+            match span.in_scope(|| self.admit(call, &mut warnings)) {
                 Admission::Refused(output, decision) => {
-                    let answer = self.conclude(call, output, decision, false, warnings);
+                    let answer =
+                        span.in_scope(|| self.conclude(call, output, decision, false, warnings));
+                    self.record_span(&span, &answer.record);
                     self.prepared.insert(call.id().clone(), answer);
                 }
                 Admission::Admitted(tool, decision) => {
                     self.running.insert(call.id().clone(), decision);
                     admitted.push((call, tool, decision, warnings));
+                    spans.push(span);
                 }
             }
         }
@@ -513,9 +540,11 @@ impl<'a> Toolbox<'a> {
         let (name, tool) = (first.name(), Arc::clone(tool));
         let contexts: Vec<ToolContext<'_>> = admitted
             .iter()
-            .map(|(call, ..)| ToolContext {
+            .zip(&spans)
+            .map(|((call, ..), span)| ToolContext {
                 agent: &self.agent,
                 call,
+                span,
             })
             .collect();
         let ran = match self.drive {
@@ -535,14 +564,15 @@ impl<'a> Toolbox<'a> {
             vec![ToolOutput::error(text); contexts.len()]
         });
         let mut outputs = outputs.into_iter();
-        for (call, _, decision, warnings) in admitted {
+        for ((call, _, decision, warnings), span) in admitted.into_iter().zip(spans) {
             let output = outputs.next().unwrap_or_else(|| {
                 ToolOutput::error(format!(
                     "{name} failed: the batch returned no result for this call"
                 ))
             });
             self.running.remove(call.id());
-            let answer = self.conclude(call, output, decision, true, warnings);
+            let answer = span.in_scope(|| self.conclude(call, output, decision, true, warnings));
+            self.record_span(&span, &answer.record);
             self.prepared.insert(call.id().clone(), answer);
         }
     }
@@ -652,6 +682,10 @@ impl Executor for Toolbox<'_> {
         };
         self.warn(warnings);
         message
+    }
+
+    fn telemetry(&self) -> Telemetry {
+        self.gate.telemetry
     }
 
     /// Plans the round (the per-reply limit, batches of consecutive

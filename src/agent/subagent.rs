@@ -41,11 +41,14 @@ use crate::policy::permission::Approver;
 use crate::run::driver::{self, block_on};
 use crate::run::join::{CatchUnwind, join_all};
 use crate::run::limits::RunGuard;
-use crate::run::model::{Blocking, ChildModels};
+use crate::run::model::{AsyncModel, Blocking, ChildModels};
 use crate::run::monitor::{AgentMonitor, SharedMonitor};
+use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{
     BatchFuture, Capability, ReadOnlyRegistry, Registry, Tool, ToolContext, ToolFuture, refusal,
 };
+use tracing::instrument::WithSubscriber;
+use tracing::{Instrument, Span};
 
 /// The tool's name.
 pub const TASK_TOOL: &str = "task";
@@ -277,7 +280,12 @@ pub(crate) struct Shared {
     pub(crate) on_empty: OnEmptyReply,
     /// The settings' command hooks, for the parent and every child.
     pub(crate) commands: CommandHooks,
+    /// What the spans of the parent and every child may record.
+    pub(crate) telemetry: Telemetry,
 }
+
+/// A child of a batch: its task, its number, its call's id and span.
+type Planned<'c> = (&'c str, usize, &'c ToolUseId, &'c Span);
 
 /// The `task` tool. Built by [`crate::AgentBuilder::subagents`].
 pub struct TaskTool {
@@ -377,12 +385,19 @@ impl TaskTool {
         number: usize,
         task: &str,
         parent_call: &ToolUseId,
+        call_span: &Span,
         drive: Drive,
     ) -> ToolOutput {
         let agent = AgentId::Child {
             number,
             parent_tool_use_id: parent_call.clone(),
         };
+        // The child's span hangs under its `task` call's, whichever thread
+        // or future it runs on.
+        let dispatch = telemetry::dispatch_of(call_span);
+        let span = telemetry::child_agent_span(call_span, &dispatch, &agent);
+        telemetry::record_agent_input(&span, shared.telemetry, task);
+        telemetry::record_budget(&span, self.budget.get().get());
         let started = Instant::now();
         let gate = Gate {
             registry: self.registry.registry(),
@@ -392,6 +407,7 @@ impl TaskTool {
             audit: &shared.audit,
             monitor: &shared.monitor,
             guard: &shared.guard,
+            telemetry: shared.telemetry,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
@@ -407,6 +423,7 @@ impl TaskTool {
                 match drive {
                     Drive::Blocking => {
                         let mut model = Blocking(self.models.model_for(number));
+                        telemetry::record_identity(&span, model.identity().as_ref());
                         driver::drive(
                             &agent,
                             conversation,
@@ -415,10 +432,13 @@ impl TaskTool {
                             &mut toolbox,
                             &mut observer,
                         )
+                        .instrument(span.clone())
+                        .with_subscriber(dispatch.clone())
                         .await
                     }
                     Drive::Async => {
                         let mut model = self.models.async_model_for(number);
+                        telemetry::record_identity(&span, model.identity().as_ref());
                         driver::drive(
                             &agent,
                             conversation,
@@ -427,6 +447,8 @@ impl TaskTool {
                             &mut toolbox,
                             &mut observer,
                         )
+                        .instrument(span.clone())
+                        .with_subscriber(dispatch.clone())
                         .await
                     }
                 }
@@ -437,6 +459,8 @@ impl TaskTool {
         let (tools, warnings) = toolbox.into_parts();
         let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();
+        // A child delegates nothing: its total is its own usage.
+        telemetry::record_outcome(&span, &outcome, &outcome.usage);
         let report = TaskReport::from_outcome(&outcome);
         let output = report.to_output();
         shared
@@ -503,7 +527,7 @@ impl TaskTool {
     fn plan_batch<'c>(
         shared: &Shared,
         calls: &'c [ToolContext<'c>],
-    ) -> Vec<Result<(&'c str, usize, &'c ToolUseId), ToolOutput>> {
+    ) -> Vec<Result<Planned<'c>, ToolOutput>> {
         let checked: Vec<Result<&str, ToolOutput>> = calls
             .iter()
             .map(|context| check_task(context.call.input()))
@@ -516,7 +540,7 @@ impl TaskTool {
             .map(|(context, task)| {
                 let task = task?;
                 match numbers.next().flatten() {
-                    Some(number) => Ok((task, number, context.call.id())),
+                    Some(number) => Ok((task, number, context.call.id(), context.span)),
                     None => Err(Self::over_limit(shared)),
                 }
             })
@@ -603,9 +627,14 @@ impl Tool for TaskTool {
             return Self::not_built();
         };
         match Self::plan_one(shared, input) {
-            Ok((task, number)) => {
-                block_on(self.run_child(shared, number, task, context.call.id(), Drive::Blocking))
-            }
+            Ok((task, number)) => block_on(self.run_child(
+                shared,
+                number,
+                task,
+                context.call.id(),
+                context.span,
+                Drive::Blocking,
+            )),
             Err(answer) => answer,
         }
     }
@@ -624,9 +653,16 @@ impl Tool for TaskTool {
             let handles: Vec<_> = planned
                 .into_iter()
                 .map(|planned| {
-                    planned.map(|(task, number, id)| {
+                    planned.map(|(task, number, id, span)| {
                         let child = scope.spawn(move || {
-                            block_on(self.run_child(shared, number, task, id, Drive::Blocking))
+                            block_on(self.run_child(
+                                shared,
+                                number,
+                                task,
+                                id,
+                                span,
+                                Drive::Blocking,
+                            ))
                         });
                         (child, task, number, id)
                     })
@@ -653,8 +689,15 @@ impl Tool for TaskTool {
             };
             match Self::plan_one(shared, input) {
                 Ok((task, number)) => {
-                    self.run_child(shared, number, task, context.call.id(), Drive::Async)
-                        .await
+                    self.run_child(
+                        shared,
+                        number,
+                        task,
+                        context.call.id(),
+                        context.span,
+                        Drive::Async,
+                    )
+                    .await
                 }
                 Err(answer) => answer,
             }
@@ -675,12 +718,13 @@ impl Tool for TaskTool {
             let children: Vec<_> = planned
                 .iter()
                 .filter_map(|planned| planned.as_ref().ok())
-                .map(|&(task, number, id)| {
+                .map(|&(task, number, id, span)| {
                     CatchUnwind(Box::pin(self.run_child(
                         shared,
                         number,
                         task,
                         id,
+                        span,
                         Drive::Async,
                     )))
                 })
@@ -689,7 +733,7 @@ impl Tool for TaskTool {
             planned
                 .into_iter()
                 .map(|planned| match planned {
-                    Ok((task, number, id)) => match reports.next() {
+                    Ok((task, number, id, _)) => match reports.next() {
                         Some(Ok(report)) => report,
                         _ => Self::panicked(task, number, id),
                     },

@@ -169,6 +169,8 @@ pub(crate) struct Draft {
     pub mcp_read_only: Vec<String>,
     /// `--output-schema FILE`.
     pub output_schema: Option<PathBuf>,
+    /// `--otlp URL`.
+    pub otlp: Option<String>,
 }
 
 /// The flags that may be given more than once (each adds to a list).
@@ -460,6 +462,17 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("FILE", |d, v| {
             d.settings.trace = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "otlp",
+        short: None,
+        help: "send the run's spans (OpenTelemetry GenAI conventions) to this OTLP/HTTP collector, e.g. http://127.0.0.1:4318 (also OTEL_EXPORTER_OTLP_ENDPOINT); content only with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("URL", |d, v| {
+            d.otlp = Some(v.text()?);
             Ok(())
         }),
     },

@@ -11,6 +11,8 @@ mod flags;
 mod help;
 pub mod output;
 pub mod signals;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -134,6 +136,8 @@ pub struct Cli {
     pub view_output: Option<PathBuf>,
     /// `view`'s budgets to check.
     pub view_policy: subloop::record::invariants::Policy,
+    /// `--otlp URL`: where the run's spans are sent.
+    pub otlp: Option<String>,
 }
 
 /// What the command line asks for.
@@ -233,6 +237,7 @@ where
         mcp_files: Vec::new(),
         mcp_servers: Vec::new(),
         mcp_read_only: Vec::new(),
+        otlp: None,
         output_schema: None,
     };
     let mut replay: Option<PathBuf> = None;
@@ -311,6 +316,7 @@ fn finish(
         mcp_files,
         mcp_servers,
         mcp_read_only,
+        otlp,
         output_schema,
     } = draft;
     settings.mcp = mcp_servers_of(&mcp_files, &mcp_servers, &mcp_read_only).map_err(fail)?;
@@ -384,6 +390,7 @@ fn finish(
         keep_going,
         check,
         view_output,
+        otlp,
         view_policy: subloop::record::invariants::Policy {
             parent_calls: view_parent,
             child_calls: view_child,

@@ -46,6 +46,7 @@ fn sample(name: &str) -> String {
         "SPEC" => "u=python3 server.py".to_owned(),
         "NAME:TOOLS" => "u:look".to_owned(),
         "A,B,…" => "read_file".to_owned(),
+        "URL" => "http://127.0.0.1:4318".to_owned(),
         other => panic!("add a sample value for a flag value called `{other}`"),
     }
 }

@@ -168,6 +168,8 @@ pub struct Settings {
     /// default. Each run gives them its workspace, its trace and the
     /// host's [`Settings::programs`].
     pub hooks: CommandHooks,
+    /// What the run's spans may record (message content or not).
+    pub telemetry: crate::run::telemetry::Telemetry,
 }
 
 /// A host's callback, shared (its `Debug` shows only that it is there).
@@ -234,6 +236,7 @@ impl Settings {
             programs: crate::tools::Programs::new(),
             prompt_watch: None,
             hooks: CommandHooks::none(),
+            telemetry: crate::run::telemetry::Telemetry::default(),
         }
     }
 
@@ -346,6 +349,7 @@ fn assemble(
         .command_hooks(hooks)
         .limits(settings.limits, settings.cancel.clone())
         .on_empty_reply(settings.on_empty_reply)
+        .telemetry(settings.telemetry)
         .output_retries(settings.output_retries);
     if let Some(schema) = &settings.output_schema {
         builder = builder.output_schema(schema.clone());

@@ -30,6 +30,8 @@ use crate::core::error::ModelFailure;
 use crate::core::protocol::ToolDefinition;
 use crate::run::model::{AsyncModel, Blocking, Model, Received};
 pub use crate::run::monitor::{Event, Monitor, Silent};
+use crate::run::telemetry::{self, Telemetry};
+use tracing::Instrument;
 
 /// Runs tool calls for the driver.
 pub trait Executor {
@@ -119,6 +121,12 @@ pub trait Executor {
     /// interrupt's status. The default never interrupts.
     fn interrupt(&self) -> Option<Interrupt> {
         None
+    }
+
+    /// What the run's spans may record (message content or not). The
+    /// default records no content.
+    fn telemetry(&self) -> Telemetry {
+        Telemetry::default()
     }
 }
 
@@ -309,6 +317,8 @@ where
     };
     live.stage.ask(conversation);
     let mut sent = sent;
+    let identity = model.identity();
+    let telemetry = live.executor.telemetry();
     loop {
         let conversation = live.stage.asking();
         let call = conversation.calls_made() + 1;
@@ -319,6 +329,7 @@ where
         }
         live.executor.refresh();
         let attachment = live.executor.attachment();
+        let span = telemetry::chat_span(identity.as_ref(), agent, call);
         let answer = {
             // No await comes before the request is sent.
             live.stage.in_flight = true;
@@ -334,8 +345,14 @@ where
                 },
             );
             sent = request.messages.len();
-            model.respond_async(&request).await
+            telemetry::record_request(&span, telemetry, &request);
+            model.respond_async(&request).instrument(span.clone()).await
         };
+        match &answer {
+            Ok(received) => telemetry::record_response(&span, telemetry, received),
+            Err(failure) => telemetry::record_failure(&span, failure),
+        }
+        drop(span);
         let conversation = live.stage.take_asking();
         let Received {
             response: reply,

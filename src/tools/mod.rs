@@ -61,6 +61,10 @@ pub struct ToolContext<'a> {
     pub agent: &'a AgentId,
     /// The call, with its id.
     pub call: &'a ToolCall,
+    /// The call's `execute_tool` span. A tool that does its work elsewhere
+    /// (another thread, a task of its own) opens its spans under it;
+    /// `&Span::none()` where there is none.
+    pub span: &'a tracing::Span,
 }
 
 /// The future of a tool's answer in an async run ([`Tool::run_async`]).

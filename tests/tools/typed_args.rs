@@ -1005,6 +1005,7 @@ fn arguments_that_do_not_deserialize_are_refused_not_panicked_on() {
         let context = ToolContext {
             agent: &agent,
             call: &call,
+            span: &tracing::Span::none(),
         };
         let output = Tool::run(&add, &input, &context);
         assert!(output.is_error, "{input}");

@@ -509,6 +509,13 @@ impl AnthropicModel {
 }
 
 impl Model for AnthropicModel {
+    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
+        Some(crate::run::model::ModelIdentity::new(
+            "anthropic",
+            Some(self.client.config().model.clone()),
+        ))
+    }
+
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         self.respond_received(request)
             .map(|received| received.response)
