@@ -295,3 +295,67 @@ impl Rules {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read as _;
+
+    /// The Landlock layer alone (no seccomp filter) refuses a TCP connect
+    /// with `EACCES`: the network rule holds even where `socket(2)` is allowed.
+    #[test]
+    fn landlock_alone_refuses_tcp() {
+        if probe().landlock_abi.unwrap_or(0) < 6 || !Path::new("/usr/bin/python3").exists() {
+            assert!(
+                std::env::var_os("SUBLOOP_NO_SKIP").is_none(),
+                "skipped: needs Landlock ABI 6 and /usr/bin/python3 (SUBLOOP_NO_SKIP is set)"
+            );
+            eprintln!("skipped: needs Landlock ABI 6 and /usr/bin/python3");
+            return;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dir = std::env::temp_dir();
+        let temp = super::super::PrivateTemp::create(&dir).unwrap();
+        let policy = SandboxPolicy::default();
+        let ruleset = ruleset(&policy, temp.path(), temp.path()).unwrap();
+        let allow_all = vec![statement(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ALLOW,
+        )];
+        let rules = Arc::new(Rules {
+            ruleset,
+            filter: allow_all,
+        });
+        let code = format!(
+            "import socket\n\
+             try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n    print('connected')\n\
+             except OSError as err:\n    print(err.errno)\n"
+        );
+        let mut command = Command::new("/usr/bin/python3");
+        command
+            .args(["-c", &code])
+            .current_dir(temp.path())
+            .stdout(std::process::Stdio::piped());
+        install(&mut command, rules);
+        let mut child = command.spawn().unwrap();
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        child.wait().unwrap();
+        assert_eq!(out.trim(), libc::EACCES.to_string(), "{out}");
+    }
+
+    #[test]
+    fn the_filter_ends_in_allow_and_denies_sockets() {
+        let program = filter().expect("a known architecture");
+        let last = program.last().map(|op| op.k);
+        assert_eq!(last, Some(libc::SECCOMP_RET_ALLOW));
+        let socket = u32::try_from(libc::SYS_socket).unwrap();
+        assert!(program.iter().any(|op| op.k == socket));
+    }
+}

@@ -480,3 +480,138 @@ mod enforce {
 
     pub(super) fn install(_command: &mut std::process::Command, _rules: std::sync::Arc<Rules>) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn support(abi: Option<u32>) -> Support {
+        Support {
+            landlock_abi: abi,
+            seccomp: true,
+            known_arch: true,
+        }
+    }
+
+    #[test]
+    fn a_kernel_short_of_abi_6_says_what_is_missing() {
+        for level in [Sandbox::WorkspaceWrite, Sandbox::ReadOnly] {
+            let none = support(None).missing(level).unwrap_or_default();
+            let said = if cfg!(target_os = "linux") {
+                "no Landlock"
+            } else {
+                "needs Linux"
+            };
+            assert!(none.contains(said), "{none}");
+            if cfg!(target_os = "linux") {
+                for (abi, said) in [
+                    (2, "truncating files"),
+                    (3, "TCP connections (ABI 4"),
+                    (5, "signals and abstract sockets inside the sandbox (ABI 6"),
+                ] {
+                    let missing = support(Some(abi)).missing(level).unwrap_or_default();
+                    assert!(missing.contains(said), "{abi}: {missing}");
+                }
+                assert_eq!(support(Some(6)).missing(level), None);
+                assert_eq!(support(Some(9)).missing(level), None);
+                let no_seccomp = Support {
+                    seccomp: false,
+                    ..support(Some(7))
+                };
+                assert!(no_seccomp.missing(level).is_some());
+            }
+        }
+        // Off needs nothing, anywhere.
+        assert_eq!(support(None).missing(Sandbox::Off), None);
+        let err = SandboxError::Kernel {
+            level: Sandbox::WorkspaceWrite,
+            missing: "this kernel has no Landlock".into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "the workspace-write sandbox cannot be enforced here: this kernel has no Landlock"
+        );
+    }
+
+    #[test]
+    fn levels_have_names() {
+        for level in Sandbox::ALL {
+            assert_eq!(Sandbox::parse(level.name()), Some(level));
+            assert_eq!(
+                serde_json::to_value(level).ok(),
+                Some(serde_json::Value::from(level.name()))
+            );
+        }
+        assert_eq!(Sandbox::parse("none"), None);
+        assert_eq!(Sandbox::default(), Sandbox::WorkspaceWrite);
+    }
+
+    #[test]
+    fn the_environment_is_the_short_list_and_the_names_passed() {
+        let parent = [
+            (
+                "PATH",
+                "/home/me/.cargo/bin:/usr/local/bin:relative:/usr/bin:/opt/x/bin",
+            ),
+            ("LANG", "C.UTF-8"),
+            ("HOME", "/home/me"),
+            ("ANTHROPIC_API_KEY", "sk-ant-secret"),
+            ("HTTPS_PROXY", "http://proxy"),
+            ("PYTHONPATH", "/ws/lib"),
+        ]
+        .map(|(key, value)| (OsString::from(key), OsString::from(value)));
+        let workspace = Path::new("/ws");
+        let temp = Path::new("/tmp/subloop-run-x");
+        let env = |policy: &SandboxPolicy| -> Vec<(String, String)> {
+            policy
+                .environment(parent.clone(), workspace, temp)
+                .into_iter()
+                .map(|(key, value)| {
+                    (
+                        key.to_string_lossy().into_owned(),
+                        value.to_string_lossy().into_owned(),
+                    )
+                })
+                .collect()
+        };
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            env(&SandboxPolicy::default()),
+            pairs(&[
+                ("PATH", "/usr/local/bin:/usr/bin:/opt/x/bin"),
+                ("LANG", "C.UTF-8"),
+                ("HOME", "/ws"),
+                ("TMPDIR", "/tmp/subloop-run-x"),
+            ])
+        );
+        let read_only = env(&SandboxPolicy::new(Sandbox::ReadOnly).pass_env("PYTHONPATH"));
+        assert!(read_only.contains(&("HOME".into(), "/tmp/subloop-run-x".into())));
+        assert!(read_only.contains(&("PYTHONPATH".into(), "/ws/lib".into())));
+        assert!(!read_only.iter().any(|(key, _)| key == "ANTHROPIC_API_KEY"));
+        // A PATH of nothing the program may run is the default one.
+        let none = SandboxPolicy::default().environment(
+            [(OsString::from("PATH"), OsString::from("/home/me/bin"))],
+            workspace,
+            temp,
+        );
+        assert_eq!(
+            none.first(),
+            Some(&(OsString::from("PATH"), OsString::from(DEFAULT_PATH)))
+        );
+    }
+
+    #[test]
+    fn off_prepares_nothing() {
+        let confinement = SandboxPolicy::new(Sandbox::Off)
+            .confine_with_env(Path::new("/nonexistent"), [])
+            .ok();
+        let confinement = confinement.as_ref();
+        assert_eq!(confinement.map(Confinement::level), Some(Sandbox::Off));
+        assert_eq!(confinement.and_then(Confinement::temp_dir), None);
+        assert!(confinement.and_then(Confinement::env).is_none());
+    }
+}
