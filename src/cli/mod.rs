@@ -457,6 +457,14 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
             return Ok(Invocation::Print(help(None)));
         }
         Some(Arg::Value(word)) if word == "help" => return Ok(Invocation::Print(help(None))),
+        Some(Arg::Value(word)) if word == "doctor" => {
+            return Ok(Invocation::Print(
+                "subloop doctor: says what this machine can enforce of run_main's sandbox: the \
+                 kernel, its Landlock ABI, seccomp, and for each --sandbox level whether it is \
+                 enforced or what is missing. It takes no flags."
+                    .to_owned(),
+            ));
+        }
         Some(Arg::Value(word)) => {
             let word = word.to_string_lossy();
             Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?

@@ -729,6 +729,61 @@ fn the_trace_records_the_level() {
     }
 }
 
+#[test]
+fn a_signal_that_ends_subloop_removes_the_temporary_directory() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-sigterm");
+    std::fs::write(
+        place.ws.join("main.py"),
+        "import os, time\n\
+         open('tmpdir.tmp', 'w').write(os.environ['TMPDIR'])\n\
+         os.rename('tmpdir.tmp', 'tmpdir')\n\
+         time.sleep(60)\n",
+    )
+    .unwrap();
+    let script = json!({"parent": [
+        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+    ]});
+    let script_path = place.outside.join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let mut command = Command::new(common::bin());
+    command
+        .args([
+            "run",
+            "--quiet",
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--workspace",
+        ])
+        .arg(&place.ws)
+        .arg("--script")
+        .arg(&script_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = common::default_signals(&mut command).spawn().unwrap();
+    let marker = place.ws.join("tmpdir");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the program did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let tmp = PathBuf::from(std::fs::read_to_string(&marker).unwrap());
+    assert!(tmp.exists(), "{}", tmp.display());
+    // SAFETY: kill(2) on the child this test started.
+    unsafe {
+        libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert!(!tmp.exists(), "{} outlived SIGTERM", tmp.display());
+}
+
 crate::async_twins!(
     writes_outside_the_workspace_are_refused,
     a_file_under_the_home_directory_is_unreadable,
