@@ -26,16 +26,21 @@ fn summary(samples: &mut [Duration]) -> (f64, f64) {
     (median, mean)
 }
 
-fn measure(runs: usize, mut step: impl FnMut()) -> (f64, f64) {
-    step(); // warm up
-    let mut samples: Vec<Duration> = (0..runs)
-        .map(|_| {
+/// Runs every step once per round, `runs` rounds (so that a change in
+/// the machine's load touches every step alike); each step's samples.
+fn measure(runs: usize, steps: &mut [&mut dyn FnMut()]) -> Vec<Vec<Duration>> {
+    for step in steps.iter_mut() {
+        step(); // warm up
+    }
+    let mut samples = vec![Vec::with_capacity(runs); steps.len()];
+    for _ in 0..runs {
+        for (step, times) in steps.iter_mut().zip(samples.iter_mut()) {
             let started = Instant::now();
             step();
-            started.elapsed()
-        })
-        .collect();
-    summary(&mut samples)
+            times.push(started.elapsed());
+        }
+    }
+    samples
 }
 
 fn spawn_true(command: &mut Command) {
@@ -70,58 +75,57 @@ fn main() {
     );
     println!("{:<58} {:>9} {:>9}", "step", "median", "mean");
 
-    row(
-        "prepare: TMPDIR + ruleset + filter + env (and remove)",
-        measure(runs, || {
-            drop(policy.confine(&workspace).expect("confined"));
-        }),
-    );
-    row(
-        "spawn /bin/true, unsandboxed",
-        measure(runs, || spawn_true(&mut Command::new("/bin/true"))),
-    );
-    row(
-        "spawn /bin/true, fork path (a no-op pre_exec)",
-        measure(runs, || {
-            let mut command = Command::new("/bin/true");
-            // SAFETY: the closure does nothing.
-            unsafe {
-                command.pre_exec(|| Ok(()));
-            }
-            spawn_true(&mut command);
-        }),
-    );
-    let confinement = policy.confine(&workspace).expect("confined");
-    row(
-        "spawn /bin/true, entering a prepared sandbox",
-        measure(runs, || {
-            let mut command = Command::new("/bin/true");
-            confinement.apply(&mut command);
-            spawn_true(&mut command);
-        }),
-    );
-    drop(confinement);
-    row(
-        "spawn /bin/true, prepare + enter (a whole sandboxed start)",
-        measure(runs, || {
-            let confinement = policy.confine(&workspace).expect("confined");
-            let mut command = Command::new("/bin/true");
-            confinement.apply(&mut command);
-            spawn_true(&mut command);
-        }),
-    );
+    let prepared = policy.confine(&workspace).expect("confined");
     let settings = RunSettings {
         command: vec!["/bin/true".into()],
         ..RunSettings::default()
     };
-    for level in [Sandbox::Off, Sandbox::WorkspaceWrite] {
-        let tool = RunMain::new(&workspace, settings.clone())
+    let tool = |level| {
+        RunMain::new(&workspace, settings.clone())
             .expect("run_main")
-            .with_sandbox(SandboxPolicy::new(level));
-        row(
-            &format!("run_main on /bin/true, --sandbox {level}"),
-            measure(runs, || assert!(!tool.execute().is_error)),
-        );
+            .with_sandbox(SandboxPolicy::new(level))
+    };
+    let (off, confined) = (tool(Sandbox::Off), tool(Sandbox::WorkspaceWrite));
+    let names = [
+        "prepare: TMPDIR + ruleset + filter + env (and remove)",
+        "spawn /bin/true, unsandboxed",
+        "spawn /bin/true, fork path (a no-op pre_exec)",
+        "spawn /bin/true, entering a prepared sandbox",
+        "spawn /bin/true, prepare + enter (a whole sandboxed start)",
+        "run_main on /bin/true, --sandbox off",
+        "run_main on /bin/true, --sandbox workspace-write",
+    ];
+    let samples = measure(
+        runs,
+        &mut [
+            &mut || drop(policy.confine(&workspace).expect("confined")),
+            &mut || spawn_true(&mut Command::new("/bin/true")),
+            &mut || {
+                let mut command = Command::new("/bin/true");
+                // SAFETY: the closure does nothing.
+                unsafe {
+                    command.pre_exec(|| Ok(()));
+                }
+                spawn_true(&mut command);
+            },
+            &mut || {
+                let mut command = Command::new("/bin/true");
+                prepared.apply(&mut command);
+                spawn_true(&mut command);
+            },
+            &mut || {
+                let confinement = policy.confine(&workspace).expect("confined");
+                let mut command = Command::new("/bin/true");
+                confinement.apply(&mut command);
+                spawn_true(&mut command);
+            },
+            &mut || assert!(!off.execute().is_error),
+            &mut || assert!(!confined.execute().is_error),
+        ],
+    );
+    for (name, mut times) in names.into_iter().zip(samples) {
+        row(name, summary(&mut times));
     }
+    drop(prepared);
     let _ = std::fs::remove_dir_all(Path::new(&workspace));
 }

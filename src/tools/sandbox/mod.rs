@@ -61,7 +61,7 @@ pub enum Sandbox {
 }
 
 impl Sandbox {
-    /// Every level, strictest last but one.
+    /// Every level, in the order `--sandbox` lists them.
     pub const ALL: [Sandbox; 3] = [Self::WorkspaceWrite, Self::ReadOnly, Self::Off];
 
     /// The level's name: `workspace-write`, `read-only`, `off`.
@@ -161,8 +161,9 @@ impl SandboxPolicy {
         self
     }
 
-    /// Also lets the program read and execute beneath `path` (an
-    /// interpreter installed in your home, a data directory).
+    /// Also lets the program read and execute beneath `path`, an absolute
+    /// path (an interpreter installed in your home, a data directory); a
+    /// path that does not exist when a run starts is left out.
     pub fn allow_read(mut self, path: impl Into<PathBuf>) -> Self {
         self.read_paths.push(path.into());
         self
