@@ -274,7 +274,11 @@ impl RunMain {
             Ok(confinement) => confinement,
             Err(answer) => return answer,
         };
-        let watchdog = match Watchdog::spawn() {
+        let watchdog = match confinement.temp_dir() {
+            Some(temp) => Watchdog::spawn_removing(temp),
+            None => Watchdog::spawn(),
+        };
+        let watchdog = match watchdog {
             Ok(watchdog) => watchdog,
             Err(err) => {
                 return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
@@ -345,7 +349,11 @@ impl RunMain {
             Ok(confinement) => confinement,
             Err(answer) => return answer,
         };
-        let watchdog = match Watchdog::spawn() {
+        let watchdog = match confinement.temp_dir() {
+            Some(temp) => Watchdog::spawn_removing(temp),
+            None => Watchdog::spawn(),
+        };
+        let watchdog = match watchdog {
             Ok(watchdog) => watchdog,
             Err(err) => {
                 return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));

@@ -729,18 +729,26 @@ fn the_trace_records_the_level() {
     }
 }
 
-#[test]
-fn a_signal_that_ends_subloop_removes_the_temporary_directory() {
-    if !enforced() {
-        return;
-    }
-    let place = place("sbx-sigterm");
+/// Starts `subloop run` on a program that writes its `TMPDIR` to the
+/// workspace and sleeps; the child and that `TMPDIR`, once it exists.
+fn start_sleeping(place: &Place) -> (std::process::Child, PathBuf) {
+    // Something to remove: nested directories, files, a symlink to a
+    // directory outside (which must be left alone).
     std::fs::write(
         place.ws.join("main.py"),
-        "import os, time\n\
-         open('tmpdir.tmp', 'w').write(os.environ['TMPDIR'])\n\
-         os.rename('tmpdir.tmp', 'tmpdir')\n\
-         time.sleep(60)\n",
+        format!(
+            "import os, time\n\
+             tmp = os.environ['TMPDIR']\n\
+             os.makedirs(os.path.join(tmp, 'a', 'b', 'c'))\n\
+             for d in ['', 'a', 'a/b', 'a/b/c']:\n\
+             \x20   for i in range(40):\n\
+             \x20       open(os.path.join(tmp, d, f'file-{{i:03}}.txt'), 'w').write('x' * i)\n\
+             os.symlink('{}', os.path.join(tmp, 'a', 'outside'))\n\
+             open('tmpdir.tmp', 'w').write(tmp)\n\
+             os.rename('tmpdir.tmp', 'tmpdir')\n\
+             time.sleep(60)\n",
+            place.outside.display()
+        ),
     )
     .unwrap();
     let script = json!({"parent": [
@@ -766,7 +774,7 @@ fn a_signal_that_ends_subloop_removes_the_temporary_directory() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut child = common::default_signals(&mut command).spawn().unwrap();
+    let child = common::default_signals(&mut command).spawn().unwrap();
     let marker = place.ws.join("tmpdir");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !marker.exists() {
@@ -775,6 +783,16 @@ fn a_signal_that_ends_subloop_removes_the_temporary_directory() {
     }
     let tmp = PathBuf::from(std::fs::read_to_string(&marker).unwrap());
     assert!(tmp.exists(), "{}", tmp.display());
+    (child, tmp)
+}
+
+#[test]
+fn a_signal_that_ends_subloop_removes_the_temporary_directory() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-sigterm");
+    let (mut child, tmp) = start_sleeping(&place);
     // SAFETY: kill(2) on the child this test started.
     unsafe {
         libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM);
@@ -782,6 +800,33 @@ fn a_signal_that_ends_subloop_removes_the_temporary_directory() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(143));
     assert!(!tmp.exists(), "{} outlived SIGTERM", tmp.display());
+    assert!(place.outside.join(".keep").exists());
+}
+
+/// `SIGKILL` runs nothing in subloop: the watchdog sees its pipe close and
+/// has the directory removed once the program's group is gone.
+#[test]
+fn a_sigkill_of_subloop_removes_the_temporary_directory_too() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-sigkill");
+    let (mut child, tmp) = start_sleeping(&place);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while tmp.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !tmp.exists(),
+        "{} outlived a SIGKILL of subloop",
+        tmp.display()
+    );
+    assert!(
+        place.outside.join(".keep").exists(),
+        "the cleaner followed a symlink"
+    );
 }
 
 crate::async_twins!(
