@@ -53,7 +53,11 @@
 //!   `tests/tools/dispatch_properties.rs`); `run_main` runs only after approval,
 //!   and a denial wins over every hook (`tests/tools/gate_and_hooks.rs`,
 //!   `tests/tools/run_main_process.rs`); `read_file` never leaves the workspace nor
-//!   hangs (`tests/tools/read_file_paths.rs`).
+//!   hangs (`tests/tools/read_file_paths.rs`). On Linux `run_main`'s program
+//!   runs in a sandbox ([`tools::sandbox`]: the workspace and a private
+//!   `TMPDIR`, the system read-only, no socket, no signal out, a short
+//!   environment), or does not run where the kernel cannot enforce it
+//!   (`tests/tools/sandbox.rs`).
 //! * The plan rides on each parent request, never in the history
 //!   (`tests/tools/plan_attachment.rs`).
 //! * A child starts from `[user: task]`, holds only read-only whitelisted

@@ -11,7 +11,7 @@ use subloop::agent::subagent::ChildBudget;
 use subloop::core::error::SetupError;
 use subloop::host::{DecisionMode, Settings};
 use subloop::policy::command_hooks::CommandHooks;
-use subloop::tools::{MAX_READ_LIMIT, split_command};
+use subloop::tools::{MAX_READ_LIMIT, Sandbox, split_command};
 
 use super::{Command, LiveFlags};
 
@@ -174,7 +174,7 @@ pub(crate) struct Draft {
 }
 
 /// The flags that may be given more than once (each adds to a list).
-pub(crate) const REPEATABLE: &[&str] = &["mcp-config", "mcp", "mcp-read-only"];
+pub(crate) const REPEATABLE: &[&str] = &["mcp-config", "mcp", "mcp-read-only", "sandbox-env"];
 
 /// A flag's value, with the flag's name for messages.
 pub(crate) struct Value {
@@ -451,6 +451,37 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("SECS", |d, v| {
             d.settings.run.timeout = Duration::from_secs_f64(v.seconds()?);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "sandbox",
+        short: None,
+        help: "what run_main's program may touch (Linux): the workspace and a private TMPDIR, the system read-only, no network, a short environment (workspace-write, the default); the same with the workspace read-only (read-only); or no sandbox, your rights and whole environment (off). Where the kernel cannot enforce the level, the program is not run",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("workspace-write|read-only|off", |d, v| {
+            let level = v
+                .raw
+                .to_str()
+                .and_then(Sandbox::parse)
+                .ok_or_else(|| v.takes("workspace-write, read-only or off"))?;
+            d.settings.sandbox = d.settings.sandbox.clone().with_level(level);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "sandbox-env",
+        short: None,
+        help: "pass the environment variable NAME to run_main's sandboxed program too (it gets only PATH, LANG, LC_ALL, HOME and TMPDIR otherwise; repeatable)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("NAME", |d, v| {
+            let name = v.text()?;
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err(v.takes("a variable name (no `=`)"));
+            }
+            d.settings.sandbox = d.settings.sandbox.clone().pass_env(name);
             Ok(())
         }),
     },

@@ -1,4 +1,5 @@
-//! The command line: `subloop demo`, `subloop run`, `subloop replay` and `subloop help`.
+//! The command line: `subloop demo`, `subloop run`, `subloop replay`,
+//! `subloop chat`, `subloop view`, `subloop doctor` and `subloop help`.
 //!
 //! Every flag is one entry of a table (`flags.rs`) that says which
 //! subcommands take it, what its help line is, and what it sets; the parser
@@ -7,6 +8,7 @@
 //! with the same hint, `(see `subloop run --help`)`. `main.rs` only calls
 //! [`parse`], wires [`subloop::host`] and prints.
 
+mod doctor;
 mod flags;
 mod help;
 pub mod output;
@@ -208,6 +210,14 @@ where
         Some(Arg::Short('h') | Arg::Long("help")) => return Ok(Invocation::Print(help(None))),
         Some(Arg::Short('V') | Arg::Long("version")) => return Ok(Invocation::Print(version())),
         Some(Arg::Value(word)) if word == "help" => return help_topic(&mut parser),
+        Some(Arg::Value(word)) if word == "doctor" => {
+            return match parser.next().map_err(|err| top(lexopt_message(err)))? {
+                None => Ok(Invocation::Print(doctor::report(
+                    &subloop::tools::sandbox::Support::probe(),
+                ))),
+                Some(_) => Err(top("doctor takes no arguments".into())),
+            };
+        }
         Some(Arg::Value(word)) => {
             let word = word.to_string_lossy();
             Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?
@@ -454,6 +464,14 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
             return Ok(Invocation::Print(help(None)));
         }
         Some(Arg::Value(word)) if word == "help" => return Ok(Invocation::Print(help(None))),
+        Some(Arg::Value(word)) if word == "doctor" => {
+            return Ok(Invocation::Print(
+                "subloop doctor: says what this machine can enforce of run_main's sandbox: the \
+                 kernel, its Landlock ABI, seccomp, and for each --sandbox level whether it is \
+                 enforced or what is missing. It takes no flags."
+                    .to_owned(),
+            ));
+        }
         Some(Arg::Value(word)) => {
             let word = word.to_string_lossy();
             Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?

@@ -45,7 +45,7 @@ use crate::run::model::ChildModels;
 use crate::run::model::Model;
 use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown};
-use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, SandboxPolicy};
 
 /// The built-in demo workspace files, for runs outside the repository.
 pub const DEMO_FILES: [(&str, &str); 2] = [
@@ -112,6 +112,8 @@ pub struct Settings {
     pub read_limit: usize,
     /// How `run_main` runs.
     pub run: RunSettings,
+    /// The sandbox `run_main` starts programs in (`--sandbox`, `--sandbox-env`).
+    pub sandbox: SandboxPolicy,
     /// The child's call budget.
     pub child_budget: u32,
     /// Where to write the JSON Lines trace, if anywhere (never the script,
@@ -213,6 +215,7 @@ impl Settings {
             decision: DecisionMode::Ask,
             read_limit: DEFAULT_READ_LIMIT,
             run: RunSettings::default(),
+            sandbox: SandboxPolicy::default(),
             child_budget: ChildBudget::DEFAULT,
             trace: None,
             script: None,
@@ -356,10 +359,7 @@ fn assemble(
     }
     let builder = builder
         .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
-        .tool(
-            RunMain::new(&settings.workspace, settings.run.clone())?
-                .with_programs(settings.programs.clone()),
-        )?;
+        .tool(run_main(settings)?)?;
     let (builder, mcp) = mcp_tools(settings, builder)?;
     let whitelist: Vec<&str> = settings.child_tools.iter().map(String::as_str).collect();
     let mut builder = builder.plan()?.subagents(
@@ -389,7 +389,8 @@ fn assemble(
         if let Some(workspace) = recorded_workspace(settings) {
             fields["workspace"] = serde_json::json!(workspace);
         }
-        let mut writer = TraceWriter::resume(file, fields);
+        fields["sandbox"] = serde_json::json!(settings.sandbox.level());
+        let mut writer = TraceWriter::resume(file, fields).with_sandbox(settings.sandbox.level());
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
@@ -402,6 +403,7 @@ fn assemble(
         if let Some(workspace) = recorded_workspace(settings) {
             writer = writer.with_workspace(Path::new(&workspace));
         }
+        writer = writer.with_sandbox(settings.sandbox.level());
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
@@ -410,6 +412,18 @@ fn assemble(
         builder = builder.monitor(writer);
     }
     Ok((builder.build(), status, mcp))
+}
+
+/// `run_main` as the settings configure it: its command, sandbox, the
+/// host's process groups and shutdown.
+fn run_main(settings: &Settings) -> Result<RunMain, AppError> {
+    let mut tool = RunMain::new(&settings.workspace, settings.run.clone())?
+        .with_programs(settings.programs.clone())
+        .with_sandbox(settings.sandbox.clone());
+    if let Some(shutdown) = &settings.shutdown {
+        tool = tool.with_shutdown(Arc::clone(shutdown));
+    }
+    Ok(tool)
 }
 
 /// The workspace a trace records: its canonical path, unless it is a

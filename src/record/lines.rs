@@ -14,6 +14,7 @@ use crate::core::call::CallDecision;
 use crate::core::conversation::StatusKind;
 use crate::core::hook::HookDecision;
 use crate::core::protocol::{Message, ToolDefinition};
+use crate::tools::sandbox::Sandbox;
 
 /// Every line: its `agent`, `kind` and, for a child, the `task` call that
 /// started it.
@@ -41,6 +42,8 @@ struct Request {
     tool_definitions: Option<Vec<ToolDefinition>>,
     #[serde(default)]
     workspace: Option<String>,
+    #[serde(default)]
+    sandbox: Option<Sandbox>,
     #[serde(default)]
     output_schema: Option<serde_json::Map<String, Value>>,
 }
@@ -153,6 +156,8 @@ struct Resumed {
     follow_up: Option<String>,
     #[serde(default)]
     workspace: Option<String>,
+    #[serde(default)]
+    sandbox: Option<Sandbox>,
 }
 
 /// The kinds a trace holds.
@@ -253,5 +258,19 @@ mod tests {
         assert!(check(&request).is_err());
         let outcome = json!({"agent": "parent", "kind": "outcome", "status": "fine", "text": ""});
         assert!(check(&outcome).is_err());
+        for (sandbox, fine) in [
+            (json!("workspace-write"), true),
+            (json!("read-only"), true),
+            (json!("off"), true),
+            (json!("none"), false),
+            (json!(true), false),
+        ] {
+            let request = json!({"agent": "parent", "kind": "request", "call": 1,
+                                 "messages": [], "sandbox": sandbox});
+            assert_eq!(check(&request).is_ok(), fine, "{request}");
+            let resumed = json!({"agent": "parent", "kind": "resumed", "calls": 1,
+                                 "sandbox": sandbox});
+            assert_eq!(check(&resumed).is_ok(), fine, "{resumed}");
+        }
     }
 }

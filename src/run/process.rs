@@ -128,7 +128,27 @@ pub(crate) struct Watchdog {
 impl Watchdog {
     /// Forks the watchdog as the leader of a new, empty process group.
     pub(crate) fn spawn() -> std::io::Result<Self> {
+        Self::fork(None)
+    }
+
+    /// [`Watchdog::spawn`], and when subloop is gone without finishing the
+    /// run (a `SIGKILL`), the watchdog also has `dir` removed, with
+    /// everything in it, once the group is gone: by a cleaner it forks into
+    /// a group of its own just before it kills the group. (When subloop
+    /// finishes the run, the group is killed before the pipe closes, so the
+    /// watchdog dies without cleaning: the runner removes `dir` itself.)
+    pub(crate) fn spawn_removing(dir: &std::path::Path) -> std::io::Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        Self::fork(Some(dir))
+    }
+
+    fn fork(cleanup: Option<std::ffi::CString>) -> std::io::Result<Self> {
         use std::os::fd::AsRawFd;
+        let cleanup_path = cleanup
+            .as_ref()
+            .map_or(std::ptr::null(), |dir| dir.as_ptr());
         let (reader, writer) = std::io::pipe()?;
         let read_fd = reader.as_raw_fd();
         let highest_fd = highest_fd();
@@ -139,8 +159,9 @@ impl Watchdog {
             return Err(std::io::Error::last_os_error());
         }
         if pid == 0 {
-            // SAFETY: in the forked child, with descriptors valid in it.
-            unsafe { watch(read_fd, highest_fd) }
+            // SAFETY: in the forked child, with descriptors valid in it;
+            // `cleanup_path` points to memory copied with the process.
+            unsafe { watch(read_fd, highest_fd, cleanup_path) }
         }
         drop(reader);
         // The child makes itself a group leader too; doing it here as well
@@ -191,8 +212,9 @@ fn highest_fd() -> libc::c_int {
 /// The watchdog's whole life, in the forked child: only async-signal-safe
 /// calls (no allocation, no locks). Holds nothing but the pipe's read end;
 /// ignores the terminal's and supervisors' polite signals; when the pipe
-/// reaches end-of-file (or fails), kills its group, itself included.
-unsafe fn watch(read_fd: libc::c_int, highest_fd: libc::c_int) -> ! {
+/// reaches end-of-file (or fails), kills its group, itself included —
+/// after forking a cleaner for `cleanup` (a NUL-terminated path, or null).
+unsafe fn watch(read_fd: libc::c_int, highest_fd: libc::c_int, cleanup: *const libc::c_char) -> ! {
     // SAFETY: plain system calls on this process, as documented above.
     unsafe {
         libc::setpgid(0, 0);
@@ -222,8 +244,131 @@ unsafe fn watch(read_fd: libc::c_int, highest_fd: libc::c_int) -> ! {
                 continue;
             }
             // End-of-file: subloop is gone (or done). The group goes.
-            libc::kill(-libc::getpid(), libc::SIGKILL);
+            let group = libc::getpid();
+            if !cleanup.is_null() {
+                let cleaner = libc::fork();
+                if cleaner == 0 {
+                    libc::setpgid(0, 0);
+                    clean(group, cleanup);
+                }
+                if cleaner > 0 {
+                    // Out of the group before it is killed, from both sides.
+                    libc::setpgid(cleaner, cleaner);
+                }
+            }
+            libc::kill(-group, libc::SIGKILL);
             libc::_exit(0);
+        }
+    }
+}
+
+/// The cleaner's whole life: waits (at most a second) for the killed
+/// `group` to be gone, removes `dir`, exits. Async-signal-safe.
+unsafe fn clean(group: libc::pid_t, dir: *const libc::c_char) -> ! {
+    // SAFETY: plain system calls; `dir` is NUL-terminated.
+    unsafe {
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
+        for _ in 0..100 {
+            if libc::kill(-group, 0) != 0 {
+                break;
+            }
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+        remove_tree(dir);
+        libc::_exit(0);
+    }
+}
+
+/// How deep [`remove_tree`] goes (each level holds a 2 KiB buffer on the stack).
+#[cfg(target_os = "linux")]
+const MAX_DEPTH: u32 = 32;
+
+/// Removes `path` and everything beneath it, following no symbolic link,
+/// with no allocation (`getdents64` into a buffer on the stack).
+#[cfg(target_os = "linux")]
+unsafe fn remove_tree(path: *const libc::c_char) {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `path` is NUL-terminated; the descriptor is ours.
+    unsafe {
+        let dir = libc::open(path, flags);
+        if dir >= 0 {
+            remove_beneath(dir, 0);
+            libc::close(dir);
+        }
+        libc::rmdir(path);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn remove_tree(_path: *const libc::c_char) {}
+
+/// Removes what the open directory `dir` holds (a few passes, since
+/// removing entries while reading them may skip some).
+#[cfg(target_os = "linux")]
+unsafe fn remove_beneath(dir: libc::c_int, depth: u32) {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // 8-byte aligned, as `struct linux_dirent64` records are.
+    let mut buffer = [0u64; 256];
+    for _ in 0..4 {
+        let mut found = false;
+        // SAFETY: system calls on a descriptor we own, into our buffer;
+        // each record lies within the `n` bytes the kernel filled:
+        // `u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]`.
+        unsafe {
+            if libc::lseek(dir, 0, libc::SEEK_SET) < 0 {
+                return;
+            }
+            loop {
+                let n = libc::syscall(
+                    libc::SYS_getdents64,
+                    dir,
+                    buffer.as_mut_ptr(),
+                    std::mem::size_of_val(&buffer),
+                );
+                let Ok(n) = usize::try_from(n) else { break };
+                if n == 0 {
+                    break;
+                }
+                let base = buffer.as_ptr().cast::<u8>();
+                let mut offset = 0;
+                while offset + 19 < n {
+                    let entry = base.add(offset);
+                    let length = usize::from(std::ptr::read_unaligned(entry.add(16).cast::<u16>()));
+                    if length == 0 {
+                        break;
+                    }
+                    offset += length;
+                    let name = entry.add(19).cast::<libc::c_char>();
+                    let dot = *name == b'.' as libc::c_char;
+                    if dot
+                        && (*name.add(1) == 0
+                            || (*name.add(1) == b'.' as libc::c_char && *name.add(2) == 0))
+                    {
+                        continue;
+                    }
+                    found = true;
+                    let kind = *entry.add(18);
+                    if kind == libc::DT_DIR || kind == libc::DT_UNKNOWN {
+                        if depth < MAX_DEPTH {
+                            let sub = libc::openat(dir, name, flags);
+                            if sub >= 0 {
+                                remove_beneath(sub, depth + 1);
+                                libc::close(sub);
+                            }
+                        }
+                        if libc::unlinkat(dir, name, libc::AT_REMOVEDIR) == 0 {
+                            continue;
+                        }
+                    }
+                    libc::unlinkat(dir, name, 0);
+                }
+            }
+        }
+        if !found {
+            return;
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Tools: the [`Tool`] trait and typed tools ([`TypedTool`]), the
 //! [`Registry`], argument checks, and the built-in tools `read_file`,
-//! `run_main` and `todo_write`.
+//! `run_main` (in its [`sandbox`]) and `todo_write`.
 //!
 //! A registry is the single source of both the tool definitions sent to the
 //! model and the dispatch table, so a name the request did not offer cannot
@@ -12,6 +12,7 @@ pub mod mcp;
 mod read_file;
 mod registry;
 pub(crate) mod run_main;
+pub mod sandbox;
 pub mod schema;
 mod todo;
 mod typed;
@@ -22,6 +23,7 @@ pub use read_file::{
 };
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
+pub use sandbox::{Confinement, Sandbox, SandboxError, SandboxPolicy};
 pub use todo::TodoWrite;
 pub use typed::{TypedTool, input_schema_for};
 

@@ -17,6 +17,12 @@
 //! also kill the running groups itself ([`Programs`]; the CLI does on a
 //! second Ctrl-C, `SIGTERM` and `SIGHUP`).
 //!
+//! On Linux the program starts in a sandbox ([`super::sandbox`], the
+//! [`SandboxPolicy`] of [`RunMain::with_sandbox`], `workspace-write` by
+//! default): the workspace and a private `TMPDIR`, the system read-only, no
+//! network, no signal out, a short environment. Where the kernel cannot
+//! enforce the level the program is not started (`not executed: …`).
+//!
 //! stdout and stderr are each capped: the bytes past the
 //! cap are counted and dropped. The result is a JSON object with the exit
 //! code, the captured text and the dropped byte counts.
@@ -31,11 +37,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::sandbox::{Confinement, SandboxPolicy};
 use super::{Capability, Tool, ToolContext};
 use crate::core::conversation::ToolOutput;
 use crate::core::error::SetupError;
 pub use crate::run::process::{ProcessGroups, Programs};
 use crate::run::process::{Registered, Watchdog, kill_group};
+use crate::run::shutdown::Shutdown;
 use crate::tools::read_file::workspace_root;
 
 /// How `run_main` runs the program.
@@ -133,6 +141,8 @@ pub struct RunMain {
     workspace: PathBuf,
     settings: RunSettings,
     programs: Programs,
+    sandbox: SandboxPolicy,
+    shutdown: Option<Arc<Shutdown>>,
 }
 
 /// The JSON body of a `run_main` result; fields in this order.
@@ -172,7 +182,28 @@ impl RunMain {
             workspace: workspace_root(workspace)?,
             settings,
             programs: Programs::new(),
+            sandbox: SandboxPolicy::default(),
+            shutdown: None,
         })
+    }
+
+    /// Starts programs in the sandbox `policy` describes (the default is
+    /// [`super::Sandbox::WorkspaceWrite`]).
+    pub fn with_sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = policy;
+        self
+    }
+
+    /// The sandbox programs start in.
+    pub fn sandbox(&self) -> &SandboxPolicy {
+        &self.sandbox
+    }
+
+    /// Also removes a running program's private temporary directory when
+    /// the host's `shutdown` runs (a signal ends the host's process).
+    pub fn with_shutdown(mut self, shutdown: Arc<Shutdown>) -> Self {
+        self.shutdown = Some(shutdown);
+        self
     }
 
     /// Keeps the process groups it runs in `programs` (a host's, which it
@@ -201,13 +232,35 @@ impl RunMain {
     }
 
     /// The answer when the program could not be started.
-    fn not_started(program: &str, err: &std::io::Error) -> ToolOutput {
+    fn not_started(&self, program: &str, err: &std::io::Error) -> ToolOutput {
         if err.kind() == std::io::ErrorKind::NotFound {
             return ToolOutput::error(format!(
                 "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
             ));
         }
+        let level = self.sandbox.level();
+        if err.kind() == std::io::ErrorKind::PermissionDenied && level.confines() {
+            return ToolOutput::error(format!(
+                "run_main: cannot start `{program}`: {err} (the {level} sandbox runs programs \
+                 only from the workspace and the system directories)"
+            ));
+        }
         ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"))
+    }
+
+    /// This run's sandbox, or the refusal when it cannot be had: the
+    /// program is never started unconfined by a level that confines.
+    fn confine(&self) -> Result<Confinement, ToolOutput> {
+        match self.sandbox.confine(&self.workspace) {
+            Ok(confinement) => Ok(match &self.shutdown {
+                Some(shutdown) => confinement.remove_on(shutdown),
+                None => confinement,
+            }),
+            Err(err) => Err(super::refusal(format!(
+                "run_main: {err}; to run programs unconfined, choose the sandbox level off \
+                 (`--sandbox off`)"
+            ))),
+        }
     }
 
     /// Runs the program once and reports what happened.
@@ -216,7 +269,16 @@ impl RunMain {
             Ok(split) => split,
             Err(answer) => return answer,
         };
-        let watchdog = match Watchdog::spawn() {
+        // Dropped last: the private TMPDIR goes once the group is gone.
+        let confinement = match self.confine() {
+            Ok(confinement) => confinement,
+            Err(answer) => return answer,
+        };
+        let watchdog = match confinement.temp_dir() {
+            Some(temp) => Watchdog::spawn_removing(temp),
+            None => Watchdog::spawn(),
+        };
+        let watchdog = match watchdog {
             Ok(watchdog) => watchdog,
             Err(err) => {
                 return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
@@ -231,11 +293,12 @@ impl RunMain {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(group);
+        confinement.apply(&mut command);
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
                 watchdog.finish();
-                return Self::not_started(program, &err);
+                return self.not_started(program, &err);
             }
         };
         let slot = Registered(self.programs.groups().register(group));
@@ -281,7 +344,16 @@ impl RunMain {
             Ok(split) => split,
             Err(answer) => return answer,
         };
-        let watchdog = match Watchdog::spawn() {
+        // Dropped last: the private TMPDIR goes once the group is gone.
+        let confinement = match self.confine() {
+            Ok(confinement) => confinement,
+            Err(answer) => return answer,
+        };
+        let watchdog = match confinement.temp_dir() {
+            Some(temp) => Watchdog::spawn_removing(temp),
+            None => Watchdog::spawn(),
+        };
+        let watchdog = match watchdog {
             Ok(watchdog) => watchdog,
             Err(err) => {
                 return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
@@ -297,11 +369,12 @@ impl RunMain {
             .stderr(Stdio::piped())
             .process_group(group)
             .kill_on_drop(true);
+        confinement.apply(command.as_std_mut());
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
                 watchdog.finish();
-                return Self::not_started(program, &err);
+                return self.not_started(program, &err);
             }
         };
         let slot = Registered(self.programs.groups().register(group));

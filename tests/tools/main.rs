@@ -24,5 +24,6 @@ mod read_file_paths;
 mod read_file_syscalls;
 mod registry_schema;
 mod run_main_process;
+mod sandbox;
 mod subagent;
 mod typed_args;
