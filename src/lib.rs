@@ -18,7 +18,7 @@
 //! |---|---|
 //! | [`core`] | wire types ([`core::protocol`]), the [`Conversation`] typestate, errors, [`core::agent_id::AgentId`], the plan, terminal-safe text; no I/O, no threads, no clock |
 //! | [`run`] | the one loop ([`run::driver`]), the [`Model`] trait, run [`run::limits`] and cancellation, the [`run::monitor::Monitor`] that watches a run, the [`run::shutdown`] actions a host runs on its way out |
-//! | [`policy`] | the permission gate and its approvers ([`policy::permission`]), [`Hooks`] |
+//! | [`policy`] | the permission gate and its approvers ([`policy::permission`]), [`Hooks`], the command hooks of a settings file ([`policy::command_hooks`]) |
 //! | [`tools`] | the [`tools::Tool`] trait, the registry and its schema checks, `read_file`, `run_main`, `todo_write`, MCP servers |
 //! | [`providers`] | models: Anthropic and OpenAI-compatible clients, scripted replies, the demo's offline models |
 //! | [`agent`] | [`AgentBuilder`], [`Agent`], [`RunReport`], the gated executor, subagents (`task`) |
@@ -53,7 +53,11 @@
 //!   `tests/tools/dispatch_properties.rs`); `run_main` runs only after approval,
 //!   and a denial wins over every hook (`tests/tools/gate_and_hooks.rs`,
 //!   `tests/tools/run_main_process.rs`); `read_file` never leaves the workspace nor
-//!   hangs (`tests/tools/read_file_paths.rs`).
+//!   hangs (`tests/tools/read_file_paths.rs`). On Linux `run_main`'s program
+//!   runs in a sandbox ([`tools::sandbox`]: the workspace and a private
+//!   `TMPDIR`, the system read-only, no socket, no signal out, a short
+//!   environment), or does not run where the kernel cannot enforce it
+//!   (`tests/tools/sandbox.rs`).
 //! * The plan rides on each parent request, never in the history
 //!   (`tests/tools/plan_attachment.rs`).
 //! * A child starts from `[user: task]`, holds only read-only whitelisted
@@ -110,4 +114,9 @@ pub use policy::hooks::Hooks;
 pub use policy::permission::Approver;
 pub use run::limits::{CancelHandle, Limits};
 pub use run::model::Model;
-pub use tools::{ReadOnlyTool, Tool};
+pub use tools::{ReadOnlyTool, Tool, TypedTool};
+
+/// The manual's pages whose examples are compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/tools.md")]
+pub struct ToolsManual;

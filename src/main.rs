@@ -258,8 +258,35 @@ fn run() -> ExitCode {
     cli.settings.programs = crate::cli::signals::programs();
     cli.settings.watch = Some(crate::cli::signals::tool_watch());
     cli.settings.prompt_watch = Some(crate::cli::signals::prompt_watch());
+    // `--otlp`: spans exported until this is dropped, at the end of the run.
+    #[cfg(feature = "otel")]
+    let _export = match crate::cli::telemetry::start(cli.otlp.as_deref()) {
+        Ok(export) => {
+            cli.settings.telemetry.capture_content =
+                export.is_some() && crate::cli::telemetry::capture_content();
+            export
+        }
+        Err(message) => return usage_error(CliError::new(Some(command), message)),
+    };
+    #[cfg(not(feature = "otel"))]
+    if cli.otlp.is_some() {
+        return usage_error(CliError::new(
+            Some(command),
+            "this subloop was built without the `otel` feature; rebuild with --features otel"
+                .to_owned(),
+        ));
+    }
     let _cleanup = host::TemporaryWorkspace::for_settings(&cli.settings);
     cli.settings.script = cli.script.clone();
+    if cli.settings.progress {
+        for note in cli.settings.hooks.notes() {
+            let _ = writeln!(
+                std::io::stderr(),
+                "[hooks] {}",
+                subloop::core::text::printable(note)
+            );
+        }
+    }
     if let (Command::View, Some(trace)) = (command, &cli.replay) {
         return view(&cli, trace);
     }

@@ -503,6 +503,7 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
             &ToolContext {
                 agent: &agent,
                 call: &call,
+                span: &tracing::Span::none(),
             },
         );
         assert!(
@@ -522,6 +523,7 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
             &ToolContext {
                 agent: &agent,
                 call: &call,
+                span: &tracing::Span::none(),
             },
         );
         if output.is_error {
@@ -762,6 +764,8 @@ mod tests {
             calls,
             messages,
             usage: Usage::default(),
+            output: None,
+            output_error: None,
         }
     }
 

@@ -90,6 +90,7 @@ fn a_script_of_many_small_replies_costs_about_its_text() {
         tools: &[],
         messages: &[],
         attachment: None,
+        output: None,
     };
     let first = model.respond(&request).expect("the first reply");
     assert_eq!(

@@ -647,6 +647,8 @@ fn demo_reply(
         tools,
         messages,
         attachment,
+        // The demo models answer in text; a structured answer is not asked for.
+        output: None,
     };
     let reply = if system == CHILD_SYSTEM {
         DemoChild.respond(&request)

@@ -4,23 +4,35 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use schemars::JsonSchema;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use thiserror::Error;
 
+use crate::agent::executor::run_command_hooks;
 use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::core::agent_id::AgentId;
-use crate::core::conversation::{AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome};
+use crate::core::conversation::{
+    AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind,
+};
 use crate::core::error::{InputError, SetupError};
+use crate::core::hook::HookEvent;
 use crate::core::plan::SharedPlan;
 use crate::core::protocol::Usage;
+use crate::policy::command_hooks::{CommandHooks, HookInput, HookVerdict};
 use crate::policy::hooks::{AuditEntry, AuditLog, Hooks};
 use crate::policy::permission::Approver;
 use crate::run::driver::{self, block_on};
 use crate::run::limits::{CancelHandle, Limits, RunGuard};
 use crate::run::model::{AsyncModel, Blocking, Model};
 use crate::run::monitor::{AgentMonitor, Monitor, SharedMonitor};
+use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
+use tracing::Instrument;
 
 /// The default parent system prompt.
 pub const PARENT_SYSTEM: &str = "You are a careful coding agent working in a workspace. Use the tools to \
@@ -45,6 +57,14 @@ pub struct AgentBuilder {
     on_empty: OnEmptyReply,
     /// Where the `task` tool finds the run's services once they exist.
     task: Option<Arc<OnceLock<Shared>>>,
+    /// What the parent's answer is checked against.
+    output: Option<Arc<dyn OutputCheck>>,
+    /// How many answers that fail the check are sent back.
+    output_retries: u32,
+    /// The settings' command hooks.
+    commands: CommandHooks,
+    /// What the run's spans may record.
+    telemetry: Telemetry,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -69,8 +89,45 @@ impl AgentBuilder {
             limits: Limits::default(),
             cancel: CancelHandle::new(),
             on_empty: OnEmptyReply::Stop,
+            telemetry: Telemetry::default(),
             task: None,
+            output: None,
+            output_retries: DEFAULT_OUTPUT_RETRIES,
+            commands: CommandHooks::none(),
         }
+    }
+
+    /// Asks for a structured answer: the parent's answer must be JSON that
+    /// `check` accepts ([`crate::agent::output::SchemaOutput`] for a JSON
+    /// schema, [`crate::agent::output::TypedOutput`] for a Rust type). The
+    /// schema goes with every request (a provider with a native structured
+    /// output constrains the reply with it), and every answer is checked
+    /// here whatever the model: one that does not match is sent back with
+    /// the reason up to [`crate::agent::output::DEFAULT_OUTPUT_RETRIES`]
+    /// times (see [`AgentBuilder::output_retries`]), then the run finishes
+    /// `invalid_output`. The value is in the report ([`RunReport::output`]).
+    pub fn output_check(mut self, check: Arc<dyn OutputCheck>) -> Self {
+        self.output = Some(check);
+        self
+    }
+
+    /// [`AgentBuilder::output_check`] with a JSON schema.
+    pub fn output_schema(self, schema: Value) -> Self {
+        self.output_check(SchemaOutput::shared(schema))
+    }
+
+    /// [`AgentBuilder::output_check`] with the schema of `T` (derived with
+    /// `schemars`); [`RunReport::output`] gives the `T`.
+    pub fn output<T: JsonSchema + DeserializeOwned + 'static>(self) -> Self {
+        self.output_check(TypedOutput::<T>::shared())
+    }
+
+    /// How many answers that do not match the output schema are sent back
+    /// before the run finishes `invalid_output` (default 1); it takes effect
+    /// with an output check.
+    pub fn output_retries(mut self, retries: u32) -> Self {
+        self.output_retries = retries;
+        self
     }
 
     /// The parent's system prompt.
@@ -127,9 +184,29 @@ impl AgentBuilder {
         self
     }
 
+    /// What the run's spans may record (see [`crate::run::telemetry`]):
+    /// by default no message or tool content.
+    pub fn telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// The parent's hooks.
     pub fn hooks(mut self, hooks: Hooks) -> Self {
         self.hooks = hooks;
+        self
+    }
+
+    /// The command hooks of a settings file ([`CommandHooks::load`]), run
+    /// for the parent and every child, whatever the order of the builder
+    /// calls: `SessionStart` and `UserPromptSubmit` before the question,
+    /// `PreToolUse` after the permission gate and the in-process
+    /// [`Hooks`] let a call through, `PostToolUse` after its in-process
+    /// after hooks, `SubagentStart` before a child's first request, `Stop`
+    /// and `SubagentStop` on an answer, `SessionEnd` when the run is over
+    /// (see `docs/hooks.md`).
+    pub fn command_hooks(mut self, hooks: CommandHooks) -> Self {
+        self.commands = hooks;
         self
     }
 
@@ -163,6 +240,8 @@ impl AgentBuilder {
             children: Arc::new(Mutex::new(Vec::new())),
             guard: Arc::new(RunGuard::new(self.limits, self.cancel)),
             on_empty: self.on_empty,
+            commands: self.commands,
+            telemetry: self.telemetry,
         };
         if let Some(services) = &self.task {
             // Set once, here; a builder builds one agent.
@@ -174,6 +253,8 @@ impl AgentBuilder {
             hooks: self.hooks,
             plan: self.plan,
             shared,
+            output: self.output.map(|check| (check, self.output_retries)),
+            early: Vec::new(),
         }
     }
 }
@@ -185,6 +266,9 @@ pub struct Agent {
     hooks: Hooks,
     plan: Option<SharedPlan>,
     shared: Shared,
+    output: Option<(Arc<dyn OutputCheck>, u32)>,
+    /// Warnings raised before the run (a host's own prompt hooks).
+    early: Vec<Warning>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -228,7 +312,31 @@ pub(crate) fn millis<S: serde::Serializer>(
     serializer.serialize_u64(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Why a report holds no output value of the type asked for.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// The run did not finish with a checked answer (it asked for none, or
+    /// it finished otherwise: `invalid_output`, `call_limit`, …).
+    #[error("the run holds no checked answer (it finished {0})")]
+    Missing(StatusKind),
+    /// The value is not a `T`.
+    #[error("the answer is not of the type asked for: {0}")]
+    Type(#[from] serde_json::Error),
+}
+
 impl RunReport {
+    /// The parent's checked answer as a `T` (see
+    /// [`AgentBuilder::output_check`]).
+    pub fn output<T: DeserializeOwned>(&self) -> Result<T, OutputError> {
+        let value = self
+            .outcome
+            .output
+            .as_ref()
+            .ok_or(OutputError::Missing(self.outcome.status))?;
+        Ok(T::deserialize(value)?)
+    }
+
     /// Token counts of the parent and every child together.
     pub fn total_usage(&self) -> Usage {
         let mut total = self.outcome.usage;
@@ -257,9 +365,12 @@ impl Agent {
         budget: Budget,
         model: &mut dyn Model,
     ) -> Result<RunReport, InputError> {
-        let conversation = Conversation::start(question, budget)?;
+        Conversation::start(question, budget)?;
+        let mut agent = self;
+        let question = agent.open_session("startup", Some(question))?;
+        let conversation = Conversation::start(&question, budget)?;
         let mut model = Blocking(model);
-        Ok(block_on(self.drive(
+        Ok(block_on(agent.drive(
             conversation,
             0,
             &mut model,
@@ -289,8 +400,11 @@ impl Agent {
     where
         M: AsyncModel + ?Sized,
     {
-        let conversation = Conversation::start(question, budget)?;
-        Ok(self.drive(conversation, 0, model, Drive::Async).await)
+        Conversation::start(question, budget)?;
+        let mut agent = self;
+        let question = agent.open_session("startup", Some(question))?;
+        let conversation = Conversation::start(&question, budget)?;
+        Ok(agent.drive(conversation, 0, model, Drive::Async).await)
     }
 
     /// Continues a run cut short, from `point` (which `record::resume` rebuilds from a trace): its
@@ -298,9 +412,11 @@ impl Agent {
     /// counted against this run's limits and its plan restored. The
     /// conversation's call budget already counts the earlier calls.
     pub fn resume(self, point: ResumePoint, model: &mut dyn Model) -> RunReport {
-        let (conversation, sent) = self.restore(point);
+        let mut agent = self;
+        let (conversation, sent) = agent.restore(point);
+        let _ = agent.open_session("resume", None);
         let mut model = Blocking(model);
-        block_on(self.drive(conversation, sent, &mut model, Drive::Blocking))
+        block_on(agent.drive(conversation, sent, &mut model, Drive::Blocking))
     }
 
     /// [`Agent::resume`], awaited as [`Agent::run_async`] is.
@@ -308,8 +424,116 @@ impl Agent {
     where
         M: AsyncModel + ?Sized,
     {
-        let (conversation, sent) = self.restore(point);
-        self.drive(conversation, sent, model, Drive::Async).await
+        let mut agent = self;
+        let (conversation, sent) = agent.restore(point);
+        let _ = agent.open_session("resume", None);
+        agent.drive(conversation, sent, model, Drive::Async).await
+    }
+
+    /// Runs the parent's command hooks of `event` for `input`; warnings
+    /// go to `warnings`.
+    fn parent_hooks(
+        &self,
+        input: &HookInput<'_>,
+        warnings: &mut Vec<String>,
+    ) -> crate::policy::command_hooks::HookOutcome {
+        run_command_hooks(
+            &self.shared.commands,
+            &self.shared.monitor,
+            &self.shared.audit,
+            &AgentId::Parent,
+            input,
+            warnings,
+        )
+    }
+
+    /// Runs the settings' `UserPromptSubmit` hooks on `question`, a
+    /// question the host asks on its own (a follow-up it rebuilds a
+    /// resumed run with; [`Agent::run`] does this for its question): the
+    /// question with their context appended, or the block
+    /// ([`InputError::PromptBlocked`]). Their records go to the run's
+    /// monitors and audit log, their warnings to the report.
+    pub fn submit_prompt(&mut self, question: &str) -> Result<String, InputError> {
+        let mut warnings = Vec::new();
+        let asked = self.prompt_hooks(question, &mut warnings);
+        self.keep_warnings(warnings);
+        asked
+    }
+
+    fn prompt_hooks(
+        &self,
+        question: &str,
+        warnings: &mut Vec<String>,
+    ) -> Result<String, InputError> {
+        if !self.shared.commands.has(HookEvent::UserPromptSubmit) {
+            return Ok(question.to_owned());
+        }
+        let outcome = self.parent_hooks(
+            &HookInput::user_prompt_submit(&AgentId::Parent, question),
+            warnings,
+        );
+        if let Some(reason) = outcome.stop {
+            return Err(InputError::PromptBlocked(reason));
+        }
+        if let HookVerdict::Block(reason) = outcome.verdict {
+            return Err(InputError::PromptBlocked(reason));
+        }
+        Ok(match outcome.context_text() {
+            Some(context) => format!("{question}\n\n{context}"),
+            None => question.to_owned(),
+        })
+    }
+
+    /// Warnings raised before the run: told to the monitors now, and kept
+    /// for the report.
+    fn keep_warnings(&mut self, warnings: Vec<String>) {
+        for text in warnings {
+            self.shared.monitor.warning(&AgentId::Parent, &text);
+            self.early.push(Warning {
+                agent: AgentId::Parent,
+                text,
+            });
+        }
+    }
+
+    /// The settings' `SessionStart` hooks (`source`: `startup` or
+    /// `resume`), then for a new question its `UserPromptSubmit` hooks:
+    /// the question to ask, their context appended, or the block. A
+    /// resumed run's question is already asked, so context for it is
+    /// left out with a warning.
+    fn open_session(&mut self, source: &str, question: Option<&str>) -> Result<String, InputError> {
+        let mut warnings = Vec::new();
+        let mut context = Vec::new();
+        if self.shared.commands.has(HookEvent::SessionStart) {
+            let outcome = self.parent_hooks(
+                &HookInput::session_start(&AgentId::Parent, source),
+                &mut warnings,
+            );
+            if let Some(reason) = outcome.stop {
+                self.shared.guard.stop(reason);
+            }
+            context.extend(outcome.context);
+        }
+        let asked = match question {
+            None => {
+                if !context.is_empty() {
+                    warnings.push(
+                        "a SessionStart hook gave context, which is added only to a new run's question; it was left out"
+                            .to_owned(),
+                    );
+                }
+                Ok(String::new())
+            }
+            Some(question) => self.prompt_hooks(question, &mut warnings).map(|asked| {
+                if context.is_empty() {
+                    asked
+                } else {
+                    format!("{asked}\n\n{}", context.join("\n\n"))
+                }
+            }),
+        };
+        self.keep_warnings(warnings);
+        asked
     }
 
     /// Charges what the run cut short had spent and restores its plan;
@@ -332,7 +556,7 @@ impl Agent {
     /// Drives the parent conversation to its end, the first `sent` messages
     /// already on record.
     async fn drive<M>(
-        self,
+        mut self,
         conversation: Conversation<AwaitingModel>,
         sent: usize,
         model: &mut M,
@@ -341,9 +565,12 @@ impl Agent {
     where
         M: AsyncModel + ?Sized,
     {
-        let conversation = conversation
+        let mut conversation = conversation
             .with_system(self.system.as_str())
             .on_empty_reply(self.shared.on_empty);
+        if let Some((check, retries)) = &self.output {
+            conversation = conversation.expect_output(Arc::clone(check), *retries);
+        }
         let started = Instant::now();
         self.shared.guard.start();
         let agent = AgentId::Parent;
@@ -351,10 +578,16 @@ impl Agent {
             registry: &self.registry,
             approver: self.shared.approver.as_ref(),
             hooks: &self.hooks,
+            commands: &self.shared.commands,
             audit: &self.shared.audit,
             monitor: &self.shared.monitor,
             guard: &self.shared.guard,
+            telemetry: self.shared.telemetry,
         };
+        // The run's root span: a child of the caller's current span, if any.
+        let span = telemetry::agent_span(&agent);
+        telemetry::record_identity(&span, model.identity().as_ref());
+        telemetry::record_budget(&span, conversation.budget().get());
         let mut toolbox = Toolbox::new(agent.clone(), gate, self.plan.as_ref(), drive);
         let mut observer = AgentMonitor::new(&self.shared.monitor, &self.shared.guard);
         let outcome = driver::drive(
@@ -365,8 +598,24 @@ impl Agent {
             &mut toolbox,
             &mut observer,
         )
+        .instrument(span.clone())
         .await;
-        let (tools, warnings) = toolbox.into_parts();
+        let (tools, mut warnings) = toolbox.into_parts();
+        warnings.splice(0..0, std::mem::take(&mut self.early));
+        if self.shared.commands.has(HookEvent::SessionEnd) {
+            let mut texts = Vec::new();
+            self.parent_hooks(
+                &HookInput::session_end(&agent, outcome.status.as_str()),
+                &mut texts,
+            );
+            for text in texts {
+                self.shared.monitor.warning(&agent, &text);
+                warnings.push(Warning {
+                    agent: agent.clone(),
+                    text,
+                });
+            }
+        }
         let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();
         let mut children = std::mem::take(
@@ -380,6 +629,11 @@ impl Agent {
             AgentId::Child { number, .. } => number,
             AgentId::Parent => 0,
         });
+        let mut total = outcome.usage;
+        for child in &children {
+            total.add(&child.outcome.usage);
+        }
+        telemetry::record_outcome(&span, &outcome, &total);
         RunReport {
             elapsed: started.elapsed(),
             limits: self.shared.guard.limits(),

@@ -9,15 +9,19 @@ use std::sync::Arc;
 
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{Interrupt, ToolCall, ToolOutput};
+use crate::core::hook::HookEvent;
 use crate::core::plan::SharedPlan;
 use crate::core::protocol::{ToolDefinition, ToolUseId};
+use crate::policy::command_hooks::{CommandHooks, HookInput, HookOutcome, HookVerdict};
 use crate::policy::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
 use crate::policy::permission::{ApprovalRequest, Approver, Decision};
 use crate::run::driver::{Event, Executor, Monitor, Round, RoundFuture, block_on, stopped_output};
 use crate::run::join::CatchUnwind;
 use crate::run::limits::RunGuard;
 use crate::run::monitor::SharedMonitor;
+use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
+use tracing::{Instrument, Span};
 
 pub use crate::core::call::{CallDecision, ToolRecord, Warning};
 
@@ -27,9 +31,11 @@ pub(crate) struct Gate<'a> {
     pub(crate) registry: &'a Registry,
     pub(crate) approver: &'a dyn Approver,
     pub(crate) hooks: &'a Hooks,
+    pub(crate) commands: &'a CommandHooks,
     pub(crate) audit: &'a AuditLog,
     pub(crate) monitor: &'a SharedMonitor,
     pub(crate) guard: &'a RunGuard,
+    pub(crate) telemetry: Telemetry,
 }
 
 /// How a run is driven: which entry points of a tool an executor calls.
@@ -61,6 +67,8 @@ pub(crate) struct Toolbox<'a> {
     answered: Vec<ToolOutput>,
     /// Calls admitted whose tool is running, with their decision.
     running: HashMap<ToolUseId, CallDecision>,
+    /// A stop hook blocked an answer of this conversation and it went on.
+    stop_hook_active: bool,
 }
 
 /// The outcome of the pipeline for one call.
@@ -112,6 +120,34 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic".to_owned())
 }
 
+/// Runs `agent`'s command hooks for `input`: each hook's record goes to
+/// the monitors (the trace) and to the audit log, its warnings to
+/// `warnings`. What the outcome means is the caller's to apply.
+pub(crate) fn run_command_hooks(
+    commands: &CommandHooks,
+    monitor: &SharedMonitor,
+    audit: &AuditLog,
+    agent: &AgentId,
+    input: &HookInput<'_>,
+    warnings: &mut Vec<String>,
+) -> HookOutcome {
+    let outcome = commands.run(input);
+    for record in &outcome.records {
+        monitor.hook(agent, record);
+        audit.record(AuditEntry {
+            agent: agent.clone(),
+            call_id: record.call_id.clone().unwrap_or_else(|| ToolUseId::new("")),
+            tool: record.tool.clone().unwrap_or_default(),
+            phase: Phase::Hook,
+            decision: None,
+            is_error: None,
+            hook: Some(record.clone()),
+        });
+    }
+    warnings.extend(outcome.warnings.iter().cloned());
+    outcome
+}
+
 impl<'a> Toolbox<'a> {
     pub(crate) fn new(
         agent: AgentId,
@@ -132,6 +168,7 @@ impl<'a> Toolbox<'a> {
             refreshed: None,
             answered: Vec::new(),
             running: HashMap::new(),
+            stop_hook_active: false,
         }
     }
 
@@ -153,7 +190,136 @@ impl<'a> Toolbox<'a> {
             phase,
             decision: after.map(|(decision, _)| decision),
             is_error: after.map(|(_, is_error)| is_error),
+            hook: None,
         });
+    }
+
+    /// [`run_command_hooks`] with this agent's gate; a hook's `continue:
+    /// false` stops the run at its next boundary.
+    fn command_hooks(&self, input: &HookInput<'_>, warnings: &mut Vec<String>) -> HookOutcome {
+        let outcome = run_command_hooks(
+            self.gate.commands,
+            self.gate.monitor,
+            self.gate.audit,
+            &self.agent,
+            input,
+            warnings,
+        );
+        if let Some(reason) = &outcome.stop {
+            self.gate.guard.stop(reason.clone());
+        }
+        outcome
+    }
+
+    /// Warnings of this agent raised outside a call (a stop hook's).
+    pub(crate) fn warn(&mut self, texts: Vec<String>) {
+        for text in texts {
+            self.gate.monitor.warning(&self.agent, &text);
+            self.warnings.push(Warning {
+                agent: self.agent.clone(),
+                text,
+            });
+        }
+    }
+
+    /// Asks the approver about `call` (`why`: a hook's reason to ask, shown
+    /// with the action); a denial or a panicking approver refuses it.
+    fn approve(
+        &self,
+        call: &ToolCall,
+        tool: &dyn Tool,
+        why: Option<&str>,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), Admission> {
+        let mut action = tool.action(call.input());
+        if let Some(why) = why.filter(|why| !why.is_empty()) {
+            action = format!("{action} (a hook asks: {why})");
+        }
+        let request = ApprovalRequest {
+            agent: &self.agent,
+            call,
+            action: &action,
+        };
+        // An approver that panics fails closed, like a hook: denied, with a warning.
+        match catch_unwind(AssertUnwindSafe(|| self.gate.approver.decide(&request))) {
+            Ok(Decision::Allow) => Ok(()),
+            Ok(Decision::Deny) => Err(Admission::Refused(
+                refusal("permission denied"),
+                CallDecision::Denied,
+            )),
+            Err(payload) => {
+                warnings.push(format!(
+                    "the approver panicked deciding {}: {}",
+                    call.name(),
+                    panic_text(&*payload)
+                ));
+                Err(Admission::Refused(
+                    refusal("approval failed"),
+                    CallDecision::Denied,
+                ))
+            }
+        }
+    }
+
+    /// The settings' `PreToolUse` hooks, after the gate and the in-process
+    /// hooks let `call` through: a denial or a failure refuses it, `ask`
+    /// asks the approver unless it already allowed this call; `allow`
+    /// changes nothing (the gate has decided).
+    fn pre_tool_use(
+        &self,
+        call: &ToolCall,
+        tool: &dyn Tool,
+        decision: &mut CallDecision,
+        warnings: &mut Vec<String>,
+    ) -> Result<(), Admission> {
+        if !self.gate.commands.has(HookEvent::PreToolUse) {
+            return Ok(());
+        }
+        let outcome = self.command_hooks(&HookInput::pre_tool_use(&self.agent, call), warnings);
+        if let Some(reason) = &outcome.stop {
+            return Err(Admission::Refused(
+                refusal(format_args!("a PreToolUse hook stopped the run: {reason}")),
+                CallDecision::Blocked,
+            ));
+        }
+        match outcome.verdict {
+            HookVerdict::Block(reason) => Err(Admission::Refused(
+                refusal(format_args!("denied by a PreToolUse hook: {reason}")),
+                CallDecision::Blocked,
+            )),
+            HookVerdict::Failed(reason) => Err(Admission::Refused(
+                refusal(format_args!("a PreToolUse hook failed: {reason}")),
+                CallDecision::HookFailed,
+            )),
+            HookVerdict::Ask(reason) if *decision != CallDecision::Allowed => {
+                self.approve(call, tool, Some(&reason), warnings)?;
+                *decision = CallDecision::Allowed;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The settings' `PostToolUse` hooks after `call` ran: a block's reason
+    /// and any context are appended to the result the model gets.
+    fn post_tool_use(&self, call: &ToolCall, output: &mut ToolOutput, warnings: &mut Vec<String>) {
+        if !self.gate.commands.has(HookEvent::PostToolUse) {
+            return;
+        }
+        let outcome = self.command_hooks(
+            &HookInput::post_tool_use(&self.agent, call, output),
+            warnings,
+        );
+        let mut notes = Vec::new();
+        if let HookVerdict::Block(reason) = &outcome.verdict {
+            notes.push(format!("[PostToolUse hook: {reason}]"));
+        }
+        for context in &outcome.context {
+            notes.push(format!("[PostToolUse hook context: {context}]"));
+        }
+        if !notes.is_empty() {
+            output.content = format!("{}\n{}", output.content, notes.join("\n")).into();
+        }
     }
 
     /// Registry, schema, permission and before hooks, in that order.
@@ -185,27 +351,10 @@ impl<'a> Toolbox<'a> {
         }
         let mut decision = CallDecision::NotRequired;
         if tool.capability().needs_approval() {
-            let action = tool.action(call.input());
-            let request = ApprovalRequest {
-                agent: &self.agent,
-                call,
-                action: &action,
-            };
-            // An approver that panics fails closed, like a hook: denied, with a warning.
-            match catch_unwind(AssertUnwindSafe(|| self.gate.approver.decide(&request))) {
-                Ok(Decision::Allow) => decision = CallDecision::Allowed,
-                Ok(Decision::Deny) => {
-                    return Admission::Refused(refusal("permission denied"), CallDecision::Denied);
-                }
-                Err(payload) => {
-                    warnings.push(format!(
-                        "the approver panicked deciding {}: {}",
-                        call.name(),
-                        panic_text(&*payload)
-                    ));
-                    return Admission::Refused(refusal("approval failed"), CallDecision::Denied);
-                }
+            if let Err(refused) = self.approve(call, tool.as_ref(), None, warnings) {
+                return refused;
             }
+            decision = CallDecision::Allowed;
         }
         let hook_call = HookCall {
             agent: &self.agent,
@@ -238,6 +387,9 @@ impl<'a> Toolbox<'a> {
                     );
                 }
             }
+        }
+        if let Err(refused) = self.pre_tool_use(call, tool.as_ref(), &mut decision, warnings) {
+            return refused;
         }
         // Approval and hooks may take long (a `y/N` prompt waits for a
         // person): a run stopped meanwhile starts no tool.
@@ -284,6 +436,7 @@ impl<'a> Toolbox<'a> {
                     warnings.push(format!("after hook {} failed: {failure}", hook.name()));
                 }
             }
+            self.post_tool_use(call, &mut output, &mut warnings);
         }
         self.audit(call, Phase::After, Some((decision, output.is_error)));
         let record = ToolRecord {
@@ -300,10 +453,11 @@ impl<'a> Toolbox<'a> {
         }
     }
 
-    async fn run_tool(&self, tool: &dyn Tool, call: &ToolCall) -> ToolOutput {
+    async fn run_tool(&self, tool: &dyn Tool, call: &ToolCall, span: &Span) -> ToolOutput {
         let context = ToolContext {
             agent: &self.agent,
             call,
+            span,
         };
         let ran = match self.drive {
             Drive::Blocking => catch_unwind(AssertUnwindSafe(|| tool.run(call.input(), &context))),
@@ -324,18 +478,36 @@ impl<'a> Toolbox<'a> {
     }
 
     async fn process(&mut self, call: &ToolCall) -> Answer {
-        let mut warnings = Vec::new();
-        match self.admit(call, &mut warnings) {
-            Admission::Refused(output, decision) => {
-                self.conclude(call, output, decision, false, warnings)
-            }
-            Admission::Admitted(tool, decision) => {
-                self.running.insert(call.id().clone(), decision);
-                let output = self.run_tool(tool.as_ref(), call).await;
-                self.running.remove(call.id());
-                self.conclude(call, output, decision, true, warnings)
+        let span = telemetry::tool_span(call, self.gate.telemetry);
+        let answer = async {
+            let mut warnings = Vec::new();
+            match self.admit(call, &mut warnings) {
+                Admission::Refused(output, decision) => {
+                    self.conclude(call, output, decision, false, warnings)
+                }
+                Admission::Admitted(tool, decision) => {
+                    self.running.insert(call.id().clone(), decision);
+                    let output = self.run_tool(tool.as_ref(), call, &span).await;
+                    self.running.remove(call.id());
+                    self.conclude(call, output, decision, true, warnings)
+                }
             }
         }
+        .instrument(span.clone())
+        .await;
+        self.record_span(&span, &answer.record);
+        answer
+    }
+
+    /// Records how a call ended on its `execute_tool` span.
+    fn record_span(&self, span: &Span, record: &ToolRecord) {
+        telemetry::record_tool(
+            span,
+            self.gate.telemetry,
+            record.decision.as_str(),
+            record.is_error,
+            &record.content,
+        );
     }
 
     /// Runs one batch: consecutive calls to one delegating tool. Admission
@@ -344,16 +516,21 @@ impl<'a> Toolbox<'a> {
     /// waits in `prepared` for its turn.
     async fn run_batch(&mut self, run: &[ToolCall]) {
         let mut admitted: Vec<AdmittedCall<'_>> = Vec::new();
+        let mut spans = Vec::new();
         for call in run {
             let mut warnings = Vec::new();
-            match self.admit(call, &mut warnings) {
+            let span = telemetry::tool_span(call, self.gate.telemetry);
+            match span.in_scope(|| self.admit(call, &mut warnings)) {
                 Admission::Refused(output, decision) => {
-                    let answer = self.conclude(call, output, decision, false, warnings);
+                    let answer =
+                        span.in_scope(|| self.conclude(call, output, decision, false, warnings));
+                    self.record_span(&span, &answer.record);
                     self.prepared.insert(call.id().clone(), answer);
                 }
                 Admission::Admitted(tool, decision) => {
                     self.running.insert(call.id().clone(), decision);
                     admitted.push((call, tool, decision, warnings));
+                    spans.push(span);
                 }
             }
         }
@@ -363,9 +540,11 @@ impl<'a> Toolbox<'a> {
         let (name, tool) = (first.name(), Arc::clone(tool));
         let contexts: Vec<ToolContext<'_>> = admitted
             .iter()
-            .map(|(call, ..)| ToolContext {
+            .zip(&spans)
+            .map(|((call, ..), span)| ToolContext {
                 agent: &self.agent,
                 call,
+                span,
             })
             .collect();
         let ran = match self.drive {
@@ -385,14 +564,15 @@ impl<'a> Toolbox<'a> {
             vec![ToolOutput::error(text); contexts.len()]
         });
         let mut outputs = outputs.into_iter();
-        for (call, _, decision, warnings) in admitted {
+        for ((call, _, decision, warnings), span) in admitted.into_iter().zip(spans) {
             let output = outputs.next().unwrap_or_else(|| {
                 ToolOutput::error(format!(
                     "{name} failed: the batch returned no result for this call"
                 ))
             });
             self.running.remove(call.id());
-            let answer = self.conclude(call, output, decision, true, warnings);
+            let answer = span.in_scope(|| self.conclude(call, output, decision, true, warnings));
+            self.record_span(&span, &answer.record);
             self.prepared.insert(call.id().clone(), answer);
         }
     }
@@ -463,6 +643,49 @@ impl Executor for Toolbox<'_> {
 
     fn interrupt(&self) -> Option<Interrupt> {
         self.gate.guard.interrupt()
+    }
+
+    /// The settings' `Stop` hooks (`SubagentStop` for a child): a block
+    /// sends the agent on with its reason while the budget allows.
+    fn review_answer(&mut self, call: u32, answer: &str, calls_left: bool) -> Option<String> {
+        let input = HookInput::stop(&self.agent, call, answer, self.stop_hook_active);
+        if !self.gate.commands.has(input.event()) {
+            return None;
+        }
+        let mut warnings = Vec::new();
+        // `continue: false` here only lets the agent finish, as it would.
+        let outcome = run_command_hooks(
+            self.gate.commands,
+            self.gate.monitor,
+            self.gate.audit,
+            &self.agent,
+            &input,
+            &mut warnings,
+        );
+        let message = match outcome.verdict {
+            HookVerdict::Block(reason) if outcome.stop.is_none() => Some(reason),
+            _ => None,
+        };
+        let message = match message {
+            Some(message) if calls_left => {
+                self.stop_hook_active = true;
+                Some(message)
+            }
+            Some(message) => {
+                warnings.push(format!(
+                    "a {} hook asked to go on ({message}), but no model call is left; the answer stands",
+                    input.event()
+                ));
+                None
+            }
+            None => None,
+        };
+        self.warn(warnings);
+        message
+    }
+
+    fn telemetry(&self) -> Telemetry {
+        self.gate.telemetry
     }
 
     /// Plans the round (the per-reply limit, batches of consecutive

@@ -7,6 +7,7 @@
 
 mod builder;
 pub mod executor;
+pub mod output;
 mod resume_point;
 pub mod subagent;
 

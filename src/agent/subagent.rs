@@ -21,26 +21,34 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use schemars::JsonSchema;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning, run_command_hooks};
+use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
-    Budget, Conversation, OnEmptyReply, Outcome, StatusKind, ToolOutput,
+    Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind, ToolOutput,
 };
 use crate::core::error::SetupError;
+use crate::core::hook::HookEvent;
 use crate::core::protocol::ToolUseId;
+use crate::policy::command_hooks::{CommandHooks, HookInput};
 use crate::policy::hooks::{AuditLog, Hooks};
 use crate::policy::permission::Approver;
 use crate::run::driver::{self, block_on};
 use crate::run::join::{CatchUnwind, join_all};
 use crate::run::limits::RunGuard;
-use crate::run::model::{Blocking, ChildModels};
+use crate::run::model::{AsyncModel, Blocking, ChildModels};
 use crate::run::monitor::{AgentMonitor, SharedMonitor};
+use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{
     BatchFuture, Capability, ReadOnlyRegistry, Registry, Tool, ToolContext, ToolFuture, refusal,
 };
+use tracing::instrument::WithSubscriber;
+use tracing::{Instrument, Span};
 
 /// The tool's name.
 pub const TASK_TOOL: &str = "task";
@@ -98,6 +106,8 @@ pub struct SubagentConfig {
     hooks: Hooks,
     models: Arc<dyn ChildModels>,
     system: String,
+    output: Option<Arc<dyn OutputCheck>>,
+    output_retries: u32,
 }
 
 impl std::fmt::Debug for SubagentConfig {
@@ -122,7 +132,36 @@ impl SubagentConfig {
             hooks,
             models,
             system: CHILD_SYSTEM.to_owned(),
+            output: None,
+            output_retries: DEFAULT_OUTPUT_RETRIES,
         }
+    }
+
+    /// Asks each child for a structured answer, checked as the parent's is
+    /// ([`crate::AgentBuilder::output_check`]): the report's `summary` is
+    /// then the answer's JSON value, and a child whose answer still does
+    /// not match after its retries reports `invalid_output` with the reason
+    /// (an error result). The `task` tool's description tells the parent
+    /// the shape that comes back.
+    pub fn output_check(mut self, check: Arc<dyn OutputCheck>) -> Self {
+        self.output = Some(check);
+        self
+    }
+
+    /// [`SubagentConfig::output_check`] with a JSON schema.
+    pub fn output_schema(self, schema: Value) -> Self {
+        self.output_check(SchemaOutput::shared(schema))
+    }
+
+    /// [`SubagentConfig::output_check`] with the schema of `T`.
+    pub fn output<T: JsonSchema + DeserializeOwned + 'static>(self) -> Self {
+        self.output_check(TypedOutput::<T>::shared())
+    }
+
+    /// How many of a child's answers that do not match are sent back (default 1).
+    pub fn output_retries(mut self, retries: u32) -> Self {
+        self.output_retries = retries;
+        self
     }
 
     /// The child's tools, by name; each must be a read-only tool of the parent.
@@ -144,6 +183,10 @@ impl SubagentConfig {
     }
 }
 
+/// The `task` tool's description.
+const TASK_DESCRIPTION: &str = "Delegate a self-contained sub-question to a subagent with a fresh history and read-only tools. \
+Returns a JSON report {status, summary, calls}; only the summary comes back, not the subagent's history.";
+
 /// What the parent gets back: `{"status", "summary", "calls"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TaskReport {
@@ -163,7 +206,15 @@ impl TaskReport {
     /// The report of a child's outcome. No model is asked to summarise.
     pub fn from_outcome(outcome: &Outcome) -> Self {
         let mut is_error = outcome.status != StatusKind::Answered;
-        let mut summary = outcome.text.clone();
+        // A checked answer is its value (compact JSON); one that failed the
+        // check says why.
+        let mut summary = match (&outcome.output, &outcome.output_error) {
+            (Some(value), _) => value.to_string(),
+            (None, Some(error)) => {
+                format!("the answer does not match the output schema: {error}")
+            }
+            (None, None) => outcome.text.clone(),
+        };
         if let Some((cut, _)) = summary.char_indices().nth(MAX_SUMMARY_CHARS) {
             summary.truncate(cut);
             summary.push_str(TRUNCATION_NOTE);
@@ -227,7 +278,14 @@ pub(crate) struct Shared {
     pub(crate) guard: Arc<RunGuard>,
     /// What an empty `end_turn` leads to, for the parent and every child.
     pub(crate) on_empty: OnEmptyReply,
+    /// The settings' command hooks, for the parent and every child.
+    pub(crate) commands: CommandHooks,
+    /// What the spans of the parent and every child may record.
+    pub(crate) telemetry: Telemetry,
 }
+
+/// A child of a batch: its task, its number, its call's id and span.
+type Planned<'c> = (&'c str, usize, &'c ToolUseId, &'c Span);
 
 /// The `task` tool. Built by [`crate::AgentBuilder::subagents`].
 pub struct TaskTool {
@@ -236,6 +294,11 @@ pub struct TaskTool {
     hooks: Hooks,
     models: Arc<dyn ChildModels>,
     system: String,
+    /// The child's output check and its retries.
+    output: Option<(Arc<dyn OutputCheck>, u32)>,
+    /// What the parent is told the tool does (and, with an output check,
+    /// the shape of the summary).
+    description: String,
     /// The run's services, set once when the agent is built.
     shared: Arc<OnceLock<Shared>>,
 }
@@ -262,12 +325,21 @@ impl TaskTool {
         }
         let names: Vec<&str> = config.whitelist.iter().map(String::as_str).collect();
         let registry = parent.read_only_subset(&names)?;
+        let mut description = TASK_DESCRIPTION.to_owned();
+        if let Some(check) = &config.output {
+            description.push_str(&format!(
+                " The summary of an answered report is a JSON value matching this schema: {}",
+                check.schema()
+            ));
+        }
         Ok(Self {
             registry,
             budget: config.budget,
             hooks: config.hooks,
             models: config.models,
             system: config.system,
+            output: config.output.map(|check| (check, config.output_retries)),
+            description,
             shared,
         })
     }
@@ -313,31 +385,45 @@ impl TaskTool {
         number: usize,
         task: &str,
         parent_call: &ToolUseId,
+        call_span: &Span,
         drive: Drive,
     ) -> ToolOutput {
         let agent = AgentId::Child {
             number,
             parent_tool_use_id: parent_call.clone(),
         };
+        // The child's span hangs under its `task` call's, whichever thread
+        // or future it runs on.
+        let dispatch = telemetry::dispatch_of(call_span);
+        let span = telemetry::child_agent_span(call_span, &dispatch, &agent);
+        telemetry::record_agent_input(&span, shared.telemetry, task);
+        telemetry::record_budget(&span, self.budget.get().get());
         let started = Instant::now();
         let gate = Gate {
             registry: self.registry.registry(),
             approver: shared.approver.as_ref(),
             hooks: &self.hooks,
+            commands: &shared.commands,
             audit: &shared.audit,
             monitor: &shared.monitor,
             guard: &shared.guard,
+            telemetry: shared.telemetry,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
-        let outcome = match Conversation::start(task, self.budget.get()) {
+        let task_text = Self::subagent_start(shared, &agent, task, &mut toolbox);
+        let outcome = match Conversation::start(&task_text, self.budget.get()) {
             Ok(conversation) => {
-                let conversation = conversation
+                let mut conversation = conversation
                     .with_system(self.system.as_str())
                     .on_empty_reply(shared.on_empty);
+                if let Some((check, retries)) = &self.output {
+                    conversation = conversation.expect_output(Arc::clone(check), *retries);
+                }
                 match drive {
                     Drive::Blocking => {
                         let mut model = Blocking(self.models.model_for(number));
+                        telemetry::record_identity(&span, model.identity().as_ref());
                         driver::drive(
                             &agent,
                             conversation,
@@ -346,10 +432,13 @@ impl TaskTool {
                             &mut toolbox,
                             &mut observer,
                         )
+                        .instrument(span.clone())
+                        .with_subscriber(dispatch.clone())
                         .await
                     }
                     Drive::Async => {
                         let mut model = self.models.async_model_for(number);
+                        telemetry::record_identity(&span, model.identity().as_ref());
                         driver::drive(
                             &agent,
                             conversation,
@@ -358,6 +447,8 @@ impl TaskTool {
                             &mut toolbox,
                             &mut observer,
                         )
+                        .instrument(span.clone())
+                        .with_subscriber(dispatch.clone())
                         .await
                     }
                 }
@@ -368,6 +459,8 @@ impl TaskTool {
         let (tools, warnings) = toolbox.into_parts();
         let empty_replies_continued = observer.continued();
         let usage_per_call = observer.into_usage();
+        // A child delegates nothing: its total is its own usage.
+        telemetry::record_outcome(&span, &outcome, &outcome.usage);
         let report = TaskReport::from_outcome(&outcome);
         let output = report.to_output();
         shared
@@ -389,6 +482,36 @@ impl TaskTool {
         output
     }
 
+    /// The settings' `SubagentStart` hooks: the child's first message is
+    /// its task with their context appended.
+    fn subagent_start(
+        shared: &Shared,
+        agent: &AgentId,
+        task: &str,
+        toolbox: &mut Toolbox<'_>,
+    ) -> String {
+        if !shared.commands.has(HookEvent::SubagentStart) {
+            return task.to_owned();
+        }
+        let mut warnings = Vec::new();
+        let outcome = run_command_hooks(
+            &shared.commands,
+            &shared.monitor,
+            &shared.audit,
+            agent,
+            &HookInput::subagent_start(agent, task),
+            &mut warnings,
+        );
+        toolbox.warn(warnings);
+        if let Some(reason) = &outcome.stop {
+            shared.guard.stop(reason.clone());
+        }
+        match outcome.context_text() {
+            Some(context) => format!("{task}\n\n{context}"),
+            None => task.to_owned(),
+        }
+    }
+
     /// The report of a child that panicked.
     fn panicked(task: &str, number: usize, id: &ToolUseId) -> ToolOutput {
         let outcome = refusal_outcome(
@@ -404,7 +527,7 @@ impl TaskTool {
     fn plan_batch<'c>(
         shared: &Shared,
         calls: &'c [ToolContext<'c>],
-    ) -> Vec<Result<(&'c str, usize, &'c ToolUseId), ToolOutput>> {
+    ) -> Vec<Result<Planned<'c>, ToolOutput>> {
         let checked: Vec<Result<&str, ToolOutput>> = calls
             .iter()
             .map(|context| check_task(context.call.input()))
@@ -417,7 +540,7 @@ impl TaskTool {
             .map(|(context, task)| {
                 let task = task?;
                 match numbers.next().flatten() {
-                    Some(number) => Ok((task, number, context.call.id())),
+                    Some(number) => Ok((task, number, context.call.id(), context.span)),
                     None => Err(Self::over_limit(shared)),
                 }
             })
@@ -447,6 +570,8 @@ fn refusal_outcome(task: &str, reason: &str) -> Outcome {
         calls: 0,
         messages: vec![crate::core::protocol::Message::user_text(task)],
         usage: Default::default(),
+        output: None,
+        output_error: None,
     }
 }
 
@@ -475,8 +600,7 @@ impl Tool for TaskTool {
     }
 
     fn description(&self) -> &str {
-        "Delegate a self-contained sub-question to a subagent with a fresh history and read-only tools. \
-Returns a JSON report {status, summary, calls}; only the summary comes back, not the subagent's history."
+        &self.description
     }
 
     fn input_schema(&self) -> Value {
@@ -503,9 +627,14 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
             return Self::not_built();
         };
         match Self::plan_one(shared, input) {
-            Ok((task, number)) => {
-                block_on(self.run_child(shared, number, task, context.call.id(), Drive::Blocking))
-            }
+            Ok((task, number)) => block_on(self.run_child(
+                shared,
+                number,
+                task,
+                context.call.id(),
+                context.span,
+                Drive::Blocking,
+            )),
             Err(answer) => answer,
         }
     }
@@ -524,9 +653,16 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
             let handles: Vec<_> = planned
                 .into_iter()
                 .map(|planned| {
-                    planned.map(|(task, number, id)| {
+                    planned.map(|(task, number, id, span)| {
                         let child = scope.spawn(move || {
-                            block_on(self.run_child(shared, number, task, id, Drive::Blocking))
+                            block_on(self.run_child(
+                                shared,
+                                number,
+                                task,
+                                id,
+                                span,
+                                Drive::Blocking,
+                            ))
                         });
                         (child, task, number, id)
                     })
@@ -553,8 +689,15 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
             };
             match Self::plan_one(shared, input) {
                 Ok((task, number)) => {
-                    self.run_child(shared, number, task, context.call.id(), Drive::Async)
-                        .await
+                    self.run_child(
+                        shared,
+                        number,
+                        task,
+                        context.call.id(),
+                        context.span,
+                        Drive::Async,
+                    )
+                    .await
                 }
                 Err(answer) => answer,
             }
@@ -575,12 +718,13 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
             let children: Vec<_> = planned
                 .iter()
                 .filter_map(|planned| planned.as_ref().ok())
-                .map(|&(task, number, id)| {
+                .map(|&(task, number, id, span)| {
                     CatchUnwind(Box::pin(self.run_child(
                         shared,
                         number,
                         task,
                         id,
+                        span,
                         Drive::Async,
                     )))
                 })
@@ -589,7 +733,7 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
             planned
                 .into_iter()
                 .map(|planned| match planned {
-                    Ok((task, number, id)) => match reports.next() {
+                    Ok((task, number, id, _)) => match reports.next() {
                         Some(Ok(report)) => report,
                         _ => Self::panicked(task, number, id),
                     },

@@ -10,7 +10,8 @@ use std::time::Duration;
 use subloop::agent::subagent::ChildBudget;
 use subloop::core::error::SetupError;
 use subloop::host::{DecisionMode, Settings};
-use subloop::tools::{MAX_READ_LIMIT, split_command};
+use subloop::policy::command_hooks::CommandHooks;
+use subloop::tools::{MAX_READ_LIMIT, Sandbox, split_command};
 
 use super::{Command, LiveFlags};
 
@@ -166,10 +167,14 @@ pub(crate) struct Draft {
     pub mcp_servers: Vec<String>,
     /// `--mcp-read-only NAME:TOOL,…`, each given.
     pub mcp_read_only: Vec<String>,
+    /// `--output-schema FILE`.
+    pub output_schema: Option<PathBuf>,
+    /// `--otlp URL`.
+    pub otlp: Option<String>,
 }
 
 /// The flags that may be given more than once (each adds to a list).
-pub(crate) const REPEATABLE: &[&str] = &["mcp-config", "mcp", "mcp-read-only"];
+pub(crate) const REPEATABLE: &[&str] = &["mcp-config", "mcp", "mcp-read-only", "sandbox-env"];
 
 /// A flag's value, with the flag's name for messages.
 pub(crate) struct Value {
@@ -177,6 +182,28 @@ pub(crate) struct Value {
     pub flag: String,
     /// The value as given.
     pub raw: OsString,
+}
+
+/// The largest schema file read (1 MiB).
+const MAX_SCHEMA_BYTES: u64 = 1024 * 1024;
+
+/// Reads a JSON Schema file: a JSON object, at most 1 MiB.
+pub fn read_schema(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|err| format!("cannot read it: {err}"))?;
+    let mut text = String::new();
+    file.take(MAX_SCHEMA_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|err| format!("cannot read it: {err}"))?;
+    if text.len() as u64 > MAX_SCHEMA_BYTES {
+        return Err("it is larger than 1 MiB".to_owned());
+    }
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).map_err(|err| format!("it is not JSON: {err}"))?;
+    if !schema.is_object() {
+        return Err("a JSON Schema file holds an object".to_owned());
+    }
+    Ok(schema)
 }
 
 impl Value {
@@ -428,6 +455,37 @@ pub(crate) const FLAGS: &[Flag] = &[
         }),
     },
     Flag {
+        long: "sandbox",
+        short: None,
+        help: "what run_main's program may touch (Linux): the workspace and a private TMPDIR, the system read-only, no network, a short environment (workspace-write, the default); the same with the workspace read-only (read-only); or no sandbox, your rights and whole environment (off). Where the kernel cannot enforce the level, the program is not run",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("workspace-write|read-only|off", |d, v| {
+            let level = v
+                .raw
+                .to_str()
+                .and_then(Sandbox::parse)
+                .ok_or_else(|| v.takes("workspace-write, read-only or off"))?;
+            d.settings.sandbox = d.settings.sandbox.clone().with_level(level);
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "sandbox-env",
+        short: None,
+        help: "pass the environment variable NAME to run_main's sandboxed program too (it gets only PATH, LANG, LC_ALL, HOME and TMPDIR otherwise; repeatable)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("NAME", |d, v| {
+            let name = v.text()?;
+            if name.is_empty() || name.contains(['=', '\0']) {
+                return Err(v.takes("a variable name (no `=`)"));
+            }
+            d.settings.sandbox = d.settings.sandbox.clone().pass_env(name);
+            Ok(())
+        }),
+    },
+    Flag {
         long: "trace",
         short: None,
         help: "write a JSON Lines trace of every request and reply",
@@ -435,6 +493,17 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("FILE", |d, v| {
             d.settings.trace = Some(v.path());
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "otlp",
+        short: None,
+        help: "send the run's spans (OpenTelemetry GenAI conventions) to this OTLP/HTTP collector, e.g. http://127.0.0.1:4318 (also OTEL_EXPORTER_OTLP_ENDPOINT); content only with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("URL", |d, v| {
+            d.otlp = Some(v.text()?);
             Ok(())
         }),
     },
@@ -570,6 +639,43 @@ pub(crate) const FLAGS: &[Flag] = &[
                 .to_str()
                 .and_then(subloop::core::conversation::OnEmptyReply::parse)
                 .ok_or_else(|| v.takes("stop or continue"))?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "output-schema",
+        short: None,
+        help: "the answer must be JSON matching this JSON Schema file; one that does not is sent back with the reason (see --output-retries), then the run ends invalid_output; the JSON report holds the value under \"output\"",
+        commands: BOTH,
+        group: Group::Options,
+        action: Action::Value("SCHEMA", |d, v| {
+            d.settings.output_schema = Some(
+                read_schema(&v.path())
+                    .map_err(|err| format!("--output-schema {}: {err}", v.path().display()))?,
+            );
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "output-retries",
+        short: None,
+        help: "how many answers that do not match the output schema (given, or recorded in the trace a replay reads) are sent back before the run ends invalid_output (default 1)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("N", |d, v| {
+            d.settings.output_retries = v.count()?;
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "settings",
+        short: None,
+        help: "run the command hooks of a Claude Code settings file {\"hooks\": {EVENT: [{matcher, hooks: [{type: command, command, timeout, failOpen}]}]}} (docs/hooks.md); nothing else of the file is read, and no settings file is ever read unless given",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("SETTINGS", |d, v| {
+            d.settings.hooks =
+                CommandHooks::load(&v.path()).map_err(|err| format!("--settings: {err}"))?;
             Ok(())
         }),
     },

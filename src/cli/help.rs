@@ -32,6 +32,7 @@ fn overview() -> String {
         usage_lines(Command::Chat),
         usage_lines(Command::View),
         vec![
+            "subloop doctor".to_owned(),
             "subloop help [COMMAND]".to_owned(),
             "subloop -h | --help".to_owned(),
             "subloop -V | --version".to_owned(),
@@ -52,6 +53,10 @@ fn overview() -> String {
         ("replay", summary(Command::Replay)),
         ("chat", summary(Command::Chat)),
         ("view", summary(Command::View)),
+        (
+            "doctor",
+            "what this machine supports of run_main's sandbox (Landlock, seccomp), level by level",
+        ),
         (
             "help",
             "this overview, or a command's help: `subloop help run`",

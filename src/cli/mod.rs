@@ -1,4 +1,5 @@
-//! The command line: `subloop demo`, `subloop run`, `subloop replay` and `subloop help`.
+//! The command line: `subloop demo`, `subloop run`, `subloop replay`,
+//! `subloop chat`, `subloop view`, `subloop doctor` and `subloop help`.
 //!
 //! Every flag is one entry of a table (`flags.rs`) that says which
 //! subcommands take it, what its help line is, and what it sets; the parser
@@ -7,10 +8,13 @@
 //! with the same hint, `(see `subloop run --help`)`. `main.rs` only calls
 //! [`parse`], wires [`subloop::host`] and prints.
 
+mod doctor;
 mod flags;
 mod help;
 pub mod output;
 pub mod signals;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -134,6 +138,8 @@ pub struct Cli {
     pub view_output: Option<PathBuf>,
     /// `view`'s budgets to check.
     pub view_policy: subloop::record::invariants::Policy,
+    /// `--otlp URL`: where the run's spans are sent.
+    pub otlp: Option<String>,
 }
 
 /// What the command line asks for.
@@ -204,6 +210,14 @@ where
         Some(Arg::Short('h') | Arg::Long("help")) => return Ok(Invocation::Print(help(None))),
         Some(Arg::Short('V') | Arg::Long("version")) => return Ok(Invocation::Print(version())),
         Some(Arg::Value(word)) if word == "help" => return help_topic(&mut parser),
+        Some(Arg::Value(word)) if word == "doctor" => {
+            return match parser.next().map_err(|err| top(lexopt_message(err)))? {
+                None => Ok(Invocation::Print(doctor::report(
+                    &subloop::tools::sandbox::Support::probe(),
+                ))),
+                Some(_) => Err(top("doctor takes no arguments".into())),
+            };
+        }
         Some(Arg::Value(word)) => {
             let word = word.to_string_lossy();
             Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?
@@ -233,6 +247,8 @@ where
         mcp_files: Vec::new(),
         mcp_servers: Vec::new(),
         mcp_read_only: Vec::new(),
+        otlp: None,
+        output_schema: None,
     };
     let mut replay: Option<PathBuf> = None;
     let mut seen: Vec<&'static str> = Vec::new();
@@ -310,8 +326,15 @@ fn finish(
         mcp_files,
         mcp_servers,
         mcp_read_only,
+        otlp,
+        output_schema,
     } = draft;
     settings.mcp = mcp_servers_of(&mcp_files, &mcp_servers, &mcp_read_only).map_err(fail)?;
+    if let Some(path) = &output_schema {
+        let schema = flags::read_schema(path)
+            .map_err(|err| fail(format!("--output-schema {}: {err}", path.display())))?;
+        settings.output_schema = Some(schema);
+    }
     if live && script.is_some() {
         return Err(fail("--live and --script cannot be used together".into()));
     }
@@ -377,6 +400,7 @@ fn finish(
         keep_going,
         check,
         view_output,
+        otlp,
         view_policy: subloop::record::invariants::Policy {
             parent_calls: view_parent,
             child_calls: view_child,
@@ -440,6 +464,14 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
             return Ok(Invocation::Print(help(None)));
         }
         Some(Arg::Value(word)) if word == "help" => return Ok(Invocation::Print(help(None))),
+        Some(Arg::Value(word)) if word == "doctor" => {
+            return Ok(Invocation::Print(
+                "subloop doctor: says what this machine can enforce of run_main's sandbox: the \
+                 kernel, its Landlock ABI, seccomp, and for each --sandbox level whether it is \
+                 enforced or what is missing. It takes no flags."
+                    .to_owned(),
+            ));
+        }
         Some(Arg::Value(word)) => {
             let word = word.to_string_lossy();
             Command::from_name(&word).ok_or_else(|| top(unknown_command(&word)))?

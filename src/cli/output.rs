@@ -142,6 +142,15 @@ pub fn finish(run: &subloop::host::Run, json: bool) -> std::process::ExitCode {
     } else {
         print_stdout(&run.report.outcome.text, false)
     };
+    // The last answer went to stdout; why it is not the answer asked for
+    // goes to stderr, quiet or not.
+    if let (false, Some(error)) = (json, &run.report.outcome.output_error) {
+        let _ = writeln!(
+            std::io::stderr(),
+            "subloop: the answer does not match the output schema: {}",
+            subloop::core::text::printable(error)
+        );
+    }
     if let Err(err) = printed {
         let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
         return std::process::ExitCode::from(1);

@@ -33,9 +33,20 @@ fn sample(name: &str) -> String {
             .join("examples/mcp.json")
             .to_string_lossy()
             .into_owned(),
+        // A JSON Schema file that exists (it is read while the flags are checked).
+        "SCHEMA" => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/verdict.schema.json")
+            .to_string_lossy()
+            .into_owned(),
+        // A settings file that exists (it is read while the flags are checked).
+        "SETTINGS" => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/hooks.json")
+            .to_string_lossy()
+            .into_owned(),
         "SPEC" => "u=python3 server.py".to_owned(),
         "NAME:TOOLS" => "u:look".to_owned(),
         "A,B,…" => "read_file".to_owned(),
+        "URL" => "http://127.0.0.1:4318".to_owned(),
         other => panic!("add a sample value for a flag value called `{other}`"),
     }
 }

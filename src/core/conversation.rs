@@ -53,6 +53,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -231,6 +232,9 @@ pub enum StatusKind {
     TokenLimit,
     /// The run was cancelled.
     Cancelled,
+    /// The answer did not match the output schema the run asked for, after
+    /// the retries it was given.
+    InvalidOutput,
     /// A `task` call past the run's delegation limit (a report status only:
     /// no conversation ran).
     DelegationLimit,
@@ -248,6 +252,7 @@ impl StatusKind {
             Self::Deadline => "deadline",
             Self::TokenLimit => "token_limit",
             Self::Cancelled => "cancelled",
+            Self::InvalidOutput => "invalid_output",
             Self::DelegationLimit => "delegation_limit",
         }
     }
@@ -263,12 +268,32 @@ impl fmt::Display for StatusKind {
 pub trait Status: sealed::Sealed {
     /// The erased kind of this status.
     const KIND: StatusKind;
+
+    /// Why the answer did not match the output schema, for
+    /// [`InvalidOutput`]; `None` for every other status.
+    fn output_error(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The model gave an answer: `end_turn`, text, no tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answered {
     _private: (),
+}
+
+/// The answer did not match the run's output schema, after every retry the
+/// run allowed: the conversation's text is the last answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvalidOutput {
+    error: String,
+}
+
+impl InvalidOutput {
+    /// Why the last answer does not match (`answer.verdict: expected string, got number`).
+    pub fn error(&self) -> &str {
+        &self.error
+    }
 }
 
 /// The budget was spent after a tool round; the results are in the history.
@@ -408,6 +433,15 @@ macro_rules! statuses {
     )*};
 }
 
+impl sealed::Sealed for InvalidOutput {}
+impl Status for InvalidOutput {
+    const KIND: StatusKind = StatusKind::InvalidOutput;
+
+    fn output_error(&self) -> Option<&str> {
+        Some(&self.error)
+    }
+}
+
 statuses! {
     Answered => Answered,
     CallLimit => CallLimit,
@@ -436,6 +470,8 @@ pub struct AwaitingTools {
 pub struct Finished<S: Status> {
     status: S,
     text: String,
+    /// The answer's value, when the conversation checked its output.
+    output: Option<Value>,
 }
 
 /// What a conversation does with an empty `end_turn` reply (no tool call,
@@ -492,6 +528,39 @@ struct Core {
     on_empty: OnEmptyReply,
     /// The last reply was empty and was answered with [`CONTINUE_PROMPT`].
     continued: bool,
+    /// What the answer is checked against, if anything.
+    output: Option<Expected>,
+}
+
+/// Checks an answer's text against what the host asked for: the schema
+/// sent with each request (so a provider can constrain the reply), and the
+/// check itself, which gives the answer's value or says why there is none.
+/// The `agent` layer implements it with the crate's schema validator
+/// (`agent::output`); the conversation only applies it.
+pub trait OutputCheck: Send + Sync + fmt::Debug {
+    /// The JSON schema the answer must match.
+    fn schema(&self) -> &Value;
+    /// The value an answer's text holds, or why it holds none (the text
+    /// the model is sent back when it may try again).
+    fn check(&self, text: &str) -> Result<Value, String>;
+}
+
+/// An output check, and how many answers may fail it before the
+/// conversation finishes [`InvalidOutput`].
+#[derive(Debug, Clone)]
+struct Expected {
+    check: Arc<dyn OutputCheck>,
+    retries: u32,
+    /// Answers of the current question that failed the check so far.
+    failed: u32,
+}
+
+/// The user message that sends an answer which failed the output check
+/// back to the model.
+pub fn output_retry_prompt(error: &str) -> String {
+    format!(
+        "Your answer does not match the required output schema: {error}. Reply again with only the JSON value, matching the schema."
+    )
 }
 
 impl Core {
@@ -523,6 +592,17 @@ pub enum Reply {
     /// [`OnEmptyReply::Continue`]: the reply was dropped, [`CONTINUE_PROMPT`]
     /// was appended as a user message, and the model is asked again.
     Continued(Conversation<AwaitingModel>),
+    /// The answer failed the output check ([`Conversation::expect_output`])
+    /// and a retry is left: the answer is in the history, followed by
+    /// [`output_retry_prompt`] with `error`, and the model is asked again.
+    InvalidAnswer {
+        /// The conversation, waiting for the model.
+        next: Conversation<AwaitingModel>,
+        /// Why the answer failed.
+        error: String,
+    },
+    /// The answer failed the output check and no retry is left.
+    InvalidOutput(Conversation<Finished<InvalidOutput>>),
 }
 
 /// What answering the tools led to.
@@ -570,6 +650,14 @@ pub struct Outcome {
     /// Token counts summed over every reply that reported them.
     #[serde(default)]
     pub usage: Usage,
+    /// The answer's value, when the run checked its output against a schema
+    /// and the answer matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why the last answer did not match the output schema
+    /// ([`StatusKind::InvalidOutput`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_error: Option<String>,
 }
 
 impl<S> Conversation<S> {
@@ -617,7 +705,11 @@ impl<S> Conversation<S> {
     fn finish<T: Status>(self, status: T, text: String) -> Conversation<Finished<T>> {
         Conversation {
             core: self.core,
-            state: Finished { status, text },
+            state: Finished {
+                status,
+                text,
+                output: None,
+            },
         }
     }
 }
@@ -638,6 +730,7 @@ impl Conversation<AwaitingModel> {
                 usage: Usage::default(),
                 on_empty: OnEmptyReply::Stop,
                 continued: false,
+                output: None,
             },
             state: AwaitingModel { _private: () },
         })
@@ -661,6 +754,22 @@ impl Conversation<AwaitingModel> {
         Ok(self)
     }
 
+    /// Checks every answer with `check`: an answer whose text it refuses is
+    /// sent back to the model with the reason, as a user message
+    /// ([`output_retry_prompt`]), up to `retries` times per question while
+    /// calls are left ([`Reply::InvalidAnswer`]); after that the
+    /// conversation finishes [`InvalidOutput`]. An answer it accepts
+    /// finishes [`Answered`] with the value
+    /// ([`Conversation::<Finished<Answered>>::output`]).
+    pub fn expect_output(mut self, check: Arc<dyn OutputCheck>, retries: u32) -> Self {
+        self.core.output = Some(Expected {
+            check,
+            retries,
+            failed: 0,
+        });
+        self
+    }
+
     /// Sets the system prompt sent with every request.
     pub fn with_system(mut self, system: impl Into<String>) -> Self {
         self.core.system = system.into();
@@ -678,6 +787,11 @@ impl Conversation<AwaitingModel> {
             tools,
             messages: &self.core.history,
             attachment,
+            output: self
+                .core
+                .output
+                .as_ref()
+                .map(|expected| expected.check.schema()),
         }
     }
 
@@ -741,7 +855,7 @@ impl Conversation<AwaitingModel> {
                 } else {
                     self.core.continued = false;
                     self.core.history.push(assistant(into_blocks(reply)));
-                    Reply::Answered(self.finish(Answered { _private: () }, text))
+                    self.answered(text)
                 }
             }
             Some(StopReason::ToolUse) => {
@@ -805,6 +919,36 @@ impl Conversation<AwaitingModel> {
                 }
                 Reply::ModelStopped(self.finish(ModelStopped { reason, reply }, message))
             }
+        }
+    }
+
+    /// An answer (already in the history), checked against the expected
+    /// output if there is one.
+    fn answered(mut self, text: String) -> Reply {
+        let calls_left = self.core.question_calls() < self.core.budget.get();
+        let Some(expected) = &mut self.core.output else {
+            return Reply::Answered(self.finish(Answered { _private: () }, text));
+        };
+        match expected.check.check(&text) {
+            Ok(value) => {
+                let mut done = self.finish(Answered { _private: () }, text);
+                done.state.output = Some(value);
+                Reply::Answered(done)
+            }
+            Err(error) if expected.failed < expected.retries && calls_left => {
+                expected.failed += 1;
+                self.core
+                    .history
+                    .push(Message::user_text(output_retry_prompt(&error)));
+                Reply::InvalidAnswer {
+                    next: Conversation {
+                        core: self.core,
+                        state: AwaitingModel { _private: () },
+                    },
+                    error,
+                }
+            }
+            Err(error) => Reply::InvalidOutput(self.finish(InvalidOutput { error }, text)),
         }
     }
 
@@ -1058,13 +1202,53 @@ impl<S: Status> Conversation<Finished<S>> {
 
     /// The erased, serializable view.
     pub fn into_outcome(self) -> Outcome {
+        let output_error = self.state.status.output_error().map(str::to_owned);
         Outcome {
             status: S::KIND,
             text: self.state.text,
             calls: self.core.calls,
             messages: self.core.history,
             usage: self.core.usage,
+            output: self.state.output,
+            output_error,
         }
+    }
+}
+
+impl Conversation<Finished<Answered>> {
+    /// The answer's value, when the conversation checked its output
+    /// ([`Conversation::expect_output`]).
+    pub fn output(&self) -> Option<&Value> {
+        self.state.output.as_ref()
+    }
+}
+
+impl Conversation<Finished<Answered>> {
+    /// Whether the current question has a model call left (so that
+    /// [`Conversation::keep_going`] can go on).
+    pub fn calls_left(&self) -> bool {
+        self.core.question_calls() < self.core.budget.get()
+    }
+
+    /// The answer is not taken as the end (a `Stop` hook blocked it):
+    /// `message` is appended as a user message and the model is asked
+    /// again, within the current question's budget — unlike
+    /// [`Conversation::follow_up`], which gives a new question a budget of
+    /// its own. With no call left, or an empty message, the answered
+    /// conversation is handed back unchanged.
+    // The conversation is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn keep_going(self, message: &str) -> Result<Conversation<AwaitingModel>, Self> {
+        if message.trim().is_empty() || !self.calls_left() {
+            return Err(self);
+        }
+        let mut core = self.core;
+        core.history.push(Message::user_text(message));
+        core.continued = false;
+        Ok(Conversation {
+            core,
+            state: AwaitingModel { _private: () },
+        })
     }
 }
 
@@ -1106,6 +1290,9 @@ impl Conversation<Finished<Answered>> {
         core.budget = budget;
         core.base = core.calls;
         core.continued = false;
+        if let Some(expected) = &mut core.output {
+            expected.failed = 0;
+        }
         Ok(Conversation {
             core,
             state: AwaitingModel { _private: () },
@@ -1120,8 +1307,9 @@ impl Reply {
     #[allow(clippy::result_large_err)]
     pub fn finished(self) -> Result<Outcome, Self> {
         match self {
-            Self::Tools(_) | Self::Continued(_) => Err(self),
+            Self::Tools(_) | Self::Continued(_) | Self::InvalidAnswer { .. } => Err(self),
             Self::Answered(done) => Ok(done.into_outcome()),
+            Self::InvalidOutput(done) => Ok(done.into_outcome()),
             Self::ModelStopped(done) => Ok(done.into_outcome()),
             Self::ProtocolError(done) => Ok(done.into_outcome()),
         }

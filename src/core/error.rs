@@ -25,6 +25,10 @@ pub enum InputError {
     /// The question was empty or only whitespace.
     #[error("the question is empty")]
     EmptyQuestion,
+    /// A `UserPromptSubmit` hook blocked the question (exit 2, `decision:
+    /// "block"` or `continue: false`), with its reason.
+    #[error("a UserPromptSubmit hook blocked the question: {0}")]
+    PromptBlocked(String),
 }
 
 /// Raw tool results handed to [`crate::Conversation::submit`] did not match the pending calls.

@@ -8,6 +8,7 @@ pub mod agent_id;
 pub mod call;
 pub mod conversation;
 pub mod error;
+pub mod hook;
 pub mod plan;
 pub mod protocol;
 pub mod shared_text;

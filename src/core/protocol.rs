@@ -673,6 +673,11 @@ pub struct Request<'a> {
     /// history. It never goes into a message: text after `tool_result`
     /// blocks is a documented cause of empty `end_turn` replies.
     pub attachment: Option<&'a str>,
+    /// The JSON schema the answer must match, when the run asked for a
+    /// structured answer: a provider with a native mechanism sends it
+    /// (`output_config.format`, `response_format`); every answer is also
+    /// checked locally.
+    pub output: Option<&'a serde_json::Value>,
 }
 
 impl Request<'_> {

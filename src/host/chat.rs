@@ -162,6 +162,11 @@ impl Chat {
         };
         let outcome = &run.report.outcome;
         say(&outcome.text);
+        if let Some(error) = &outcome.output_error {
+            say(&format!(
+                "(the answer does not match the output schema: {error})"
+            ));
+        }
         self.last = Some(outcome.status);
         self.consumed(&run.report);
         self.turns.push(Turn {

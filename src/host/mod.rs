@@ -21,7 +21,9 @@ use crate::core::agent_id::AgentId;
 use crate::core::call::Warning;
 use crate::core::conversation::{Budget, OnEmptyReply};
 use crate::core::error::{InputError, ScriptError, SetupError};
+use crate::core::hook::HookEvent;
 use crate::host::progress::StderrProgress;
+use crate::policy::command_hooks::{CommandHooks, HookSettingsError};
 use crate::policy::hooks::Hooks;
 use crate::policy::permission::PromptWatch;
 use crate::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
@@ -43,7 +45,7 @@ use crate::run::model::ChildModels;
 use crate::run::model::Model;
 use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown};
-use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, SandboxPolicy};
 
 /// The built-in demo workspace files, for runs outside the repository.
 pub const DEMO_FILES: [(&str, &str); 2] = [
@@ -110,6 +112,8 @@ pub struct Settings {
     pub read_limit: usize,
     /// How `run_main` runs.
     pub run: RunSettings,
+    /// The sandbox `run_main` starts programs in (`--sandbox`, `--sandbox-env`).
+    pub sandbox: SandboxPolicy,
     /// The child's call budget.
     pub child_budget: u32,
     /// Where to write the JSON Lines trace, if anywhere (never the script,
@@ -127,6 +131,10 @@ pub struct Settings {
     pub temporary_workspace: bool,
     /// What an empty `end_turn` reply leads to (`--on-empty-reply`).
     pub on_empty_reply: OnEmptyReply,
+    /// The JSON schema the parent's answer must match (`--output-schema`).
+    pub output_schema: Option<serde_json::Value>,
+    /// How many answers that do not match it are sent back (`--output-retries`).
+    pub output_retries: u32,
     /// A trace to resume (`--resume`): the run continues where it ends, and
     /// its lines are appended to it (see [`crate::record::resume`]).
     pub resume: Option<PathBuf>,
@@ -158,6 +166,12 @@ pub struct Settings {
     pub programs: crate::tools::Programs,
     /// Told when an approval prompt opens and closes (`--decision ask`).
     pub prompt_watch: Option<ApprovalWatch>,
+    /// The command hooks of the settings file (`--settings`); none by
+    /// default. Each run gives them its workspace, its trace and the
+    /// host's [`Settings::programs`].
+    pub hooks: CommandHooks,
+    /// What the run's spans may record (message content or not).
+    pub telemetry: crate::run::telemetry::Telemetry,
 }
 
 /// A host's callback, shared (its `Debug` shows only that it is there).
@@ -201,6 +215,7 @@ impl Settings {
             decision: DecisionMode::Ask,
             read_limit: DEFAULT_READ_LIMIT,
             run: RunSettings::default(),
+            sandbox: SandboxPolicy::default(),
             child_budget: ChildBudget::DEFAULT,
             trace: None,
             script: None,
@@ -209,6 +224,8 @@ impl Settings {
             cancel: CancelHandle::new(),
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
+            output_schema: None,
+            output_retries: crate::agent::output::DEFAULT_OUTPUT_RETRIES,
             resume: None,
             follow_up: None,
             view: None,
@@ -221,6 +238,8 @@ impl Settings {
             watch: None,
             programs: crate::tools::Programs::new(),
             prompt_watch: None,
+            hooks: CommandHooks::none(),
+            telemetry: crate::run::telemetry::Telemetry::default(),
         }
     }
 
@@ -279,6 +298,9 @@ pub enum AppError {
     /// An MCP server could not be started (or this build has no MCP client).
     #[error("{0}")]
     Mcp(String),
+    /// The settings file's hooks cannot be used.
+    #[error(transparent)]
+    Hooks(#[from] HookSettingsError),
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -320,14 +342,24 @@ fn assemble(
     trace: Option<&Path>,
 ) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
-    let builder = AgentBuilder::new(approver)
+    let hooks = settings
+        .hooks
+        .clone()
+        .workspace(&settings.workspace)
+        .transcript(trace.or(settings.resume.as_deref()))
+        .with_programs(settings.programs.clone());
+    let mut builder = AgentBuilder::new(approver)
+        .command_hooks(hooks)
         .limits(settings.limits, settings.cancel.clone())
         .on_empty_reply(settings.on_empty_reply)
+        .telemetry(settings.telemetry)
+        .output_retries(settings.output_retries);
+    if let Some(schema) = &settings.output_schema {
+        builder = builder.output_schema(schema.clone());
+    }
+    let builder = builder
         .read_only_tool(ReadFile::new(&settings.workspace, settings.read_limit)?)?
-        .tool(
-            RunMain::new(&settings.workspace, settings.run.clone())?
-                .with_programs(settings.programs.clone()),
-        )?;
+        .tool(run_main(settings)?)?;
     let (builder, mcp) = mcp_tools(settings, builder)?;
     let whitelist: Vec<&str> = settings.child_tools.iter().map(String::as_str).collect();
     let mut builder = builder.plan()?.subagents(
@@ -357,7 +389,8 @@ fn assemble(
         if let Some(workspace) = recorded_workspace(settings) {
             fields["workspace"] = serde_json::json!(workspace);
         }
-        let mut writer = TraceWriter::resume(file, fields);
+        fields["sandbox"] = serde_json::json!(settings.sandbox.level());
+        let mut writer = TraceWriter::resume(file, fields).with_sandbox(settings.sandbox.level());
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
@@ -370,6 +403,7 @@ fn assemble(
         if let Some(workspace) = recorded_workspace(settings) {
             writer = writer.with_workspace(Path::new(&workspace));
         }
+        writer = writer.with_sandbox(settings.sandbox.level());
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
@@ -378,6 +412,18 @@ fn assemble(
         builder = builder.monitor(writer);
     }
     Ok((builder.build(), status, mcp))
+}
+
+/// `run_main` as the settings configure it: its command, sandbox, the
+/// host's process groups and shutdown.
+fn run_main(settings: &Settings) -> Result<RunMain, AppError> {
+    let mut tool = RunMain::new(&settings.workspace, settings.run.clone())?
+        .with_programs(settings.programs.clone())
+        .with_sandbox(settings.sandbox.clone());
+    if let Some(shutdown) = &settings.shutdown {
+        tool = tool.with_shutdown(Arc::clone(shutdown));
+    }
+    Ok(tool)
 }
 
 /// The workspace a trace records: its canonical path, unless it is a
@@ -638,7 +684,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         return Err(InputError::EmptyQuestion.into());
     }
     // A resumed run is rebuilt (and checked) before anything else happens.
-    let resuming = match &settings.resume {
+    let mut resuming = match &settings.resume {
         Some(path) => {
             let resuming = Resuming::load(path, settings)?;
             same_workspace(settings, &resuming.run).map_err(|error| AppError::Resume {
@@ -755,7 +801,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             )
         }
     };
-    let (agent, trace, mcp) = assemble(
+    let (mut agent, trace, mcp) = assemble(
         settings,
         settings.decision.approver(
             &settings.input,
@@ -766,6 +812,18 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         resuming.as_ref().map(|(resuming, point)| (resuming, point)),
         trace_path.as_deref(),
     )?;
+    // A follow-up question is the user's prompt: its UserPromptSubmit
+    // hooks run now (recorded in the trace), and what they add is asked.
+    if let (Some(question), Some((resumed, point))) = (&settings.follow_up, &mut resuming) {
+        let asked = agent.submit_prompt(question)?;
+        if asked != *question {
+            *point = ResumePoint::follow_up(&resumed.run, &asked, budget, settings.on_empty_reply)
+                .map_err(|error| AppError::Resume {
+                    path: settings.resume.clone().unwrap_or_default(),
+                    error,
+                })?;
+        }
+    }
     #[cfg(feature = "live")]
     let _ = stop_slot.set(agent.stop_probe());
     Ok(Prepared {
@@ -932,6 +990,16 @@ pub fn replay(
     })?;
     let mut settings = settings.clone();
     settings.question = question;
+    // The recorded question is asked as recorded: context that SessionStart
+    // or UserPromptSubmit hooks added to it is already in it.
+    settings.hooks = settings
+        .hooks
+        .clone()
+        .without(&[HookEvent::SessionStart, HookEvent::UserPromptSubmit]);
+    // The answer is checked as the recorded run checked it.
+    if settings.output_schema.is_none() {
+        settings.output_schema = recorded.output_schema("parent").cloned();
+    }
     let budget = Budget::new(settings.max_calls)?;
     let log = Arc::new(ReplayLog::new(keep_going));
     let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));

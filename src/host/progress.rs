@@ -4,6 +4,7 @@ use std::io::Write;
 
 use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
+use crate::core::hook::{HookDecision, HookRecord};
 use crate::core::text::printable;
 use crate::run::driver::Event;
 use crate::run::monitor::Monitor;
@@ -42,6 +43,12 @@ impl Monitor for StderrProgress {
             }
             Event::EmptyReplyContinued { call, prompt } => {
                 format!("[{agent}] model call {call} gave an empty reply; answering: {prompt}")
+            }
+            Event::InvalidAnswer { call, error } => {
+                format!(
+                    "[{agent}] model call {call}: the answer does not match the output schema ({}); sent back",
+                    printable(error)
+                )
             }
             Event::ModelFailed { call, failure } => {
                 format!(
@@ -82,6 +89,26 @@ impl Monitor for StderrProgress {
             std::io::stderr(),
             "[{agent}] warning: {}",
             printable(warning)
+        );
+    }
+
+    /// A hook that decided something (or failed) gets a line; one that
+    /// only looked does not.
+    fn hook(&mut self, agent: &AgentId, record: &HookRecord) {
+        if record.decision == HookDecision::None {
+            return;
+        }
+        let reason = record
+            .reason
+            .as_deref()
+            .map(|reason| format!(": {}", preview(reason)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            std::io::stderr(),
+            "[{agent}]   hook {} `{}` -> {}{reason}",
+            record.event,
+            printable(&record.command),
+            record.decision.as_str()
         );
     }
 }

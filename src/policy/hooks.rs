@@ -17,6 +17,7 @@ use thiserror::Error;
 use crate::core::agent_id::AgentId;
 use crate::core::call::CallDecision;
 use crate::core::conversation::{ToolCall, ToolOutput};
+use crate::core::hook::HookRecord;
 use crate::core::protocol::ToolUseId;
 
 /// A hook failed; the call is treated as blocked (or its result as an error).
@@ -130,6 +131,10 @@ pub enum Phase {
     Before,
     /// After the result is known.
     After,
+    /// A command hook ran (its record is in [`AuditEntry::hook`]); for an
+    /// event that is not about a call (`Stop`, `SessionStart`, …) the
+    /// call id and tool are empty.
+    Hook,
 }
 
 /// One line of the audit log.
@@ -149,6 +154,9 @@ pub struct AuditEntry {
     /// After only: whether the result is an error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
+    /// Hook only: the command hook's event, command, exit, decision and duration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hook: Option<HookRecord>,
 }
 
 /// The audit log of a run, shared by the parent and its children.

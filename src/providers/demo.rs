@@ -101,6 +101,10 @@ fn results(messages: &[Message]) -> Vec<(&str, String, bool)> {
 pub struct DemoParent;
 
 impl Model for DemoParent {
+    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
+        Some(crate::run::model::ModelIdentity::new("subloop.demo", None))
+    }
+
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         let turn = turn(request.messages);
         let round = last_round(request.messages);
@@ -185,6 +189,10 @@ fn verdict(messages: &[Message], result: &str, is_error: bool) -> String {
 pub struct DemoChild;
 
 impl Model for DemoChild {
+    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
+        Some(crate::run::model::ModelIdentity::new("subloop.demo", None))
+    }
+
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         let turn = turn(request.messages);
         let round = last_round(request.messages);

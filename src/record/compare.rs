@@ -576,6 +576,7 @@ mod tests {
             tools: &[],
             messages,
             attachment: None,
+            output: None,
         }
     }
 
@@ -609,6 +610,7 @@ mod tests {
             tools: &[],
             messages: &messages,
             attachment: None,
+            output: None,
         };
         assert_eq!(
             divergence(&old, &now),
@@ -637,11 +639,13 @@ mod tests {
             tools: &[],
             messages: &messages,
             attachment: None,
+            output: None,
         };
         assert!(divergence(&old, &now).contains("system prompt differs"));
         let plan = Request {
             system: "sys",
             attachment: Some("plan"),
+            output: None,
             ..now
         };
         assert_eq!(

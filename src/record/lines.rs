@@ -12,7 +12,9 @@ use serde_json::Value;
 
 use crate::core::call::CallDecision;
 use crate::core::conversation::StatusKind;
+use crate::core::hook::HookDecision;
 use crate::core::protocol::{Message, ToolDefinition};
+use crate::tools::sandbox::Sandbox;
 
 /// Every line: its `agent`, `kind` and, for a child, the `task` call that
 /// started it.
@@ -40,6 +42,10 @@ struct Request {
     tool_definitions: Option<Vec<ToolDefinition>>,
     #[serde(default)]
     workspace: Option<String>,
+    #[serde(default)]
+    sandbox: Option<Sandbox>,
+    #[serde(default)]
+    output_schema: Option<serde_json::Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -68,6 +74,13 @@ struct EmptyReply {
 
 #[derive(Deserialize)]
 #[allow(dead_code)]
+struct InvalidAnswer {
+    call: u64,
+    error: String,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
 struct Tool {
     name: String,
     id: String,
@@ -84,6 +97,27 @@ struct Warning {
 
 #[derive(Deserialize)]
 #[allow(dead_code)]
+struct Hook {
+    event: String,
+    command: String,
+    #[serde(default)]
+    call_id: Option<String>,
+    #[serde(default)]
+    tool: Option<String>,
+    #[serde(default)]
+    call: Option<u64>,
+    exit_code: Option<i64>,
+    #[serde(default)]
+    timed_out: bool,
+    decision: HookDecision,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    duration_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
 struct Outcome {
     status: StatusKind,
     text: String,
@@ -91,6 +125,10 @@ struct Outcome {
     calls: Option<u64>,
     #[serde(default)]
     usage: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    output: Option<Value>,
+    #[serde(default)]
+    output_error: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -118,16 +156,20 @@ struct Resumed {
     follow_up: Option<String>,
     #[serde(default)]
     workspace: Option<String>,
+    #[serde(default)]
+    sandbox: Option<Sandbox>,
 }
 
 /// The kinds a trace holds.
-pub(crate) const KINDS: [&str; 9] = [
+pub(crate) const KINDS: [&str; 11] = [
     "request",
     "response",
     "model_failed",
     "empty_reply",
+    "invalid_answer",
     "tool",
     "warning",
+    "hook",
     "outcome",
     "mcp_server",
     "resumed",
@@ -161,8 +203,10 @@ pub(crate) fn check(value: &Value) -> Result<(), String> {
         "response" => Response::deserialize(value).map(drop),
         "model_failed" => ModelFailed::deserialize(value).map(drop),
         "empty_reply" => EmptyReply::deserialize(value).map(drop),
+        "invalid_answer" => InvalidAnswer::deserialize(value).map(drop),
         "tool" => Tool::deserialize(value).map(drop),
         "warning" => Warning::deserialize(value).map(drop),
+        "hook" => Hook::deserialize(value).map(drop),
         "outcome" => Outcome::deserialize(value).map(drop),
         "mcp_server" => McpServer::deserialize(value).map(drop),
         "resumed" => Resumed::deserialize(value).map(drop),
@@ -214,5 +258,19 @@ mod tests {
         assert!(check(&request).is_err());
         let outcome = json!({"agent": "parent", "kind": "outcome", "status": "fine", "text": ""});
         assert!(check(&outcome).is_err());
+        for (sandbox, fine) in [
+            (json!("workspace-write"), true),
+            (json!("read-only"), true),
+            (json!("off"), true),
+            (json!("none"), false),
+            (json!(true), false),
+        ] {
+            let request = json!({"agent": "parent", "kind": "request", "call": 1,
+                                 "messages": [], "sandbox": sandbox});
+            assert_eq!(check(&request).is_ok(), fine, "{request}");
+            let resumed = json!({"agent": "parent", "kind": "resumed", "calls": 1,
+                                 "sandbox": sandbox});
+            assert_eq!(check(&resumed).is_ok(), fine, "{resumed}");
+        }
     }
 }

@@ -76,6 +76,12 @@ struct RecordedAgent {
     calls: Vec<RecordedCall>,
     tool_lines: Vec<Value>,
     parent_tool_use_id: Option<String>,
+    /// The schema its answers were checked against, if any.
+    output_schema: Option<Value>,
+    /// The answers sent back because they did not match it: call → why.
+    invalid_answers: BTreeMap<u32, String>,
+    /// Its `hook` lines, in order.
+    hook_lines: Vec<Value>,
 }
 
 /// The parent's recorded `outcome` line.
@@ -240,6 +246,10 @@ impl RecordedRun {
                             .unwrap_or_default()
                             .to_owned();
                         entry.tool_sets = vec![field(&value, "tool_definitions").map_err(at)?];
+                        entry.output_schema = value
+                            .get("output_schema")
+                            .filter(|v| v.is_object())
+                            .cloned();
                     } else if value
                         .get("tool_definitions")
                         .is_some_and(|defs| !defs.is_null())
@@ -289,6 +299,26 @@ impl RecordedRun {
                     .or_default()
                     .tool_lines
                     .push(value),
+                "hook" => agents
+                    .entry(agent.to_owned())
+                    .or_default()
+                    .hook_lines
+                    .push(value),
+                "invalid_answer" => {
+                    let call = call_number(&value).map_err(at)?;
+                    let error = value
+                        .get("error")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
+                    let call = u32::try_from(call)
+                        .map_err(|_| at(format!("call {call} is out of range")))?;
+                    agents
+                        .entry(agent.to_owned())
+                        .or_default()
+                        .invalid_answers
+                        .insert(call, error);
+                }
                 "outcome" if agent == "parent" => {
                     let text = |name: &str| {
                         value
@@ -323,6 +353,13 @@ impl RecordedRun {
         })
     }
 
+    /// The `hook` lines of `agent`, in order: the command hooks that ran.
+    pub fn hooks(&self, agent: &str) -> &[Value] {
+        self.agents
+            .get(agent)
+            .map_or(&[], |entry| entry.hook_lines.as_slice())
+    }
+
     /// The workspace the recorded run worked in (the last resumed part's),
     /// when the trace says: a run in a temporary copy, or one recorded
     /// before the field existed, does not.
@@ -350,7 +387,24 @@ impl RecordedRun {
                 .unwrap_or_default(),
             messages: entry.messages.get(..recorded.messages)?,
             attachment: recorded.attachment.as_deref(),
+            output: entry.output_schema.as_ref(),
         })
+    }
+
+    /// Why `agent`'s answer to request `call` was sent back, when it did
+    /// not match the output schema.
+    pub fn invalid_answer(&self, agent: &str, call: u32) -> Option<&str> {
+        self.agents
+            .get(agent)?
+            .invalid_answers
+            .get(&call)
+            .map(String::as_str)
+    }
+
+    /// The schema `agent`'s answers were checked against, when the run
+    /// asked for a structured answer.
+    pub fn output_schema(&self, agent: &str) -> Option<&Value> {
+        self.agents.get(agent)?.output_schema.as_ref()
     }
 
     /// The recorded reply to request `call` of `agent`; `None` when the

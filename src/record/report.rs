@@ -11,6 +11,7 @@ use crate::agent::executor::{ToolRecord, Warning};
 use crate::agent::subagent::ChildRecord;
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{Outcome, StatusKind};
+use crate::core::hook::HookRecord;
 use crate::core::protocol::{ToolUseId, Usage};
 
 /// The `--json` object of a run: `status`, `text`, `calls`, `tools`,
@@ -28,6 +29,23 @@ pub struct JsonReport<'a> {
     usage: RunUsage<'a>,
     accounting: RunAccounting<'a>,
     limits: LimitsEntry,
+    /// The checked answer's value (`--output-schema`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a serde_json::Value>,
+    /// Why the last answer did not match the output schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_error: Option<&'a str>,
+    /// The command hooks that ran (`--settings`), in order, each with its agent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    hooks: Vec<HookEntry<'a>>,
+}
+
+/// A command hook's run, with the agent it ran for.
+#[derive(Debug, Serialize)]
+struct HookEntry<'a> {
+    agent: &'a AgentId,
+    #[serde(flatten)]
+    record: &'a HookRecord,
 }
 
 #[derive(Debug, Serialize)]
@@ -43,6 +61,9 @@ struct ChildEntry<'a> {
     warnings: &'a [Warning],
     usage: AgentUsage<'a>,
     empty_replies_continued: u32,
+    /// The child's checked answer, when it had an output check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a serde_json::Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,6 +157,7 @@ fn child_entry(child: &ChildRecord) -> ChildEntry<'_> {
             per_call: &child.usage_per_call,
         },
         empty_replies_continued: child.empty_replies_continued,
+        output: child.outcome.output.as_ref(),
     }
 }
 
@@ -193,6 +215,18 @@ impl<'a> JsonReport<'a> {
                 deadline_secs: report.limits.deadline.map(|d| d.as_secs_f64()),
                 max_tokens_total: report.limits.max_tokens_total,
             },
+            output: report.outcome.output.as_ref(),
+            output_error: report.outcome.output_error.as_deref(),
+            hooks: report
+                .audit
+                .iter()
+                .filter_map(|entry| {
+                    entry.hook.as_ref().map(|record| HookEntry {
+                        agent: &entry.agent,
+                        record,
+                    })
+                })
+                .collect(),
         }
     }
 }
@@ -202,7 +236,8 @@ impl RunReport {
     /// `children` (agent, task, report, tools), `warnings`,
     /// `empty_replies_continued` (also per child), `usage`, and
     /// `accounting` (per agent and in total: model calls, tool calls,
-    /// delegations, tokens, elapsed time) with the run's `limits`.
+    /// delegations, tokens, elapsed time) with the run's `limits`, and
+    /// `hooks` (each command hook that ran, with its agent) when any did.
     ///
     /// A `Value` for hosts that inspect it; [`RunReport::write_json`] writes
     /// the same object without building one.
@@ -263,7 +298,7 @@ mod tests {
             .children
             .iter()
             .map(|child| {
-                json!({
+                let mut value = json!({
                     "agent": child.agent,
                     "parent_tool_use_id": child.parent_tool_use_id,
                     "task": child.task,
@@ -275,10 +310,14 @@ mod tests {
                     "warnings": child.warnings,
                     "usage": {"total": child.outcome.usage, "per_call": child.usage_per_call},
                     "empty_replies_continued": child.empty_replies_continued,
-                })
+                });
+                if let Some(output) = &child.outcome.output {
+                    value["output"] = output.clone();
+                }
+                value
             })
             .collect();
-        json!({
+        let mut value = json!({
             "status": report.outcome.status,
             "text": report.outcome.text,
             "calls": report.outcome.calls,
@@ -307,7 +346,14 @@ mod tests {
                 "deadline_secs": report.limits.deadline.map(|d| d.as_secs_f64()),
                 "max_tokens_total": report.limits.max_tokens_total,
             },
-        })
+        });
+        if let Some(output) = &report.outcome.output {
+            value["output"] = output.clone();
+        }
+        if let Some(error) = &report.outcome.output_error {
+            value["output_error"] = json!(error);
+        }
+        value
     }
 
     fn usage(input: u64, output: u64) -> Usage {
@@ -325,6 +371,8 @@ mod tests {
             calls,
             messages: Vec::new(),
             usage,
+            output: None,
+            output_error: None,
         }
     }
 

@@ -27,6 +27,7 @@
 use serde_json::{Value, json};
 use thiserror::Error;
 
+use crate::agent::output::SchemaOutput;
 use crate::core::conversation::{
     AfterTools, Budget, Conversation, OnEmptyReply, Reply, StatusKind, ToolResult,
 };
@@ -167,6 +168,14 @@ impl ResumePoint {
         // question's is checked at the end.
         let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
         let mut conversation = Conversation::start(&question, unbounded)?.on_empty_reply(on_empty);
+        // Answers are checked as the recorded run checked them, so an answer
+        // that was sent back is rebuilt as one (the number of retries the
+        // run allowed is not recorded: the rebuild allows any; the resumed
+        // run applies its own).
+        if let Some(schema) = run.output_schema(agent) {
+            conversation =
+                conversation.expect_output(SchemaOutput::shared(schema.clone()), u32::MAX);
+        }
         let recorded_calls = run.calls(agent);
         let mut interrupted = Vec::new();
         let mut kept = 0;
@@ -229,7 +238,13 @@ impl ResumePoint {
                         Err(rejected) => return Err(broken(number, &rejected.error.to_string())),
                     };
                 }
-                Reply::Continued(next) => conversation = next,
+                Reply::Continued(next) | Reply::InvalidAnswer { next, .. } => conversation = next,
+                Reply::InvalidOutput(done) => {
+                    return Err(ResumeError::Final {
+                        status: done.status_kind().to_string(),
+                        call: number,
+                    });
+                }
                 Reply::Answered(done) => {
                     // The next question: recorded after this answer, or given now.
                     let (next, next_budget) = if call < recorded_calls {
@@ -559,6 +574,7 @@ pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
         let after_answer = matches!(
             status,
             StatusKind::Answered
+                | StatusKind::InvalidOutput
                 | StatusKind::Cancelled
                 | StatusKind::Deadline
                 | StatusKind::TokenLimit

@@ -9,15 +9,16 @@
 //!
 //! | kind | fields |
 //! |---|---|
-//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` (and on the parent's, `workspace`: the directory the tools work in, unless it was a temporary copy), which a later request carries again when the tools offered changed (an MCP server's list did) |
+//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` (and on the parent's, `workspace`: the directory the tools work in, unless it was a temporary copy; and `sandbox`: the level `run_main`'s programs start in), which a later request carries again when the tools offered changed (an MCP server's list did) |
 //! | `response` | `call`, `response` (the reply as received) |
 //! | `model_failed` | `call`, `error` |
 //! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
 //! | `tool` | `name`, `id`, `decision`, `is_error`, `content` (the result exactly as sent to the model) |
 //! | `warning` | `text` |
+//! | `hook` | `event`, `command`, `call_id` and `tool` (tool events), `call` (the answer a stop hook judged), `exit_code`, `timed_out`, `decision`, `reason`, `duration_ms`: one command hook's run |
 //! | `outcome` | `status`, `text`, `calls`, `usage` |
 //! | `mcp_server` | (parent) `server`, `event` (`started`, with `tools`: the registered names; `exited`, with `how`: the exit status and the server's last stderr lines, when it exits mid-run) |
-//! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"), `workspace` (where the resumed run works): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
+//! | `resumed` | (parent) `calls` kept, `ended` (the earlier part's status, or `interrupted`), `tokens`, `delegations`, `interrupted` (ids answered "not executed"), `workspace` (where the resumed run works), `sandbox` (the level it runs programs in): `subloop run --resume` appends it, then the resumed run's lines; parent calls after `calls` are replaced by the lines that follow |
 //!
 //! A write that fails stops the trace (one line on stderr; [`TraceStatus`]
 //! tells the host afterwards). When the host's [`Shutdown`] runs (a signal ends the process), the
@@ -41,10 +42,12 @@ use serde_json::{Map, Value, json};
 
 use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
+use crate::core::hook::HookRecord;
 use crate::core::protocol::{Message, ToolDefinition, Usage};
 use crate::run::driver::Event;
 use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown, Termination};
+use crate::tools::sandbox::Sandbox;
 
 /// The trace format version written on a trace's first line, and the only one read.
 pub const TRACE_VERSION: u64 = 1;
@@ -77,6 +80,8 @@ pub struct TraceWriter {
     offered: HashMap<AgentId, Vec<String>>,
     /// The workspace the run works in, written on the parent's first request.
     workspace: Option<String>,
+    /// The sandbox level of `run_main`, written on the parent's first request.
+    sandbox: Option<Sandbox>,
     _termination: Option<Registration>,
 }
 
@@ -230,6 +235,13 @@ impl TraceWriter {
         self
     }
 
+    /// Records `level`, the sandbox `run_main` starts programs in, on the
+    /// parent's first request line.
+    pub fn with_sandbox(mut self, level: Sandbox) -> Self {
+        self.sandbox = Some(level);
+        self
+    }
+
     /// A writer on a file already opened for writing.
     pub fn from_file(file: File) -> Self {
         let shared = Arc::new(Mutex::new(TraceFile {
@@ -243,6 +255,7 @@ impl TraceWriter {
             shared,
             offered: HashMap::new(),
             workspace: None,
+            sandbox: None,
             _termination: None,
         }
     }
@@ -310,8 +323,14 @@ impl Monitor for TraceWriter {
                 });
                 if *call == 1 {
                     fields["system"] = json!(request.system);
+                    if let Some(schema) = request.output {
+                        fields["output_schema"] = schema.clone();
+                    }
                     if let (AgentId::Parent, Some(workspace)) = (agent, &self.workspace) {
                         fields["workspace"] = json!(workspace);
+                    }
+                    if let (AgentId::Parent, Some(sandbox)) = (agent, self.sandbox) {
+                        fields["sandbox"] = json!(sandbox);
                     }
                 }
                 let changed = self.offered.get(agent) != Some(&names);
@@ -344,18 +363,31 @@ impl Monitor for TraceWriter {
                     json!({"call": call, "continued_with": prompt}),
                 );
             }
+            Event::InvalidAnswer { call, error } => {
+                self.line(
+                    agent,
+                    "invalid_answer",
+                    json!({"call": call, "error": error}),
+                );
+            }
             Event::ModelFailed { call, failure } => {
                 let fields =
                     json!({"call": call, "error": failure.message, "error_type": failure.kind});
                 self.line(agent, "model_failed", fields);
             }
             Event::Finished { outcome } => {
-                let fields = json!({
+                let mut fields = json!({
                     "status": outcome.status,
                     "text": outcome.text,
                     "calls": outcome.calls,
                     "usage": outcome.usage,
                 });
+                if let Some(output) = &outcome.output {
+                    fields["output"] = output.clone();
+                }
+                if let Some(error) = &outcome.output_error {
+                    fields["output_error"] = json!(error);
+                }
                 self.line(agent, "outcome", fields);
             }
             Event::ToolRequested { .. } | Event::ToolFinished { .. } => {}
@@ -368,6 +400,10 @@ impl Monitor for TraceWriter {
 
     fn warning(&mut self, agent: &AgentId, warning: &str) {
         self.line(agent, "warning", json!({"text": warning}));
+    }
+
+    fn hook(&mut self, agent: &AgentId, record: &HookRecord) {
+        self.line(agent, "hook", json!(record));
     }
 }
 

@@ -32,9 +32,11 @@ impl Paint {
     /// Green for what went as asked, red for refusals and failures, plain otherwise.
     fn mark(&self, word: &str) -> String {
         match word {
-            "allowed" | "not_required" | "answered" | "held" => self.code("32", word),
+            "allowed" | "not_required" | "answered" | "held" | "allow" | "none" => {
+                self.code("32", word)
+            }
             "denied" | "blocked" | "over_limit" | "invalid" | "unregistered" | "stopped"
-            | "broken" => self.code("31", word),
+            | "broken" | "deny" | "block" | "failed" | "hook_failed" => self.code("31", word),
             _ => self.code("33", word),
         }
     }
@@ -119,6 +121,19 @@ fn agent_lines(
     shown.push(agent.to_owned());
     let pad = "    ".repeat(depth);
     let calls = run.calls(agent);
+    let hooks = run.hooks(agent);
+    for line in hooks_of(
+        hooks,
+        &["SessionStart", "UserPromptSubmit", "SubagentStart"],
+    ) {
+        hook_line(line, &pad, paint, out);
+    }
+    if let Some(schema) = run.output_schema(agent) {
+        out.push_str(&format!(
+            "{pad}{agent} answers must match the output schema {}\n",
+            preview(&schema.to_string())
+        ));
+    }
     for call in 1..=calls {
         for question in follow_ups(run, agent, call) {
             out.push_str(&format!(
@@ -169,11 +184,28 @@ fn agent_lines(
         out.push_str(&format!(
             "{pad}{agent} call {call} ({offered} tools offered) -> {reply}\n"
         ));
+        for line in hooks_of(hooks, &["Stop", "SubagentStop"])
+            .filter(|line| line.get("call").and_then(Value::as_u64) == Some(u64::from(call)))
+        {
+            hook_line(line, &pad, paint, out);
+        }
+        if let Some(error) = run.invalid_answer(agent, call) {
+            out.push_str(&format!(
+                "{pad}{agent} answer {call} {}: {}; sent back\n",
+                paint.code("33", "does not match the output schema"),
+                printable(error)
+            ));
+        }
         // This reply's tool lines: those before the next reply's.
         let own = run.tools_of_reply(agent, call);
         for line in own {
             tool_line(line, &pad, paint, out);
             let id = line.get("id").and_then(Value::as_str).unwrap_or_default();
+            for hook in hooks_of(hooks, &["PreToolUse", "PostToolUse"])
+                .filter(|hook| hook.get("call_id").and_then(Value::as_str) == Some(id))
+            {
+                hook_line(hook, &format!("{pad}    "), paint, out);
+            }
             if line.get("name").and_then(Value::as_str) == Some("task") && agent == "parent" {
                 let children: Vec<String> = run
                     .agents()
@@ -189,6 +221,46 @@ fn agent_lines(
             }
         }
     }
+    for line in hooks_of(hooks, &["SessionEnd"]) {
+        hook_line(line, &pad, paint, out);
+    }
+}
+
+/// The hook lines among `hooks` of one of `events`.
+fn hooks_of<'a>(hooks: &'a [Value], events: &'a [&'a str]) -> impl Iterator<Item = &'a Value> {
+    hooks.iter().filter(move |line| {
+        line.get("event")
+            .and_then(Value::as_str)
+            .is_some_and(|event| events.contains(&event))
+    })
+}
+
+/// One command hook's run, under what it decided: its event, command,
+/// decision, exit and duration, and its reason.
+fn hook_line(line: &Value, pad: &str, paint: &Paint, out: &mut String) {
+    let text = |name: &str| line.get(name).and_then(Value::as_str).unwrap_or_default();
+    let exit = match (
+        line.get("exit_code").and_then(Value::as_i64),
+        line.get("timed_out"),
+    ) {
+        (_, Some(Value::Bool(true))) => "timed out".to_owned(),
+        (Some(code), _) => format!("exit {code}"),
+        (None, _) => "no exit code".to_owned(),
+    };
+    let millis = line
+        .get("duration_ms")
+        .and_then(Value::as_u64)
+        .unwrap_or_default();
+    let reason = match text("reason") {
+        "" => String::new(),
+        reason => format!(": {}", preview(reason)),
+    };
+    out.push_str(&format!(
+        "{pad}    hook {} `{}` [{}] {exit}, {millis} ms{reason}\n",
+        printable(text("event")),
+        preview(text("command")),
+        paint.mark(text("decision")),
+    ));
 }
 
 /// The follow-up questions asked before request `call` of `agent`: after
@@ -200,6 +272,11 @@ pub(crate) fn follow_ups(run: &RecordedRun, agent: &str, call: u32) -> Vec<Strin
     let Some(earlier) = call.checked_sub(1).filter(|&earlier| earlier > 0) else {
         return Vec::new();
     };
+    // An answer sent back for not matching the output schema was followed
+    // by the reason, not by a question; so was one a stop hook blocked.
+    if run.invalid_answer(agent, earlier).is_some() || stop_blocked(run, agent, earlier) {
+        return Vec::new();
+    }
     let answered = match run.reply(agent, earlier) {
         Some(Ok(reply)) => {
             let mut said = false;
@@ -236,6 +313,15 @@ pub(crate) fn follow_ups(run: &RecordedRun, agent: &str, call: u32) -> Vec<Strin
         })
         .map(crate::core::protocol::Message::text)
         .collect()
+}
+
+/// Whether a stop hook blocked the answer to request `call` of `agent`
+/// (the next user message is its reason, and the agent went on).
+fn stop_blocked(run: &RecordedRun, agent: &str, call: u32) -> bool {
+    run.hooks(agent).iter().any(|line| {
+        line.get("call").and_then(Value::as_u64) == Some(u64::from(call))
+            && line.get("decision").and_then(Value::as_str) == Some("block")
+    })
 }
 
 fn tool_line(line: &Value, pad: &str, paint: &Paint, out: &mut String) {

@@ -30,6 +30,8 @@ use crate::core::error::ModelFailure;
 use crate::core::protocol::ToolDefinition;
 use crate::run::model::{AsyncModel, Blocking, Model, Received};
 pub use crate::run::monitor::{Event, Monitor, Silent};
+use crate::run::telemetry::{self, Telemetry};
+use tracing::Instrument;
 
 /// Runs tool calls for the driver.
 pub trait Executor {
@@ -103,12 +105,28 @@ pub trait Executor {
         calls.iter().map(|_| stopped_output(interrupt)).collect()
     }
 
+    /// The model answered request `call` with `answer` (checked against
+    /// the output schema, if any): `Some(message)` sends the agent on,
+    /// `message` appended as a user message (a `Stop` hook that blocked),
+    /// when `calls_left` says the question's budget allows it; `None` lets
+    /// the conversation finish. The default always lets it finish.
+    fn review_answer(&mut self, call: u32, answer: &str, calls_left: bool) -> Option<String> {
+        let _ = (call, answer, calls_left);
+        None
+    }
+
     /// Asked at every turn boundary (before each model request and before
     /// each tool call): `Some` stops the run there. A tool that cannot start
     /// is answered `not executed:`; the conversation then finishes with the
     /// interrupt's status. The default never interrupts.
     fn interrupt(&self) -> Option<Interrupt> {
         None
+    }
+
+    /// What the run's spans may record (message content or not). The
+    /// default records no content.
+    fn telemetry(&self) -> Telemetry {
+        Telemetry::default()
     }
 }
 
@@ -299,6 +317,8 @@ where
     };
     live.stage.ask(conversation);
     let mut sent = sent;
+    let identity = model.identity();
+    let telemetry = live.executor.telemetry();
     loop {
         let conversation = live.stage.asking();
         let call = conversation.calls_made() + 1;
@@ -309,6 +329,7 @@ where
         }
         live.executor.refresh();
         let attachment = live.executor.attachment();
+        let span = telemetry::chat_span(identity.as_ref(), agent, call);
         let answer = {
             // No await comes before the request is sent.
             live.stage.in_flight = true;
@@ -324,8 +345,14 @@ where
                 },
             );
             sent = request.messages.len();
-            model.respond_async(&request).await
+            telemetry::record_request(&span, telemetry, &request);
+            model.respond_async(&request).instrument(span.clone()).await
         };
+        match &answer {
+            Ok(received) => telemetry::record_response(&span, telemetry, received),
+            Err(failure) => telemetry::record_failure(&span, failure),
+        }
+        drop(span);
         let conversation = live.stage.take_asking();
         let Received {
             response: reply,
@@ -374,7 +401,32 @@ where
                 live.stage.ask(next);
                 continue;
             }
-            Reply::Answered(done) => return live.finish(done.into_outcome()),
+            Reply::InvalidAnswer { next, error } => {
+                live.monitor.event(
+                    agent,
+                    &Event::InvalidAnswer {
+                        call,
+                        error: &error,
+                    },
+                );
+                live.stage.ask(next);
+                continue;
+            }
+            Reply::Answered(done) => {
+                let calls_left = done.calls_left();
+                let Some(message) = live.executor.review_answer(call, done.text(), calls_left)
+                else {
+                    return live.finish(done.into_outcome());
+                };
+                match done.keep_going(&message) {
+                    Ok(next) => {
+                        live.stage.ask(next);
+                        continue;
+                    }
+                    Err(done) => return live.finish(done.into_outcome()),
+                }
+            }
+            Reply::InvalidOutput(done) => return live.finish(done.into_outcome()),
             Reply::ModelStopped(done) => return live.finish(done.into_outcome()),
             Reply::ProtocolError(done) => return live.finish(done.into_outcome()),
         };

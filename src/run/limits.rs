@@ -137,6 +137,8 @@ pub(crate) struct RunGuard {
     started: OnceLock<Instant>,
     tokens: AtomicU64,
     delegations: AtomicUsize,
+    /// Why a hook stopped the run (`continue: false`), once one did.
+    stopped: OnceLock<String>,
 }
 
 impl RunGuard {
@@ -147,7 +149,15 @@ impl RunGuard {
             started: OnceLock::new(),
             tokens: AtomicU64::new(0),
             delegations: AtomicUsize::new(0),
+            stopped: OnceLock::new(),
         }
+    }
+
+    /// A hook said the run is not to continue (`continue: false`): it
+    /// stops at its next turn boundary, as a cancelled run does, with
+    /// `reason` (the first reason given wins).
+    pub(crate) fn stop(&self, reason: String) {
+        let _ = self.stopped.set(reason);
     }
 
     pub(crate) fn limits(&self) -> Limits {
@@ -205,6 +215,12 @@ impl RunGuard {
     /// Whether the run must stop at this turn boundary, and why.
     pub(crate) fn interrupt(&self) -> Option<Interrupt> {
         let limits = self.limits();
+        if let Some(reason) = self.stopped.get() {
+            return Some(Interrupt {
+                kind: InterruptKind::Cancelled,
+                text: format!("a hook stopped the run: {reason}"),
+            });
+        }
         if self.cancelled() {
             return Some(Interrupt {
                 kind: InterruptKind::Cancelled,

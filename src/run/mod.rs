@@ -1,6 +1,8 @@
 //! The one loop: the [`driver`] that takes a conversation from question to
 //! finish, the [`model::Model`] it asks, the [`limits`] of a run and its
-//! cancellation, and the [`monitor::Monitor`] that watches it.
+//! cancellation, the [`monitor::Monitor`] that watches it, the
+//! [`process`] groups the programs subloop starts run in, and the
+//! [`telemetry`] spans it opens.
 //!
 //! May import: [`crate::core`].
 
@@ -9,4 +11,6 @@ pub mod join;
 pub mod limits;
 pub mod model;
 pub mod monitor;
+pub mod process;
 pub mod shutdown;
+pub mod telemetry;

@@ -35,6 +35,27 @@ impl Received {
     }
 }
 
+/// Who answers a model's requests, as telemetry names it: the provider
+/// (`gen_ai.provider.name`: `anthropic`, `openai`, `subloop.scripted`…)
+/// and the model asked for (`gen_ai.request.model`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelIdentity {
+    /// The provider, as the OpenTelemetry GenAI conventions name it.
+    pub provider: String,
+    /// The model name sent with each request; `None` when there is none.
+    pub model: Option<String>,
+}
+
+impl ModelIdentity {
+    /// A provider and the model asked of it.
+    pub fn new(provider: impl Into<String>, model: Option<String>) -> Self {
+        Self {
+            provider: provider.into(),
+            model,
+        }
+    }
+}
+
 /// Anything that answers model requests: a replay script, a built-in stub, an HTTP client.
 pub trait Model {
     /// Answers one request. A failure ends the conversation as `model_error`.
@@ -46,6 +67,12 @@ pub trait Model {
     fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         self.respond(request).map(Received::parsed)
     }
+
+    /// The provider and model, for the spans of each request. The default
+    /// is `None` (nothing is said about either).
+    fn identity(&self) -> Option<ModelIdentity> {
+        None
+    }
 }
 
 impl<M: Model + ?Sized> Model for &mut M {
@@ -56,6 +83,10 @@ impl<M: Model + ?Sized> Model for &mut M {
     fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         (**self).respond_received(request)
     }
+
+    fn identity(&self) -> Option<ModelIdentity> {
+        (**self).identity()
+    }
 }
 
 impl<M: Model + ?Sized> Model for Box<M> {
@@ -65,6 +96,10 @@ impl<M: Model + ?Sized> Model for Box<M> {
 
     fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         (**self).respond_received(request)
+    }
+
+    fn identity(&self) -> Option<ModelIdentity> {
+        (**self).identity()
     }
 }
 
@@ -87,11 +122,20 @@ pub trait AsyncModel {
     /// [`Model::respond_received`]). A failure ends the conversation as
     /// `model_error`.
     fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a>;
+
+    /// The provider and model (see [`Model::identity`]); the default is `None`.
+    fn identity(&self) -> Option<ModelIdentity> {
+        None
+    }
 }
 
 impl<M: AsyncModel + ?Sized> AsyncModel for Box<M> {
     fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a> {
         (**self).respond_async(request)
+    }
+
+    fn identity(&self) -> Option<ModelIdentity> {
+        (**self).identity()
     }
 }
 
@@ -106,6 +150,10 @@ impl<M: Model> AsyncModel for Blocking<M> {
     fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a> {
         let answer = self.0.respond_received(request);
         Box::pin(std::future::ready(answer))
+    }
+
+    fn identity(&self) -> Option<ModelIdentity> {
+        self.0.identity()
     }
 }
 

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
+use crate::core::hook::HookRecord;
 use crate::core::protocol::Usage;
 use serde_json::Value;
 
@@ -45,6 +46,15 @@ pub enum Event<'a> {
         call: u32,
         /// The user message's text ([`crate::core::conversation::CONTINUE_PROMPT`]).
         prompt: &'a str,
+    },
+    /// The answer to request `call` failed the run's output check and was
+    /// sent back to the model with `error` (in a user message, sent with
+    /// the next request).
+    InvalidAnswer {
+        /// 1-based request number of the answer.
+        call: u32,
+        /// Why the answer failed.
+        error: &'a str,
     },
     /// The model request failed.
     ModelFailed {
@@ -89,6 +99,11 @@ pub trait Monitor: Send {
     fn warning(&mut self, agent: &AgentId, warning: &str) {
         let _ = (agent, warning);
     }
+
+    /// A command hook of `agent` ran.
+    fn hook(&mut self, agent: &AgentId, record: &HookRecord) {
+        let _ = (agent, record);
+    }
 }
 
 /// A monitor that ignores everything.
@@ -131,6 +146,11 @@ impl SharedMonitor {
     /// Forwards a warning.
     pub fn warning(&self, agent: &AgentId, warning: &str) {
         self.with(|list| list.iter_mut().for_each(|m| m.warning(agent, warning)));
+    }
+
+    /// Forwards a command hook's record.
+    pub fn hook(&self, agent: &AgentId, record: &HookRecord) {
+        self.with(|list| list.iter_mut().for_each(|m| m.hook(agent, record)));
     }
 }
 
@@ -185,5 +205,9 @@ impl Monitor for AgentMonitor<'_> {
 
     fn warning(&mut self, agent: &AgentId, warning: &str) {
         self.monitor.warning(agent, warning);
+    }
+
+    fn hook(&mut self, agent: &AgentId, record: &HookRecord) {
+        self.monitor.hook(agent, record);
     }
 }

@@ -1,5 +1,6 @@
-//! Tools: the [`Tool`] trait, the [`Registry`], argument checks, and the
-//! built-in tools `read_file`, `run_main` and `todo_write`.
+//! Tools: the [`Tool`] trait and typed tools ([`TypedTool`]), the
+//! [`Registry`], argument checks, and the built-in tools `read_file`,
+//! `run_main` (in its [`sandbox`]) and `todo_write`.
 //!
 //! A registry is the single source of both the tool definitions sent to the
 //! model and the dispatch table, so a name the request did not offer cannot
@@ -11,14 +12,20 @@ pub mod mcp;
 mod read_file;
 mod registry;
 pub(crate) mod run_main;
+pub mod sandbox;
 pub mod schema;
 mod todo;
+mod typed;
 
 pub use read_file::Resolution;
-pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, MAX_READ_LIMIT, ReadError, ReadFile};
+pub use read_file::{
+    DEFAULT_READ_LIMIT, MAX_PATH_BYTES, MAX_READ_LIMIT, ReadError, ReadFile, ReadFileArgs,
+};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
+pub use sandbox::{Confinement, Sandbox, SandboxError, SandboxPolicy};
 pub use todo::TodoWrite;
+pub use typed::{TypedTool, input_schema_for};
 
 use std::future::Future;
 use std::pin::Pin;
@@ -56,6 +63,10 @@ pub struct ToolContext<'a> {
     pub agent: &'a AgentId,
     /// The call, with its id.
     pub call: &'a ToolCall,
+    /// The call's `execute_tool` span. A tool that does its work elsewhere
+    /// (another thread, a task of its own) opens its spans under it;
+    /// `&Span::none()` where there is none.
+    pub span: &'a tracing::Span,
 }
 
 /// The future of a tool's answer in an async run ([`Tool::run_async`]).
@@ -71,6 +82,9 @@ pub type BatchFuture<'a> = Pin<Box<dyn Future<Output = Vec<ToolOutput>> + Send +
 /// [`Tool::run_batch_async`], whose defaults call the blocking ones on the
 /// run's task: right for a tool that only computes or reads a file, wrong
 /// for one that waits (a program, a server), which overrides them.
+///
+/// A tool whose arguments are a Rust type implements [`TypedTool`]
+/// instead, and is a `Tool` through it.
 pub trait Tool: Send + Sync {
     /// The name the model calls it by.
     fn name(&self) -> &str;

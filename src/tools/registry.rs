@@ -99,16 +99,41 @@ impl Registry {
         if self.get(&name).is_some() {
             return Err(SetupError::DuplicateTool(name));
         }
+        // The one place a tool's schema is asked for (a typed tool
+        // generates it then): a registry made from this one keeps it.
         let input_schema = tool.input_schema();
-        self.schemas.push(Schema::new(&input_schema));
-        self.definitions.push(ToolDefinition {
+        let schema = Schema::new(&input_schema);
+        let definition = ToolDefinition {
             name,
             description: tool.description().to_owned(),
             input_schema,
-        });
+        };
+        self.keep(entry, definition, schema, origin);
+        Ok(())
+    }
+
+    /// Adds an entry with the definition and compiled schema it had in
+    /// another registry (its name is known to be free here).
+    fn keep(
+        &mut self,
+        entry: ToolEntry,
+        definition: ToolDefinition,
+        schema: Schema,
+        origin: Option<usize>,
+    ) {
+        self.definitions.push(definition);
+        self.schemas.push(schema);
         self.entries.push(entry);
         self.origins.push(origin);
-        Ok(())
+    }
+
+    /// The entry at `index` with its definition and compiled schema.
+    fn kept(&self, index: usize) -> Option<(ToolEntry, ToolDefinition, Schema)> {
+        Some((
+            self.entries.get(index)?.clone(),
+            self.definitions.get(index)?.clone(),
+            self.schemas.get(index)?.clone(),
+        ))
     }
 
     /// Adds a source's tools as they are now; later, [`Registry::refreshed`]
@@ -155,12 +180,12 @@ impl Registry {
         if !changed {
             return (None, warnings);
         }
-        let fixed: Vec<&ToolEntry> = self
-            .entries
+        let fixed: Vec<usize> = self
+            .origins
             .iter()
-            .zip(&self.origins)
+            .enumerate()
             .filter(|(_, origin)| origin.is_none())
-            .map(|(entry, _)| entry)
+            .map(|(index, _)| index)
             .collect();
         let mut fresh = Registry {
             sources: self
@@ -189,9 +214,15 @@ impl Registry {
                     }
                 }
             }
-            if let Some(entry) = fixed.get(position) {
-                // Fixed tools were unique when registered.
-                let _ = fresh.push_from((*entry).clone(), None);
+            if let Some((entry, definition, schema)) =
+                fixed.get(position).and_then(|&index| self.kept(index))
+            {
+                let name = definition.name.clone();
+                // Fixed tools were unique when registered, but a source's
+                // tool placed before this one may have taken the name.
+                if fresh.get(&name).is_none() {
+                    fresh.keep(entry, definition, schema, None);
+                }
             }
         }
         (Some(fresh), warnings)
@@ -267,14 +298,19 @@ impl Registry {
     pub fn read_only_subset(&self, whitelist: &[&str]) -> Result<ReadOnlyRegistry, SetupError> {
         let mut child = ReadOnlyRegistry::new();
         for name in whitelist {
-            let entry = self
+            let index = self
                 .entries
                 .iter()
-                .find(|entry| entry.tool().name() == *name)
+                .position(|entry| entry.tool().name() == *name)
                 .ok_or_else(|| SetupError::UnknownTool((*name).to_owned()))?;
-            match entry {
-                ToolEntry::ReadOnly(tool) if tool.capability() == Capability::ReadOnly => {
-                    child.0.push(ToolEntry::ReadOnly(Arc::clone(tool)))?;
+            match self.kept(index) {
+                Some((entry @ ToolEntry::ReadOnly(_), definition, schema))
+                    if entry.tool().capability() == Capability::ReadOnly =>
+                {
+                    if child.0.get(name).is_some() {
+                        return Err(SetupError::DuplicateTool((*name).to_owned()));
+                    }
+                    child.0.keep(entry, definition, schema, None);
                 }
                 _ => return Err(SetupError::NotReadOnly((*name).to_owned())),
             }

@@ -17,6 +17,12 @@
 //! also kill the running groups itself ([`Programs`]; the CLI does on a
 //! second Ctrl-C, `SIGTERM` and `SIGHUP`).
 //!
+//! On Linux the program starts in a sandbox ([`super::sandbox`], the
+//! [`SandboxPolicy`] of [`RunMain::with_sandbox`], `workspace-write` by
+//! default): the workspace and a private `TMPDIR`, the system read-only, no
+//! network, no signal out, a short environment. Where the kernel cannot
+//! enforce the level the program is not started (`not executed: …`).
+//!
 //! stdout and stderr are each capped: the bytes past the
 //! cap are counted and dropped. The result is a JSON object with the exit
 //! code, the captured text and the dropped byte counts.
@@ -25,16 +31,19 @@ use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::sandbox::{Confinement, SandboxPolicy};
 use super::{Capability, Tool, ToolContext};
 use crate::core::conversation::ToolOutput;
 use crate::core::error::SetupError;
+pub use crate::run::process::{ProcessGroups, Programs};
+use crate::run::process::{Registered, Watchdog, kill_group};
+use crate::run::shutdown::Shutdown;
 use crate::tools::read_file::workspace_root;
 
 /// How `run_main` runs the program.
@@ -132,6 +141,8 @@ pub struct RunMain {
     workspace: PathBuf,
     settings: RunSettings,
     programs: Programs,
+    sandbox: SandboxPolicy,
+    shutdown: Option<Arc<Shutdown>>,
 }
 
 /// The JSON body of a `run_main` result; fields in this order.
@@ -171,7 +182,28 @@ impl RunMain {
             workspace: workspace_root(workspace)?,
             settings,
             programs: Programs::new(),
+            sandbox: SandboxPolicy::default(),
+            shutdown: None,
         })
+    }
+
+    /// Starts programs in the sandbox `policy` describes (the default is
+    /// [`super::Sandbox::WorkspaceWrite`]).
+    pub fn with_sandbox(mut self, policy: SandboxPolicy) -> Self {
+        self.sandbox = policy;
+        self
+    }
+
+    /// The sandbox programs start in.
+    pub fn sandbox(&self) -> &SandboxPolicy {
+        &self.sandbox
+    }
+
+    /// Also removes a running program's private temporary directory when
+    /// the host's `shutdown` runs (a signal ends the host's process).
+    pub fn with_shutdown(mut self, shutdown: Arc<Shutdown>) -> Self {
+        self.shutdown = Some(shutdown);
+        self
     }
 
     /// Keeps the process groups it runs in `programs` (a host's, which it
@@ -200,13 +232,35 @@ impl RunMain {
     }
 
     /// The answer when the program could not be started.
-    fn not_started(program: &str, err: &std::io::Error) -> ToolOutput {
+    fn not_started(&self, program: &str, err: &std::io::Error) -> ToolOutput {
         if err.kind() == std::io::ErrorKind::NotFound {
             return ToolOutput::error(format!(
                 "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
             ));
         }
+        let level = self.sandbox.level();
+        if err.kind() == std::io::ErrorKind::PermissionDenied && level.confines() {
+            return ToolOutput::error(format!(
+                "run_main: cannot start `{program}`: {err} (the {level} sandbox runs programs \
+                 only from the workspace and the system directories)"
+            ));
+        }
         ToolOutput::error(format!("run_main: cannot start `{program}`: {err}"))
+    }
+
+    /// This run's sandbox, or the refusal when it cannot be had: the
+    /// program is never started unconfined by a level that confines.
+    fn confine(&self) -> Result<Confinement, ToolOutput> {
+        match self.sandbox.confine(&self.workspace) {
+            Ok(confinement) => Ok(match &self.shutdown {
+                Some(shutdown) => confinement.remove_on(shutdown),
+                None => confinement,
+            }),
+            Err(err) => Err(super::refusal(format!(
+                "run_main: {err}; to run programs unconfined, choose the sandbox level off \
+                 (`--sandbox off`)"
+            ))),
+        }
     }
 
     /// Runs the program once and reports what happened.
@@ -215,7 +269,16 @@ impl RunMain {
             Ok(split) => split,
             Err(answer) => return answer,
         };
-        let watchdog = match Watchdog::spawn() {
+        // Dropped last: the private TMPDIR goes once the group is gone.
+        let confinement = match self.confine() {
+            Ok(confinement) => confinement,
+            Err(answer) => return answer,
+        };
+        let watchdog = match confinement.temp_dir() {
+            Some(temp) => Watchdog::spawn_removing(temp),
+            None => Watchdog::spawn(),
+        };
+        let watchdog = match watchdog {
             Ok(watchdog) => watchdog,
             Err(err) => {
                 return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
@@ -230,11 +293,12 @@ impl RunMain {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(group);
+        confinement.apply(&mut command);
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
                 watchdog.finish();
-                return Self::not_started(program, &err);
+                return self.not_started(program, &err);
             }
         };
         let slot = Registered(self.programs.groups().register(group));
@@ -280,7 +344,16 @@ impl RunMain {
             Ok(split) => split,
             Err(answer) => return answer,
         };
-        let watchdog = match Watchdog::spawn() {
+        // Dropped last: the private TMPDIR goes once the group is gone.
+        let confinement = match self.confine() {
+            Ok(confinement) => confinement,
+            Err(answer) => return answer,
+        };
+        let watchdog = match confinement.temp_dir() {
+            Some(temp) => Watchdog::spawn_removing(temp),
+            None => Watchdog::spawn(),
+        };
+        let watchdog = match watchdog {
             Ok(watchdog) => watchdog,
             Err(err) => {
                 return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
@@ -296,11 +369,12 @@ impl RunMain {
             .stderr(Stdio::piped())
             .process_group(group)
             .kill_on_drop(true);
+        confinement.apply(command.as_std_mut());
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(err) => {
                 watchdog.finish();
-                return Self::not_started(program, &err);
+                return self.not_started(program, &err);
             }
         };
         let slot = Registered(self.programs.groups().register(group));
@@ -391,18 +465,6 @@ impl RunMain {
     }
 }
 
-/// A group's slot in [`ProcessGroups`], cleared when the program is done
-/// or its run dropped.
-struct Registered<'a>(Option<&'a AtomicI32>);
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.0 {
-            slot.store(0, Ordering::SeqCst);
-        }
-    }
-}
-
 /// A pipe read on the runtime, up to a cap.
 #[cfg(feature = "async")]
 struct AsyncCapture<R> {
@@ -444,235 +506,6 @@ impl<R: tokio::io::AsyncRead + Unpin> AsyncCapture<R> {
                     .extend_from_slice(read.get(..room).unwrap_or_default());
                 out.dropped += (read.len() - room) as u64;
             }
-        }
-    }
-}
-
-/// The process groups of the programs running right now, so that a host
-/// can kill them before its process exits — from a signal handler too:
-/// [`ProcessGroups::kill_all`] is async-signal-safe (atomic loads and
-/// `kill`). A host that wants that makes one (a `static`, for a handler)
-/// and gives it to [`RunMain::with_programs`] through [`Programs`].
-#[derive(Debug)]
-pub struct ProcessGroups([AtomicI32; 64]);
-
-impl Default for ProcessGroups {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl ProcessGroups {
-    /// No group yet.
-    pub const fn new() -> Self {
-        Self([const { AtomicI32::new(0) }; 64])
-    }
-
-    /// Remembers a running group; `None` when every slot is taken (the
-    /// group is then still killed on exit and timeout, only not by
-    /// [`ProcessGroups::kill_all`]).
-    fn register(&self, group: libc::pid_t) -> Option<&AtomicI32> {
-        self.0.iter().find(|slot| {
-            slot.compare_exchange(0, group, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        })
-    }
-
-    /// Kills every program running now. Async-signal-safe.
-    pub fn kill_all(&self) {
-        for slot in &self.0 {
-            let group = slot.load(Ordering::SeqCst);
-            if group > 0 {
-                kill_group(group);
-            }
-        }
-    }
-}
-
-/// Where a [`RunMain`] keeps the groups it runs: its own, or a host's
-/// (a `static` its signal handler can reach).
-#[derive(Debug, Clone)]
-pub struct Programs(Groups);
-
-#[derive(Debug, Clone)]
-enum Groups {
-    Own(Arc<ProcessGroups>),
-    Static(&'static ProcessGroups),
-}
-
-impl Default for Programs {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Programs {
-    /// A list of its own.
-    pub fn new() -> Self {
-        Self(Groups::Own(Arc::new(ProcessGroups::new())))
-    }
-
-    /// The host's list.
-    pub fn from_static(groups: &'static ProcessGroups) -> Self {
-        Self(Groups::Static(groups))
-    }
-
-    /// The groups.
-    pub fn groups(&self) -> &ProcessGroups {
-        match &self.0 {
-            Groups::Own(groups) => groups,
-            Groups::Static(groups) => groups,
-        }
-    }
-
-    /// Kills every program running now.
-    pub fn kill_all(&self) {
-        self.groups().kill_all();
-    }
-}
-
-fn kill_group(group: libc::pid_t) {
-    if group > 0 {
-        // SAFETY: kill(2) with a negative pid signals a process group; no memory is touched.
-        unsafe {
-            libc::kill(-group, libc::SIGKILL);
-        }
-    }
-}
-
-/// The leader of a program's process group: a forked process that kills
-/// the group once the pipe it reads reaches end-of-file, that is, once
-/// subloop has closed the write end or is gone.
-pub(crate) struct Watchdog {
-    pid: libc::pid_t,
-    /// Held only by subloop (close-on-exec, so the program never gets it).
-    alive: Option<std::io::PipeWriter>,
-}
-
-impl Watchdog {
-    /// Forks the watchdog as the leader of a new, empty process group.
-    pub(crate) fn spawn() -> std::io::Result<Self> {
-        use std::os::fd::AsRawFd;
-        let (reader, writer) = std::io::pipe()?;
-        let read_fd = reader.as_raw_fd();
-        let highest_fd = highest_fd();
-        // SAFETY: fork(2); the child only makes async-signal-safe calls
-        // (see `watch`) and never returns.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if pid == 0 {
-            // SAFETY: in the forked child, with descriptors valid in it.
-            unsafe { watch(read_fd, highest_fd) }
-        }
-        drop(reader);
-        // The child makes itself a group leader too; doing it here as well
-        // means the group exists before the program is spawned into it.
-        // SAFETY: setpgid(2) on our own child.
-        unsafe {
-            libc::setpgid(pid, pid);
-        }
-        Ok(Self {
-            pid,
-            alive: Some(writer),
-        })
-    }
-
-    /// The process group the program joins.
-    pub(crate) fn group(&self) -> libc::pid_t {
-        self.pid
-    }
-
-    /// Kills the whole group (the watchdog with it), then reaps the watchdog.
-    fn finish(self) {
-        drop(self);
-    }
-}
-
-impl Drop for Watchdog {
-    /// On every path out of a run, an unwinding one included: the group is
-    /// killed first, then its leader is reaped, so the id is not reused in between.
-    fn drop(&mut self) {
-        kill_group(self.pid);
-        self.alive = None;
-        let mut status = 0;
-        // SAFETY: waitpid(2) on our own child; retried when interrupted.
-        while unsafe { libc::waitpid(self.pid, &mut status, 0) } < 0
-            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-        {}
-    }
-}
-
-/// The highest descriptor a forked watchdog may have inherited (computed
-/// before the fork: the child must not allocate).
-fn highest_fd() -> libc::c_int {
-    // SAFETY: sysconf(3) has no preconditions.
-    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) };
-    libc::c_int::try_from(max.clamp(64, 65_536)).unwrap_or(65_536)
-}
-
-/// The watchdog's whole life, in the forked child: only async-signal-safe
-/// calls (no allocation, no locks). Holds nothing but the pipe's read end;
-/// ignores the terminal's and supervisors' polite signals; when the pipe
-/// reaches end-of-file (or fails), kills its group, itself included.
-unsafe fn watch(read_fd: libc::c_int, highest_fd: libc::c_int) -> ! {
-    // SAFETY: plain system calls on this process, as documented above.
-    unsafe {
-        libc::setpgid(0, 0);
-        let mut mask: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut mask);
-        libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
-        for signal in [
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGTERM,
-            libc::SIGQUIT,
-            libc::SIGPIPE,
-        ] {
-            libc::signal(signal, libc::SIG_IGN);
-        }
-        if read_fd != 0 {
-            libc::dup2(read_fd, 0);
-        }
-        close_from(1, highest_fd);
-        let mut byte = 0u8;
-        loop {
-            let n = libc::read(0, (&raw mut byte).cast(), 1);
-            if n > 0 {
-                continue;
-            }
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            // End-of-file: subloop is gone (or done). The group goes.
-            libc::kill(-libc::getpid(), libc::SIGKILL);
-            libc::_exit(0);
-        }
-    }
-}
-
-/// Closes every descriptor from `first` on (async-signal-safe).
-unsafe fn close_from(first: libc::c_int, highest_fd: libc::c_int) {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: close_range(2) only closes descriptors of this process.
-        let done = unsafe {
-            libc::syscall(
-                libc::SYS_close_range,
-                libc::c_uint::try_from(first).unwrap_or(1),
-                libc::c_uint::MAX,
-                0 as libc::c_uint,
-            )
-        } == 0;
-        if done {
-            return;
-        }
-    }
-    for fd in first..=highest_fd {
-        // SAFETY: closing a descriptor number of this process; EBADF is harmless.
-        unsafe {
-            libc::close(fd);
         }
     }
 }

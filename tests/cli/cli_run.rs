@@ -527,3 +527,136 @@ fn a_long_json_output_is_one_complete_object_with_every_content() {
         assert_eq!(tool["content"], content.as_str(), "call {}", index + 1);
     }
 }
+
+// ------------------------------------------------------------ --output-schema
+
+fn verdict_schema() -> String {
+    common::examples()
+        .join("verdict.schema.json")
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn output_schema_sends_a_prose_answer_back_and_puts_the_value_in_the_json() {
+    let dir = TempDir::new("structured");
+    let trace = dir.path().join("run.jsonl");
+    let schema = verdict_schema();
+    let output = run_example(
+        "structured.json",
+        &[
+            "--output-schema",
+            &schema,
+            "--json",
+            "--quiet",
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = one_object(&output);
+    assert_eq!(report["status"], "answered");
+    assert_eq!(report["output"]["verdict"], "matches");
+    assert_eq!(report["output"]["printed"], "42");
+    assert_eq!(report["calls"], 3);
+    // The trace records the schema and the answer sent back; view shows both.
+    let lines = std::fs::read_to_string(&trace).unwrap();
+    assert!(lines.contains("\"output_schema\""), "{lines}");
+    assert!(lines.contains("\"kind\":\"invalid_answer\""), "{lines}");
+    let view = subloop(&["view", trace.to_str().unwrap(), "--check"]);
+    assert_eq!(view.status.code(), Some(0), "{}", stdout(&view));
+    let text = stdout(&view);
+    assert!(
+        text.contains("parent answers must match the output schema"),
+        "{text}"
+    );
+    assert!(
+        text.contains("parent answer 2 does not match the output schema: the answer is not JSON"),
+        "{text}"
+    );
+    // A replay checks the answers as the recorded run did.
+    let replay = subloop(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--workspace",
+        &workspace(),
+        "--quiet",
+    ]);
+    assert!(
+        stdout(&replay).starts_with("reproduced"),
+        "{}",
+        stdout(&replay)
+    );
+}
+
+#[test]
+fn output_schema_ends_invalid_output_with_exit_1_after_the_retries() {
+    let schema = verdict_schema();
+    let output = run_example(
+        "structured.json",
+        &[
+            "--output-schema",
+            &schema,
+            "--output-retries",
+            "0",
+            "--json",
+            "--quiet",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let report = one_object(&output);
+    assert_eq!(report["status"], "invalid_output");
+    assert_eq!(report["calls"], 2);
+    assert!(report.get("output").is_none());
+    assert!(
+        report["output_error"]
+            .as_str()
+            .is_some_and(|error| error.starts_with("the answer is not JSON")),
+        "{report}"
+    );
+    // Without --json: the last answer on stdout, why it is not one on stderr.
+    let output = run_example(
+        "structured.json",
+        &[
+            "--output-schema",
+            &schema,
+            "--output-retries",
+            "0",
+            "--quiet",
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stdout(&output).starts_with("main.py prints 6 * 7"));
+    assert!(
+        stderr(&output).contains(
+            "subloop: the answer does not match the output schema: the answer is not JSON"
+        ),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn an_unusable_output_schema_file_is_a_usage_error() {
+    let dir = TempDir::new("bad-schema");
+    let not_json = dir.write("schema.json", "{ not json");
+    let array = dir.write("array.json", "[1, 2]");
+    for (path, says) in [
+        (not_json.to_str().unwrap(), "it is not JSON"),
+        (
+            array.to_str().unwrap(),
+            "a JSON Schema file holds an object",
+        ),
+        ("/nonexistent/schema.json", "cannot read it"),
+    ] {
+        let output = run_example("answer.json", &["--output-schema", path]);
+        assert_eq!(output.status.code(), Some(2), "{path}");
+        let err = stderr(&output);
+        assert!(
+            err.contains("--output-schema") && err.contains(says),
+            "{err}"
+        );
+        assert!(stdout(&output).is_empty());
+    }
+}

@@ -10,5 +10,6 @@ mod chat;
 mod cli_run;
 mod cli_usage;
 mod demo_runs;
+mod otel;
 mod output_safety;
 mod readme;

@@ -62,6 +62,8 @@ pub struct SeenRequest {
     /// The history as stored (without the attachment).
     pub messages: Vec<Message>,
     pub attachment: Option<String>,
+    /// The output schema the request carried.
+    pub output: Option<serde_json::Value>,
 }
 
 /// A model replaying `replies` and recording every request; clones share the log.
@@ -91,6 +93,7 @@ impl Model for RecordingModel {
             tools: request.tools.to_vec(),
             messages: request.messages.to_vec(),
             attachment: request.attachment.map(str::to_owned),
+            output: request.output.cloned(),
         });
         self.replies
             .lock()

@@ -82,7 +82,16 @@ fn case() -> impl Strategy<Value = Case> {
                 children,
                 allow,
                 max_tools,
-                max_delegations,
+                // Children of one batch run at the same time in a blocking
+                // run (a thread each), so under a shared token budget which
+                // of them finds it spent first is a race there, in a real
+                // run as here; the async driver polls them in call order.
+                // With a token budget, a run has at most one child.
+                max_delegations: if tokens.is_some() {
+                    max_delegations.min(1)
+                } else {
+                    max_delegations
+                },
                 tokens,
                 budget,
             },

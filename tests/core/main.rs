@@ -18,3 +18,4 @@ mod last_round;
 mod loop_properties;
 mod protocol_roundtrip;
 mod run_limits;
+mod structured_output;

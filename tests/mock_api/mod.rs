@@ -268,6 +268,7 @@ pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
             tools: &tools,
             messages: &messages,
             attachment: None,
+            output: None,
         };
         let reply: ModelResponse = if system == CHILD_SYSTEM {
             child.respond(&request)

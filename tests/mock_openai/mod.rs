@@ -238,6 +238,7 @@ pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
             tools: &parsed.tools,
             messages: &parsed.messages,
             attachment: parsed.attachment.as_deref(),
+            output: None,
         };
         let reply = if parsed.system == CHILD_SYSTEM {
             child.respond(&request)

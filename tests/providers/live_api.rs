@@ -60,6 +60,7 @@ fn one_request(client: &Anthropic) -> Result<ModelResponse, subloop::core::error
         tools: &[],
         messages: &messages,
         attachment: None,
+        output: None,
     })
 }
 
@@ -732,6 +733,7 @@ fn the_request_body_is_exactly_the_messages_api_body_with_cache_breakpoints() {
         tools: &tools,
         messages: &messages,
         attachment: Some("Current plan: x"),
+        output: None,
     };
     client.send(&request).expect("ok");
     let (headers, body) = transport.sent.lock().unwrap()[0].clone();
@@ -903,7 +905,73 @@ fn a_client_reused_after_a_cancelled_run_serves_the_next_run() {
     assert_eq!(second.outcome.calls, 4);
 }
 
+#[test]
+fn a_structured_answer_sends_output_config_and_a_mismatch_goes_back() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["pass", "fail"]},
+            "lines": {"type": "integer", "minimum": 1},
+            "notes": {"type": "object", "properties": {"text": {"type": "string", "maxLength": 80}}}
+        },
+        "required": ["verdict", "lines"]
+    });
+    let text = |text: &str| {
+        Reply::json(
+            200,
+            json!({"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"}),
+        )
+    };
+    let mut replies = vec![
+        text(r#"{"verdict": "maybe", "lines": 3}"#),
+        text(r#"{"verdict": "pass", "lines": 3}"#),
+    ]
+    .into_iter();
+    let server = MockServer::start(move |_| replies.next().unwrap_or(Reply::Hangup));
+    let (client, _) = client(config(&server.url));
+    let mut settings =
+        host::demo_settings(Some(common::examples().join("workspace"))).expect("settings");
+    settings.progress = false;
+    settings.output_schema = Some(schema);
+    let report = client.run(&settings);
+    assert_eq!(
+        report.outcome.status,
+        StatusKind::Answered,
+        "{}",
+        report.outcome.text
+    );
+    assert_eq!(
+        report.outcome.output,
+        Some(json!({"verdict": "pass", "lines": 3}))
+    );
+    let recorded = server.recorded();
+    assert_eq!(recorded.len(), 2);
+    // The schema as the API takes it: objects closed, the bounds it does not
+    // support left out (they are still checked here).
+    let sent = json!({"format": {"type": "json_schema", "schema": {
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["pass", "fail"]},
+            "lines": {"type": "integer"},
+            "notes": {"type": "object", "properties": {"text": {"type": "string"}}, "additionalProperties": false}
+        },
+        "required": ["verdict", "lines"],
+        "additionalProperties": false
+    }}});
+    for request in &recorded {
+        assert_eq!(request.json()["output_config"], sent);
+        assert_eq!(request.header("anthropic-beta"), None, "no beta header");
+    }
+    let messages = recorded[1].json()["messages"].clone();
+    let n = messages.as_array().map_or(0, Vec::len);
+    assert_eq!(
+        messages[n - 1]["content"][0]["text"],
+        "Your answer does not match the required output schema: answer.verdict: must be one of \"pass\", \"fail\". Reply again with only the JSON value, matching the schema."
+    );
+}
+
 crate::async_twins!(
+    a_structured_answer_sends_output_config_and_a_mismatch_goes_back,
     demo_allow_makes_seven_requests_and_matches_the_offline_answer,
     demo_deny_makes_seven_requests_and_matches_the_offline_answer,
     a_429_is_retried_honouring_retry_after,

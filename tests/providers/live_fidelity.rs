@@ -103,6 +103,7 @@ fn null_usage_figures_in_message_delta_keep_what_message_start_said() {
             tools: &[],
             messages: &messages,
             attachment: None,
+            output: None,
         })
         .expect("null figures are no new figures, not a broken reply");
     let usage = received.response.usage.expect("usage");
@@ -284,6 +285,7 @@ fn a_reply_with_server_tool_blocks_is_the_same_streamed_or_not() {
                 tools: &[],
                 messages: &messages,
                 attachment: None,
+                output: None,
             })
             .expect("a reply")
     };
@@ -321,6 +323,7 @@ fn one_request(
         tools: &[],
         messages: &messages,
         attachment: None,
+        output: None,
     })
 }
 

@@ -59,6 +59,7 @@ fn one_request(client: &OpenAi) -> Result<ModelResponse, subloop::core::error::M
         tools: &[],
         messages: &messages,
         attachment: None,
+        output: None,
     })
 }
 
@@ -885,7 +886,63 @@ fn streamed_text_is_shown_as_it_arrives_and_ends_its_line() {
     assert_eq!(*shown.lock().unwrap(), ["fort", "y-two", "\n"]);
 }
 
+/// The schema of the structured-answer tests: closed and fully required,
+/// so OpenAI's strict mode applies.
+fn verdict_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"verdict": {"type": "string", "enum": ["pass", "fail"]}},
+        "required": ["verdict"],
+        "additionalProperties": false
+    })
+}
+
+#[test]
+fn a_structured_answer_sends_response_format_and_a_mismatch_goes_back() {
+    let server = serve(vec![
+        Reply::json(200, answer("It passes.")),
+        Reply::json(200, answer(r#"{"verdict": "pass"}"#)),
+    ]);
+    let (client, _) = new_client(config(&server.url, None));
+    let mut settings = run_settings("Does it pass?");
+    settings.output_schema = Some(verdict_schema());
+    let report = client.run(&settings);
+    assert_eq!(
+        report.outcome.status,
+        StatusKind::Answered,
+        "{}",
+        report.outcome.text
+    );
+    assert_eq!(report.outcome.output, Some(json!({"verdict": "pass"})));
+    let recorded = server.recorded();
+    assert_eq!(recorded.len(), 2);
+    for request in &recorded {
+        assert_eq!(
+            request.json()["response_format"],
+            json!({"type": "json_schema", "json_schema": {
+                "name": "answer", "schema": verdict_schema(), "strict": true
+            }})
+        );
+    }
+    // The second request ends with the answer and the reason it was sent back.
+    let messages = recorded[1].json()["messages"].clone();
+    let n = messages.as_array().map_or(0, Vec::len);
+    assert_eq!(
+        messages[n - 2],
+        json!({"role": "assistant", "content": "It passes."})
+    );
+    assert_eq!(
+        messages[n - 1],
+        json!({"role": "user", "content": "Your answer does not match the required output schema: the answer is not JSON (expected value at line 1 column 1). Reply again with only the JSON value, matching the schema."})
+    );
+    // A schema that leaves a property optional is sent without strict mode.
+    let mut open = verdict_schema();
+    open["required"] = json!([]);
+    assert!(!subloop::providers::openai::request::is_strict(&open));
+}
+
 crate::async_twins!(
+    a_structured_answer_sends_response_format_and_a_mismatch_goes_back,
     demo_allow_makes_seven_requests_and_prints_42,
     demo_deny_makes_seven_requests_and_says_the_program_was_not_run,
     the_streamed_demo_gives_the_same_answers,

@@ -214,6 +214,7 @@ impl<M: Model> Model for Recorder<M> {
             tools: request.tools.to_vec(),
             messages: request.messages.to_vec(),
             attachment: request.attachment.map(str::to_owned),
+            output: request.output.cloned(),
         });
         self.inner.respond(request)
     }

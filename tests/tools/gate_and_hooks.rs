@@ -406,6 +406,7 @@ fn the_audit_log_has_a_before_and_an_after_entry_per_call() {
             phase,
             decision: after.map(|(d, _)| d),
             is_error: after.map(|(_, e)| e),
+            hook: None,
         };
     assert_eq!(
         report.audit,

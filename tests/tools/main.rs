@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod command_hooks;
 mod dispatch_properties;
 mod gate_and_hooks;
 #[cfg(feature = "mcp")]
@@ -23,4 +24,6 @@ mod read_file_paths;
 mod read_file_syscalls;
 mod registry_schema;
 mod run_main_process;
+mod sandbox;
 mod subagent;
+mod typed_args;

@@ -139,6 +139,7 @@ fn the_wire_form_carries_the_plan_as_a_system_block_after_the_system_prompt() {
         tools: &second.tools,
         messages: &second.messages,
         attachment: second.attachment.as_deref(),
+        output: None,
     };
     // The system prompt first (the cached, stable part), then the plan.
     assert_eq!(
@@ -152,6 +153,7 @@ fn the_wire_form_carries_the_plan_as_a_system_block_after_the_system_prompt() {
     let bare = subloop::core::protocol::Request {
         system: "",
         attachment: None,
+        output: None,
         ..request
     };
     assert!(bare.system_blocks().is_empty());

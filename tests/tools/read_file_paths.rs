@@ -221,6 +221,7 @@ fn devices_are_refused() {
         let context = ToolContext {
             agent: &AgentId::Parent,
             call: &call,
+            span: &tracing::Span::none(),
         };
         let _ = tx.send(tool.run(call.input(), &context));
     });
@@ -373,6 +374,7 @@ fn errors_through_the_tool_are_error_results() {
         let context = ToolContext {
             agent: &AgentId::Parent,
             call: &call,
+            span: &tracing::Span::none(),
         };
         reader.run(call.input(), &context)
     };

@@ -220,14 +220,252 @@ fn array_lengths_and_items_are_checked() {
     assert_eq!(e.message, "expected object, got integer");
 }
 
+/// `integer` is a number written without a fraction: serde_json refuses
+/// `3.0` for an integer field, so the validator does too (it once took
+/// whole floats, as JSON Schema does).
 #[test]
-fn integer_accepts_whole_floats_only() {
+fn integer_refuses_every_float_as_serde_does() {
     let schema = json!({"type": "integer"});
     validate(&schema, &json!(3)).unwrap();
     validate(&schema, &json!(-3)).unwrap();
-    validate(&schema, &json!(3.0)).unwrap();
+    validate(&schema, &json!(u64::MAX)).unwrap();
+    let e = err(&schema, json!(3.0));
+    assert_eq!(e.to_string(), "input: expected integer, got number");
     assert_eq!(err(&schema, json!(3.5)).path, "input");
     assert_eq!(err(&schema, json!("3")).path, "input");
+    assert!(serde_json::from_value::<u8>(json!(3.0)).is_err());
+    // `number` takes both.
+    validate(&json!({"type": "number"}), &json!(3)).unwrap();
+    validate(&json!({"type": "number"}), &json!(3.5)).unwrap();
+}
+
+#[test]
+fn numbers_are_bounded_by_minimum_maximum_and_integer_formats() {
+    let schema = json!({"type": "integer", "format": "uint8", "minimum": 0, "maximum": 255});
+    validate(&schema, &json!(0)).unwrap();
+    validate(&schema, &json!(255)).unwrap();
+    assert_eq!(
+        err(&schema, json!(256)).to_string(),
+        "input: must be at most 255 (got 256)"
+    );
+    assert_eq!(
+        err(&schema, json!(-1)).to_string(),
+        "input: must be at least 0 (got -1)"
+    );
+    // schemars gives `u32` only `minimum: 0`: the format is the upper bound.
+    let schema = json!({"type": "integer", "format": "uint32", "minimum": 0});
+    validate(&schema, &json!(u32::MAX)).unwrap();
+    assert_eq!(
+        err(&schema, json!(u64::from(u32::MAX) + 1)).message,
+        "must be at most 4294967295 (got 4294967296)"
+    );
+    // And `i32` no bound at all.
+    let schema = json!({"type": "integer", "format": "int32"});
+    validate(&schema, &json!(i32::MIN)).unwrap();
+    assert_eq!(
+        err(&schema, json!(i64::from(i32::MIN) - 1)).message,
+        "must be at least -2147483648 (got -2147483649)"
+    );
+    let schema = json!({"type": "integer", "format": "int64"});
+    validate(&schema, &json!(i64::MIN)).unwrap();
+    assert_eq!(
+        err(&schema, json!(u64::MAX)).message,
+        "must be at most 9223372036854775807 (got 18446744073709551615)"
+    );
+    let schema = json!({"type": "integer", "format": "uint64", "minimum": 0});
+    validate(&schema, &json!(u64::MAX)).unwrap();
+    // Float bounds, exclusive bounds, and an unknown format (ignored).
+    let schema =
+        json!({"type": "number", "format": "double", "minimum": 0.5, "exclusiveMaximum": 2});
+    validate(&schema, &json!(0.5)).unwrap();
+    validate(&schema, &json!(1)).unwrap();
+    assert_eq!(
+        err(&schema, json!(0.25)).message,
+        "must be at least 0.5 (got 0.25)"
+    );
+    assert_eq!(
+        err(&schema, json!(2)).message,
+        "must be less than 2 (got 2)"
+    );
+}
+
+#[test]
+fn const_and_boolean_schemas() {
+    let e = err(&json!({"const": "pending"}), json!("done"));
+    assert_eq!(e.to_string(), r#"input: must be "pending""#);
+    validate(&json!({"const": 1}), &json!(1)).unwrap();
+    validate(&json!(true), &json!([1])).unwrap();
+    let e = err(&json!({"items": false}), json!([1]));
+    assert_eq!(e.to_string(), "input[0]: no value is allowed here");
+    validate(&json!({"items": false}), &json!([])).unwrap();
+}
+
+#[test]
+fn additional_properties_may_be_a_schema_for_maps() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+        "additionalProperties": {"type": "integer", "format": "uint8", "minimum": 0, "maximum": 255}
+    });
+    validate(&schema, &json!({"name": "n", "a": 1, "b": 255})).unwrap();
+    let e = err(&schema, json!({"name": "n", "a": 1, "b": 256}));
+    assert_eq!(e.to_string(), "input.b: must be at most 255 (got 256)");
+    let e = err(&schema, json!({"name": 5}));
+    assert_eq!(e.to_string(), "input.name: expected string, got integer");
+}
+
+#[test]
+fn prefix_items_check_tuples_by_position() {
+    let schema = json!({
+        "type": "array",
+        "prefixItems": [{"type": "integer"}, {"type": "string"}],
+        "minItems": 2,
+        "maxItems": 2
+    });
+    validate(&schema, &json!([1, "a"])).unwrap();
+    assert_eq!(
+        err(&schema, json!(["a", 1])).to_string(),
+        "input[0]: expected integer, got string"
+    );
+    assert_eq!(
+        err(&schema, json!([1])).to_string(),
+        "input: must have at least 2 items (got 1)"
+    );
+}
+
+/// What schemars makes of an `Option<Enum>` field and of an externally
+/// tagged enum with data.
+fn enum_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "status": {
+                "anyOf": [
+                    {"oneOf": [
+                        {"type": "string", "enum": ["pending", "done"]},
+                        {"type": "string", "const": "blocked", "description": "Waiting."}
+                    ]},
+                    {"type": "null"}
+                ]
+            },
+            "shape": {"$ref": "#/$defs/Shape"}
+        },
+        "$defs": {
+            "Shape": {
+                "oneOf": [
+                    {"type": "string", "enum": ["Dot"]},
+                    {
+                        "type": "object",
+                        "properties": {"Circle": {"type": "object", "properties": {"r": {"type": "number"}}, "required": ["r"]}},
+                        "required": ["Circle"],
+                        "additionalProperties": false
+                    },
+                    {
+                        "type": "object",
+                        "properties": {"Square": {"type": "integer", "format": "uint32", "minimum": 0}},
+                        "required": ["Square"],
+                        "additionalProperties": false
+                    }
+                ]
+            }
+        }
+    })
+}
+
+#[test]
+fn any_of_one_of_and_refs_name_the_closest_branch() {
+    let schema = enum_schema();
+    for good in [
+        json!({}),
+        json!({"status": null, "shape": "Dot"}),
+        json!({"status": "blocked", "shape": {"Circle": {"r": 1.5}}}),
+        json!({"status": "done", "shape": {"Square": 3}}),
+    ] {
+        validate(&schema, &good).unwrap();
+    }
+    // A value none of the branches takes: what they take, listed.
+    assert_eq!(
+        err(&schema, json!({"status": "started"})).to_string(),
+        r#"input.status: must be one of "pending", "done", "blocked", null"#
+    );
+    assert_eq!(
+        err(&schema, json!({"shape": "Triangle"})).to_string(),
+        r#"input.shape: must be one of "Dot", {"Circle": …}, {"Square": …}"#
+    );
+    assert_eq!(
+        err(&schema, json!({"shape": {"Triangle": 3}})).to_string(),
+        r#"input.shape: must be one of "Dot", {"Circle": …}, {"Square": …}"#
+    );
+    // A value shaped like one branch: that branch's error.
+    assert_eq!(
+        err(&schema, json!({"shape": {"Circle": {"r": "big"}}})).to_string(),
+        "input.shape.Circle.r: expected number, got string"
+    );
+    assert_eq!(
+        err(&schema, json!({"shape": {"Square": -1}})).to_string(),
+        "input.shape.Square: must be at least 0 (got -1)"
+    );
+    // oneOf: exactly one.
+    let both = json!({"oneOf": [{"type": "integer"}, {"type": "number"}]});
+    validate(&both, &json!(1.5)).unwrap();
+    assert_eq!(
+        err(&both, json!(1)).to_string(),
+        "input: matches 2 of the 2 allowed forms; it must match exactly one"
+    );
+    // allOf: each.
+    let all = json!({"allOf": [{"type": "string"}, {"minLength": 2}]});
+    validate(&all, &json!("ab")).unwrap();
+    assert_eq!(
+        err(&all, json!("a")).message,
+        "must have at least 2 characters (got 1)"
+    );
+}
+
+#[test]
+fn refs_follow_recursive_types_and_stop_on_loops() {
+    // What schemars makes of `struct List { value: u8, next: Option<Box<List>> }`.
+    let list = json!({
+        "type": "object",
+        "properties": {
+            "value": {"type": "integer", "format": "uint8", "minimum": 0, "maximum": 255},
+            "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}
+        },
+        "required": ["value"]
+    });
+    validate(
+        &list,
+        &json!({"value": 1, "next": {"value": 2, "next": null}}),
+    )
+    .unwrap();
+    assert_eq!(
+        err(
+            &list,
+            json!({"value": 1, "next": {"value": 2, "next": {"value": 300}}})
+        )
+        .to_string(),
+        "input.next.next.value: must be at most 255 (got 300)"
+    );
+    // A reference to a place that is not there checks nothing.
+    validate(&json!({"$ref": "#/$defs/Missing"}), &json!(5)).unwrap();
+    validate(&json!({"$ref": "https://example.com/schema"}), &json!(5)).unwrap();
+    // A schema that refers to itself without looking into the value is
+    // refused, not followed for ever.
+    // Nor is one whose error would list more forms than anyone can read.
+    let wide: Vec<Value> = (0..40).map(|n| json!({"const": n})).collect();
+    let nested = json!({"anyOf": [{"anyOf": wide.clone()}, {"anyOf": wide}]});
+    let e = err(&nested, json!("x"));
+    assert!(e.message.ends_with(", 23, …"), "{e}");
+    for looping in [
+        json!({"$ref": "#"}),
+        json!({"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}),
+        json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+    ] {
+        let e = err(&looping, json!(1));
+        assert!(
+            e.message.contains("loop") || e.message.contains("too complex"),
+            "{looping}: {e}"
+        );
+    }
 }
 
 #[test]
@@ -557,7 +795,7 @@ crate::async_twins!(
     enums_are_checked,
     string_lengths_count_characters,
     array_lengths_and_items_are_checked,
-    integer_accepts_whole_floats_only,
+    integer_refuses_every_float_as_serde_does,
     the_builtin_schemas_refuse_bad_arguments,
     duplicate_names_are_refused,
     definitions_and_dispatch_come_from_the_same_list,

@@ -381,6 +381,56 @@ fn parent_and_child_histories_are_separate() {
 
 // -------------------------------------------------------------- whitelist
 
+/// Today's input schema of each built-in tool, byte for byte, as the model
+/// sees it: a tool whose schema becomes generated from a Rust type (a typed
+/// tool) must keep offering exactly these bytes.
+const BUILTIN_SCHEMAS: [(&str, &str); 4] = [
+    (
+        "read_file",
+        r#"{"additionalProperties":false,"properties":{"path":{"description":"Path relative to the workspace root","maxLength":4096,"minLength":1,"type":"string"}},"required":["path"],"type":"object"}"#,
+    ),
+    (
+        "run_main",
+        r#"{"additionalProperties":false,"properties":{},"type":"object"}"#,
+    ),
+    (
+        "todo_write",
+        r#"{"additionalProperties":false,"properties":{"items":{"items":{"additionalProperties":false,"properties":{"id":{"maxLength":64,"minLength":1,"type":"string"},"status":{"enum":["pending","in_progress","completed"],"type":"string"},"text":{"maxLength":200,"minLength":1,"type":"string"}},"required":["id","text","status"],"type":"object"},"maxItems":20,"type":"array"}},"required":["items"],"type":"object"}"#,
+    ),
+    (
+        "task",
+        r#"{"additionalProperties":false,"properties":{"task":{"description":"The sub-question, 1 to 600 characters, self-contained","minLength":1,"type":"string"}},"required":["task"],"type":"object"}"#,
+    ),
+];
+
+#[test]
+fn the_builtin_tools_offer_the_same_schemas_byte_for_byte() {
+    let ws = workspace();
+    let parent = RecordingModel::new(vec![answer("done")]);
+    let children = RecordingChildren::new(Vec::new());
+    run(
+        ws.path(),
+        Arc::new(AllowAll),
+        SubagentConfig::new(as_child_models(&children), Hooks::none()),
+        &parent,
+    );
+    let offered: Vec<(String, String)> = parent.requests()[0]
+        .tools
+        .iter()
+        .map(|def| {
+            (
+                def.name.clone(),
+                serde_json::to_string(&def.input_schema).unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = BUILTIN_SCHEMAS
+        .iter()
+        .map(|(name, schema)| ((*name).to_owned(), (*schema).to_owned()))
+        .collect();
+    assert_eq!(offered, expected);
+}
+
 #[test]
 fn child_tool_definitions_are_exactly_the_default_whitelist() {
     let ws = workspace();
@@ -1450,6 +1500,7 @@ fn several_task_calls_in_one_reply_really_run_at_the_same_time() {
 
 crate::async_twins!(
     parent_and_child_histories_are_separate,
+    the_builtin_tools_offer_the_same_schemas_byte_for_byte,
     child_tool_definitions_are_exactly_the_default_whitelist,
     child_tool_definitions_follow_a_custom_whitelist,
     child_cannot_run_main_delegate_or_plan_even_with_allow_all,
@@ -1475,3 +1526,133 @@ crate::async_twins!(
     children_are_numbered_across_the_run,
     several_task_calls_in_one_reply_really_run_at_the_same_time,
 );
+
+// ---------------------------------------------------------------- spans
+
+/// A host's `tracing` layer that keeps each span's name and its parent's.
+#[derive(Clone, Default)]
+struct SpanTree(Arc<Mutex<Vec<SeenSpan>>>);
+
+/// A span's id, name and parent's id.
+type SeenSpan = (u64, String, Option<u64>);
+
+impl<S> tracing_subscriber::Layer<S> for SpanTree
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        _attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let span = ctx.span(id).expect("a new span is in the registry");
+        let parent = span.parent().map(|parent| parent.id().into_u64());
+        self.0
+            .lock()
+            .unwrap()
+            .push((id.into_u64(), span.name().to_owned(), parent));
+    }
+}
+
+impl SpanTree {
+    /// The names of the spans whose parent is `parent`, in creation order.
+    fn children(&self, parent: Option<u64>) -> Vec<(u64, String)> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, _, p)| *p == parent)
+            .map(|(id, name, _)| (*id, name.clone()))
+            .collect()
+    }
+
+    fn count(&self, parent: u64, name: &str) -> usize {
+        self.children(Some(parent))
+            .iter()
+            .filter(|(_, n)| n == name)
+            .count()
+    }
+}
+
+/// Two `task` calls in one reply (run side by side), then an answer; each
+/// child reads a file and answers.
+fn two_children_run(tree: &SpanTree, asynchronous: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    let ws = workspace();
+    let parent = RecordingModel::new(vec![
+        Ok(ModelResponse::tool_calls([
+            ("t1", "task", json!({"task": "read notes.txt"})),
+            ("t2", "task", json!({"task": "read expected.txt"})),
+        ])),
+        answer("done"),
+    ]);
+    let child = |path: &str| {
+        vec![
+            call("c1", "read_file", json!({"path": path})),
+            answer("read it"),
+        ]
+    };
+    let children = RecordingChildren::new(vec![child("notes.txt"), child("expected.txt")]);
+    let subscriber = tracing_subscriber::registry().with(tree.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        let host = tracing::info_span!("host_request");
+        let _entered = host.enter();
+        let agent = builder(ws.path(), Arc::new(AllowAll))
+            .subagents(SubagentConfig::new(
+                as_child_models(&children),
+                Hooks::default(),
+            ))
+            .unwrap()
+            .build();
+        let mut model = subloop::run::model::Blocking(parent.clone());
+        let report = if asynchronous {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            runtime
+                .block_on(agent.run_async("Check.", Budget::new(8).unwrap(), &mut model))
+                .unwrap()
+        } else {
+            agent
+                .run("Check.", Budget::new(8).unwrap(), &mut model.0)
+                .unwrap()
+        };
+        assert_eq!(report.outcome.status, StatusKind::Answered);
+    });
+}
+
+/// The run's spans nest under the host's current span: the run's
+/// `invoke_agent`, its `chat` and `execute_tool` spans under it, and each
+/// child's `invoke_agent` under the `execute_tool` span of its `task` call,
+/// whether the children run on threads (blocking) or as futures (async).
+#[test]
+fn a_runs_spans_nest_under_the_hosts_span_in_both_drivers() {
+    for asynchronous in [false, true] {
+        let tree = SpanTree::default();
+        two_children_run(&tree, asynchronous);
+        let roots = tree.children(None);
+        assert_eq!(roots.len(), 1, "one root, the host's: {roots:?}");
+        let (host, name) = &roots[0];
+        assert_eq!(name, "host_request");
+        let agents = tree.children(Some(*host));
+        assert_eq!(agents.len(), 1, "{agents:?}");
+        let (run, name) = &agents[0];
+        assert_eq!(name, "invoke_agent");
+        assert_eq!(tree.count(*run, "chat"), 2);
+        let tools = tree.children(Some(*run));
+        let tasks: Vec<u64> = tools
+            .iter()
+            .filter(|(_, name)| name == "execute_tool")
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(tasks.len(), 2, "async {asynchronous}: {tools:?}");
+        for task in tasks {
+            let child = tree.children(Some(task));
+            assert_eq!(child.len(), 1, "async {asynchronous}: {child:?}");
+            assert_eq!(child[0].1, "invoke_agent");
+            assert_eq!(tree.count(child[0].0, "chat"), 2);
+            assert_eq!(tree.count(child[0].0, "execute_tool"), 1);
+        }
+    }
+}

@@ -169,6 +169,13 @@ impl AsyncAnthropicModel {
 }
 
 impl AsyncModel for AsyncAnthropicModel {
+    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
+        Some(crate::run::model::ModelIdentity::new(
+            "anthropic",
+            Some(self.client.config().model.clone()),
+        ))
+    }
+
     fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a> {
         let client = Arc::clone(&self.client);
         let probe = self.stop.as_ref().and_then(|slot| slot.get()).cloned();

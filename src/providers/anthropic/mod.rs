@@ -192,7 +192,78 @@ pub(crate) fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value 
     if config.stream {
         body["stream"] = json!(true);
     }
+    if let Some(schema) = request.output {
+        body["output_config"] = json!({"format": {
+            "type": "json_schema",
+            "schema": output_schema(schema),
+        }});
+    }
     body
+}
+
+/// String formats the Messages API's structured outputs take.
+const OUTPUT_FORMATS: [&str; 10] = [
+    "date-time",
+    "time",
+    "date",
+    "duration",
+    "email",
+    "hostname",
+    "uri",
+    "ipv4",
+    "ipv6",
+    "uuid",
+];
+
+/// `schema` as the Messages API's structured outputs take it, as the
+/// official SDKs transform it: every object closed
+/// (`additionalProperties: false`), `oneOf` read as `anyOf`, and the
+/// constraints it does not support left out (numeric and length bounds,
+/// `minItems` above 1, `maxItems`, unknown string formats, `$schema`). The
+/// answer is still checked against the whole schema locally.
+pub fn output_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(keywords) => {
+            let mut out = serde_json::Map::new();
+            for (key, value) in keywords {
+                match key.as_str() {
+                    "$schema" | "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum"
+                    | "multipleOf" | "minLength" | "maxLength" | "maxItems" | "minProperties"
+                    | "maxProperties" => {}
+                    "minItems" if value.as_u64().is_some_and(|n| n > 1) => {}
+                    "format" if !value.as_str().is_some_and(|f| OUTPUT_FORMATS.contains(&f)) => {}
+                    "oneOf" => {
+                        out.insert("anyOf".to_owned(), output_schema(value));
+                    }
+                    "additionalProperties" => {}
+                    // A property named like a keyword is a name, not a keyword.
+                    "properties" | "$defs" | "definitions" => {
+                        let fields = value
+                            .as_object()
+                            .map(|fields| {
+                                fields
+                                    .iter()
+                                    .map(|(name, field)| (name.clone(), output_schema(field)))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        out.insert(key.clone(), Value::Object(fields));
+                    }
+                    _ => {
+                        out.insert(key.clone(), output_schema(value));
+                    }
+                }
+            }
+            let is_object =
+                out.get("type") == Some(&json!("object")) || out.contains_key("properties");
+            if is_object {
+                out.insert("additionalProperties".to_owned(), Value::Bool(false));
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(output_schema).collect()),
+        other => other.clone(),
+    }
 }
 
 /// The HTTP client, shared by the parent's model and every child's.
@@ -438,6 +509,13 @@ impl AnthropicModel {
 }
 
 impl Model for AnthropicModel {
+    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
+        Some(crate::run::model::ModelIdentity::new(
+            "anthropic",
+            Some(self.client.config().model.clone()),
+        ))
+    }
+
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         self.respond_received(request)
             .map(|received| received.response)

@@ -448,6 +448,13 @@ impl OpenAiModel {
 }
 
 impl Model for OpenAiModel {
+    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
+        Some(crate::run::model::ModelIdentity::new(
+            "openai",
+            Some(self.client.config().model.clone()),
+        ))
+    }
+
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         self.respond_received(request)
             .map(|received| received.response)

@@ -206,7 +206,65 @@ pub fn request_body(request: &Request<'_>, settings: BodySettings<'_>) -> Value 
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
+    if let Some(schema) = request.output {
+        body.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {
+                "name": "answer",
+                "schema": schema,
+                "strict": is_strict(schema),
+            }}),
+        );
+    }
     Value::Object(body)
+}
+
+/// Whether `schema` meets what OpenAI's strict structured outputs demand
+/// of every object in it: `additionalProperties: false` and every property
+/// required. A schema that does not is sent with `strict: false` (the
+/// server then only guides the reply; the answer is checked locally either
+/// way).
+pub fn is_strict(schema: &Value) -> bool {
+    match schema {
+        Value::Object(keywords) => {
+            let object_ok = match keywords.get("properties").and_then(Value::as_object) {
+                Some(properties) => {
+                    let required: Vec<&str> = keywords
+                        .get("required")
+                        .and_then(Value::as_array)
+                        .map(|names| names.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    keywords.get("additionalProperties") == Some(&Value::Bool(false))
+                        && properties
+                            .keys()
+                            .all(|name| required.contains(&name.as_str()))
+                }
+                None => {
+                    keywords.get("type") != Some(&json!("object"))
+                        || keywords.get("additionalProperties") == Some(&Value::Bool(false))
+                }
+            };
+            object_ok && keywords.values().all(is_strict_nested)
+        }
+        _ => true,
+    }
+}
+
+/// [`is_strict`] of the schemas nested in a keyword's value.
+fn is_strict_nested(value: &Value) -> bool {
+    match value {
+        Value::Object(map)
+            if map.contains_key("type")
+                || map.contains_key("properties")
+                || map.contains_key("$ref")
+                || map.contains_key("anyOf") =>
+        {
+            is_strict(value)
+        }
+        Value::Object(map) => map.values().all(is_strict_nested),
+        Value::Array(items) => items.iter().all(is_strict_nested),
+        _ => true,
+    }
 }
 
 #[cfg(test)]
@@ -265,6 +323,7 @@ mod tests {
             tools: &tools,
             messages: &messages,
             attachment: Some("plan"),
+            output: None,
         };
         let body = request_body(&request, settings(false));
         assert_eq!(
@@ -306,6 +365,7 @@ mod tests {
             tools: &[],
             messages: &messages,
             attachment: None,
+            output: None,
         };
         let body = request_body(&request, settings(true));
         assert_eq!(body["messages"][0], json!({"role": "user", "content": "q"}));

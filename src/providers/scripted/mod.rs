@@ -249,6 +249,13 @@ impl ScriptedModel {
 }
 
 impl Model for ScriptedModel {
+    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
+        Some(crate::run::model::ModelIdentity::new(
+            "subloop.scripted",
+            None,
+        ))
+    }
+
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         self.respond_received(request)
             .map(|received| received.response)
@@ -362,6 +369,7 @@ mod tests {
             tools: &[],
             messages: &[],
             attachment: None,
+            output: None,
         };
         let mut model = ScriptedModel::from_script(raw.clone(), true);
         assert!(model.respond_received(&request).is_err());

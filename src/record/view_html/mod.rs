@@ -178,6 +178,9 @@ struct CallData<'a> {
     text: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     failure: Option<&'a str>,
+    /// Why the answer was sent back (it did not match the output schema).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sent_back: Option<&'a str>,
     uses: Vec<UseData<'a>>,
     results: &'a [Value],
 }
@@ -280,6 +283,7 @@ fn lane<'a>(
             tokens: None,
             text: None,
             failure: None,
+            sent_back: run.invalid_answer(agent, call),
             uses: Vec::new(),
             results: &[],
         };

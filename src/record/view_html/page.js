@@ -377,6 +377,12 @@
         }
         box.appendChild(note("reply"));
         if (call.stop === "end_turn") box.appendChild(note("end"));
+        if (typeof call.sent_back === "string") {
+          const back = el("div", "asked");
+          back.appendChild(el("b", null, "does not match the output schema, sent back: "));
+          back.appendChild(document.createTextNode(preview(call.sent_back, 600)));
+          box.appendChild(back);
+        }
       }
       const results = Array.isArray(call.results) ? call.results : [];
       const resultNodes = results.map(function (line, k) {

@@ -28,7 +28,7 @@ use thiserror::Error;
 
 use super::config::{ServerConfig, server_env};
 use crate::run::limits::CancelHandle;
-use crate::tools::run_main::Watchdog;
+use crate::run::process::Watchdog;
 
 /// The stderr lines of a server kept for messages.
 const STDERR_LINES: usize = 8;

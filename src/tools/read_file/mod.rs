@@ -16,14 +16,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
 use thiserror::Error;
 
 mod confine;
 
 use crate::core::conversation::ToolOutput;
 use crate::core::error::SetupError;
-use crate::tools::{Capability, ReadOnlyTool, Tool, ToolContext};
+use crate::tools::{Capability, ReadOnlyTool, ToolContext, TypedTool};
 pub use confine::Resolution;
 use confine::Workspace;
 
@@ -225,7 +226,18 @@ fn read_up_to(source: impl Read, cap: usize, size: u64) -> std::io::Result<Vec<u
     Ok(buf)
 }
 
-impl Tool for ReadFile {
+/// `read_file`'s arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileArgs {
+    /// Path relative to the workspace root
+    #[schemars(length(min = 1, max = MAX_PATH_BYTES))]
+    pub path: String,
+}
+
+impl TypedTool for ReadFile {
+    type Args = ReadFileArgs;
+
     fn name(&self) -> &str {
         "read_file"
     }
@@ -234,34 +246,14 @@ impl Tool for ReadFile {
         "Read a UTF-8 text file inside the workspace. The path is relative to the workspace root."
     }
 
-    fn input_schema(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {
-                    "type": "string",
-                    "description": "Path relative to the workspace root",
-                    "minLength": 1,
-                    "maxLength": MAX_PATH_BYTES
-                }
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
-    }
-
     fn capability(&self) -> Capability {
         Capability::ReadOnly
     }
 
-    fn run(&self, input: &Value, _context: &ToolContext<'_>) -> ToolOutput {
-        let path = input
-            .get("path")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        match self.read(path) {
+    fn run(&self, args: ReadFileArgs, _context: &ToolContext<'_>) -> ToolOutput {
+        match self.read(&args.path) {
             Ok(text) => ToolOutput::ok(text),
-            Err(err) => ToolOutput::error(format!("read_file `{}`: {err}", shorten(path))),
+            Err(err) => ToolOutput::error(format!("read_file `{}`: {err}", shorten(&args.path))),
         }
     }
 }

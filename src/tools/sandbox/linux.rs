@@ -1,0 +1,361 @@
+//! The sandbox on Linux: a Landlock ruleset (file system, TCP, scoping)
+//! and a seccomp filter (sockets, io_uring, foreign system-call ABIs),
+//! built before the fork and entered by the child just before `exec`.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
+};
+
+use super::{DEVICES, SYSTEM_PATHS, Sandbox, SandboxError, SandboxPolicy, Support};
+
+/// The ABI whose rights the ruleset handles (see [`super::NEEDED_LANDLOCK_ABI`]).
+const ABI_NEEDED: ABI = ABI::V6;
+
+/// `LANDLOCK_CREATE_RULESET_VERSION`: ask the kernel for its ABI version.
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+/// The `AUDIT_ARCH_*` value of the system calls this build makes; the
+/// filter kills a process that makes them under another ABI (32-bit x86
+/// on x86_64, for instance), whose numbers it does not know.
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: Option<u32> = Some(0xC000_003E);
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: Option<u32> = Some(0xC000_00B7);
+#[cfg(target_arch = "riscv64")]
+const AUDIT_ARCH: Option<u32> = Some(0xC000_00F3);
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
+const AUDIT_ARCH: Option<u32> = None;
+
+/// The system calls the filter answers with `EPERM`: a socket of any
+/// family (the network, and the Unix sockets of other programs: Landlock
+/// before ABI 9 does not confine connecting to those), and io_uring, whose
+/// operations (`IORING_OP_SOCKET`) the filter could not see.
+const DENIED_SYSCALLS: [libc::c_long; 2] = [libc::SYS_socket, libc::SYS_io_uring_setup];
+
+/// What the child enters: the ruleset's descriptor and the filter's program.
+#[derive(Debug)]
+pub(super) struct Rules {
+    ruleset: OwnedFd,
+    filter: Vec<libc::sock_filter>,
+}
+
+pub(super) fn probe() -> Support {
+    // SAFETY: landlock_create_ruleset(2) with a null attribute and the
+    // VERSION flag only returns the ABI version; no memory is touched.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    let mut errno_action: u32 = libc::SECCOMP_RET_ERRNO;
+    // SAFETY: seccomp(2) GET_ACTION_AVAIL reads one u32 we own.
+    let seccomp = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            &raw mut errno_action,
+        )
+    } == 0;
+    Support {
+        landlock_abi: u32::try_from(abi).ok().filter(|abi| *abi > 0),
+        seccomp,
+        known_arch: AUDIT_ARCH.is_some(),
+    }
+}
+
+/// The rights on the workspace for `level`.
+fn workspace_access(level: Sandbox) -> BitFlags<AccessFs> {
+    match level {
+        Sandbox::ReadOnly => AccessFs::from_read(ABI_NEEDED),
+        _ => AccessFs::from_all(ABI_NEEDED),
+    }
+}
+
+pub(super) fn prepare(
+    policy: &SandboxPolicy,
+    workspace: &Path,
+    temp: &Path,
+) -> Result<Arc<Rules>, SandboxError> {
+    let ruleset = ruleset(policy, workspace, temp)?;
+    let filter = filter().ok_or_else(|| {
+        SandboxError::Rules(format!(
+            "no system-call filter for {}",
+            std::env::consts::ARCH
+        ))
+    })?;
+    Ok(Arc::new(Rules { ruleset, filter }))
+}
+
+fn ruleset(policy: &SandboxPolicy, workspace: &Path, temp: &Path) -> Result<OwnedFd, SandboxError> {
+    let failed = |err: &dyn std::fmt::Display| SandboxError::Rules(err.to_string());
+    let read = AccessFs::from_read(ABI_NEEDED);
+    let mut rules: Vec<(&Path, BitFlags<AccessFs>)> = Vec::new();
+    for path in SYSTEM_PATHS {
+        rules.push((Path::new(path), read));
+    }
+    for path in &policy.read_paths {
+        rules.push((path, read));
+    }
+    rules.push((Path::new("/proc"), AccessFs::ReadFile | AccessFs::ReadDir));
+    for device in DEVICES {
+        let mut access = AccessFs::ReadFile | AccessFs::IoctlDev;
+        if device == "/dev/null" {
+            access |= AccessFs::WriteFile | AccessFs::Truncate;
+        }
+        rules.push((Path::new(device), access));
+    }
+    rules.push((workspace, workspace_access(policy.level)));
+    rules.push((temp, AccessFs::from_all(ABI_NEEDED)));
+
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(ABI_NEEDED))
+        .map_err(|err| failed(&err))?
+        .handle_access(AccessNet::from_all(ABI_NEEDED))
+        .map_err(|err| failed(&err))?
+        .scope(Scope::from_all(ABI_NEEDED))
+        .map_err(|err| failed(&err))?
+        .create()
+        .map_err(|err| failed(&err))?;
+    for (path, access) in rules {
+        // A path this system does not have (`/lib32`, `/nix/store`) gets no rule.
+        let Ok(metadata) = std::fs::metadata(path) else {
+            continue;
+        };
+        let access = if metadata.is_dir() {
+            access
+        } else {
+            access & AccessFs::from_file(ABI_NEEDED)
+        };
+        let fd = PathFd::new(path).map_err(|err| failed(&err))?;
+        created = created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|err| failed(&format!("{}: {err}", path.display())))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| SandboxError::Rules("the kernel made no Landlock ruleset".into()))
+}
+
+fn statement(code: u32, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+/// The seccomp program: foreign ABIs are killed, the [`DENIED_SYSCALLS`]
+/// (and, on x86_64, every x32 call) fail with `EPERM`, the rest is allowed.
+fn filter() -> Option<Vec<libc::sock_filter>> {
+    let arch = AUDIT_ARCH?;
+    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let equal = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    let ret = libc::BPF_RET | libc::BPF_K;
+    let deny = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
+    // struct seccomp_data: nr at 0, arch at 4.
+    let mut program = vec![
+        statement(load, 4),
+        jump(equal, arch, 1, 0),
+        statement(ret, libc::SECCOMP_RET_KILL_PROCESS),
+        statement(load, 0),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        // __X32_SYSCALL_BIT: the same calls under other numbers.
+        program.push(jump(
+            libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K,
+            0x4000_0000,
+            0,
+            1,
+        ));
+        program.push(statement(ret, deny));
+    }
+    for nr in DENIED_SYSCALLS {
+        program.push(jump(equal, u32::try_from(nr).ok()?, 0, 1));
+        program.push(statement(ret, deny));
+    }
+    program.push(statement(ret, libc::SECCOMP_RET_ALLOW));
+    Some(program)
+}
+
+/// Makes the command's forked child enter `rules` just before `exec`.
+pub(super) fn install(command: &mut Command, rules: Arc<Rules>) {
+    // SAFETY: the closure runs in the forked child and only makes
+    // async-signal-safe system calls on memory prepared before the fork
+    // (no allocation, no lock): see `Rules::enter`.
+    unsafe {
+        command.pre_exec(move || rules.enter());
+    }
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two `CapData`, 64 capabilities.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+impl Rules {
+    /// `no_new_privs`; no capability left (a subloop run as root starts its
+    /// program with none, and with `no_new_privs` an `exec` gives none
+    /// back); then the Landlock domain, then the seccomp filter.
+    /// Async-signal-safe: system calls only, on memory prepared before the
+    /// fork, and `io::Error` from an errno (which does not allocate).
+    fn enter(&self) -> std::io::Result<()> {
+        let program = libc::sock_fprog {
+            len: u16::try_from(self.filter.len()).unwrap_or(u16::MAX),
+            filter: self.filter.as_ptr().cast_mut(),
+        };
+        let header = CapHeader {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let none = [CapData {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        // SAFETY: plain system calls on this process; `program` points to
+        // the filter, which lives as long as `self`; `header` and `none`
+        // are the structures capset(2) reads.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The bounding set, where this process may change it (it needs
+            // CAP_SETPCAP; EINVAL past the last capability): best effort,
+            // as with `no_new_privs` the emptied sets below are what counts.
+            for capability in 0..64 {
+                libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
+            }
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            );
+            if libc::syscall(libc::SYS_capset, &raw const header, none.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                self.ruleset.as_raw_fd(),
+                0u32,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0u32,
+                &raw const program,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read as _;
+
+    /// The Landlock layer alone (no seccomp filter) refuses a TCP connect
+    /// with `EACCES`: the network rule holds even where `socket(2)` is allowed.
+    #[test]
+    fn landlock_alone_refuses_tcp() {
+        if probe().landlock_abi.unwrap_or(0) < 6 || !Path::new("/usr/bin/python3").exists() {
+            assert!(
+                std::env::var_os("SUBLOOP_NO_SKIP").is_none(),
+                "skipped: needs Landlock ABI 6 and /usr/bin/python3 (SUBLOOP_NO_SKIP is set)"
+            );
+            eprintln!("skipped: needs Landlock ABI 6 and /usr/bin/python3");
+            return;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dir = std::env::temp_dir();
+        let temp = super::super::PrivateTemp::create(&dir).unwrap();
+        let policy = SandboxPolicy::default();
+        let ruleset = ruleset(&policy, temp.path(), temp.path()).unwrap();
+        let allow_all = vec![statement(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ALLOW,
+        )];
+        let rules = Arc::new(Rules {
+            ruleset,
+            filter: allow_all,
+        });
+        let code = format!(
+            "import socket\n\
+             try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n    print('connected')\n\
+             except OSError as err:\n    print(err.errno)\n"
+        );
+        let mut command = Command::new("/usr/bin/python3");
+        command
+            .args(["-c", &code])
+            .current_dir(temp.path())
+            .stdout(std::process::Stdio::piped());
+        install(&mut command, rules);
+        let mut child = command.spawn().unwrap();
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        child.wait().unwrap();
+        assert_eq!(out.trim(), libc::EACCES.to_string(), "{out}");
+    }
+
+    #[test]
+    fn the_filter_ends_in_allow_and_denies_sockets() {
+        let program = filter().expect("a known architecture");
+        let last = program.last().map(|op| op.k);
+        assert_eq!(last, Some(libc::SECCOMP_RET_ALLOW));
+        let socket = u32::try_from(libc::SYS_socket).unwrap();
+        assert!(program.iter().any(|op| op.k == socket));
+    }
+}

@@ -1,0 +1,86 @@
+//! A confined program's private temporary directory.
+
+use std::ffi::CString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::SandboxError;
+
+/// A fresh directory, readable by its owner only (mode 0700, a name no
+/// other process chose), removed with everything in it on drop.
+#[derive(Debug)]
+pub struct PrivateTemp {
+    path: PathBuf,
+}
+
+impl PrivateTemp {
+    /// Makes `subloop-run-XXXXXX` in `parent` (`mkdtemp(3)`: a random
+    /// name, created exclusively, mode 0700).
+    pub fn create(parent: &Path) -> Result<Self, SandboxError> {
+        let failed = |source| SandboxError::Temp {
+            dir: parent.to_path_buf(),
+            source,
+        };
+        let mut template = parent
+            .join("subloop-run-XXXXXX")
+            .into_os_string()
+            .into_vec();
+        template.push(0);
+        let template = CString::from_vec_with_nul(template).map_err(|_| {
+            failed(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the temporary directory's path holds a NUL byte",
+            ))
+        })?;
+        let mut bytes = template.into_bytes_with_nul();
+        // SAFETY: mkdtemp(3) rewrites the trailing XXXXXX of a NUL-terminated
+        // buffer we own in place.
+        let made = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+        if made.is_null() {
+            return Err(failed(std::io::Error::last_os_error()));
+        }
+        bytes.pop();
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+        Ok(Self { path })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the directory and everything in it, directories the program
+    /// made unreadable or unwritable included; a second call finds nothing
+    /// to do.
+    pub fn remove(&self) {
+        if std::fs::remove_dir_all(&self.path).is_ok() || !self.path.exists() {
+            return;
+        }
+        open_up(&self.path);
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Gives the owner back every right on the directories beneath `dir` (a
+/// program may have left one at mode 000), without following symlinks.
+fn open_up(dir: &Path) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+    }
+}
+
+impl Drop for PrivateTemp {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}

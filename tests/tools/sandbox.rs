@@ -1,0 +1,844 @@
+//! `run_main`'s sandbox, with real programs run through the agent with
+//! approval: every attack is shown to get through with `Sandbox::Off` (so
+//! that the sandbox is what stops it) and to be refused by the default
+//! level, `workspace-write`; the demo's program, files in the workspace and
+//! the private `TMPDIR` still work, and the `TMPDIR` is gone afterwards.
+//!
+//! On a kernel that cannot enforce the sandbox the tests say `skipped`
+//! (and fail under `SUBLOOP_NO_SKIP`).
+
+use crate::common;
+use crate::common::RunDriven;
+
+use std::io::ErrorKind;
+use std::net::{TcpListener, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{RecordingModel, TempDir, tool_results};
+use serde_json::{Value, json};
+use subloop::AgentBuilder;
+use subloop::Budget;
+use subloop::ModelResponse;
+use subloop::policy::permission::AllowAll;
+use subloop::tools::sandbox::Support;
+use subloop::tools::{RunMain, RunSettings, Sandbox, SandboxPolicy};
+
+/// Whether this kernel enforces the default level; says `skipped` when not.
+fn enforced() -> bool {
+    match Support::probe().missing(Sandbox::WorkspaceWrite) {
+        None => true,
+        Some(missing) => {
+            common::skipped(format!("the sandbox cannot be enforced here: {missing}"));
+            false
+        }
+    }
+}
+
+/// A directory holding the workspace `ws`, a directory `outside` it and a
+/// fake home `home` with a secret in it.
+struct Place {
+    _root: TempDir,
+    ws: PathBuf,
+    outside: PathBuf,
+    home: PathBuf,
+}
+
+fn place(tag: &str) -> Place {
+    let root = TempDir::new(tag);
+    root.write("ws/expected.txt", "42\n");
+    root.write("outside/.keep", "");
+    root.write("home/.ssh/id_ed25519", "SECRET-KEY-MATERIAL\n");
+    let canonical = std::fs::canonicalize(root.path()).unwrap();
+    Place {
+        ws: canonical.join("ws"),
+        outside: canonical.join("outside"),
+        home: canonical.join("home"),
+        _root: root,
+    }
+}
+
+/// A parent that calls `run_main` once with approval, then answers; the
+/// result's text and whether it is an error.
+fn run(ws: &Path, policy: SandboxPolicy, main: &str, timeout: Duration) -> (String, bool) {
+    std::fs::write(ws.join("main.py"), main).unwrap();
+    let tool = RunMain::new(
+        ws,
+        RunSettings {
+            command: vec!["python3".into(), "main.py".into()],
+            timeout,
+            ..RunSettings::default()
+        },
+    )
+    .unwrap()
+    .with_sandbox(policy);
+    let mut model = RecordingModel::new(vec![
+        Ok(ModelResponse::tool_calls([(
+            "call-1",
+            "run_main",
+            json!({}),
+        )])),
+        Ok(ModelResponse::answer("done")),
+    ]);
+    let report = AgentBuilder::new(Arc::new(AllowAll))
+        .tool(tool)
+        .unwrap()
+        .build()
+        .run_driven("Run the program", Budget::new(4).unwrap(), &mut model)
+        .unwrap();
+    let mut results = tool_results(&report.outcome.messages);
+    assert_eq!(results.len(), 1);
+    let (_, text, is_error) = results.remove(0);
+    (text, is_error)
+}
+
+/// The program's stdout (the result's JSON report, after the
+/// `run_main: timed out ...` line if there is one).
+fn stdout(text: &str) -> String {
+    let json = match text.split_once('\n') {
+        Some((first, rest)) if first.starts_with("run_main:") => rest,
+        _ => text,
+    };
+    let report: Value = serde_json::from_str(json).unwrap_or_else(|err| panic!("{err}: {text}"));
+    report["stdout"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Python that defines `attempt(name, f)`: prints `OK name: <value>` when
+/// `f()` gets through, `BLOCKED name: <error>` when it raises `OSError`.
+const ATTEMPT: &str = "\
+import os, socket, subprocess, sys
+def attempt(name, f):
+    try:
+        print(f'OK {name}: {f()!r}', flush=True)
+    except OSError as err:
+        print(f'BLOCKED {name}: {err}', flush=True)
+";
+
+/// Runs `attempts` (Python after [`ATTEMPT`]) unconfined and then in the
+/// default sandbox; the two stdouts. Every line of the first must be `OK`,
+/// every line of the second `BLOCKED`.
+fn attack(ws: &Path, attempts: &str) -> (String, String) {
+    let main = format!("{ATTEMPT}{attempts}");
+    let (off, _) = run(
+        ws,
+        SandboxPolicy::new(Sandbox::Off),
+        &main,
+        Duration::from_secs(20),
+    );
+    let off = stdout(&off);
+    let (confined, _) = run(ws, SandboxPolicy::default(), &main, Duration::from_secs(20));
+    let confined = stdout(&confined);
+    assert!(!off.is_empty(), "nothing was attempted");
+    for line in off.lines() {
+        assert!(
+            line.starts_with("OK "),
+            "without the sandbox: {line}\n{off}"
+        );
+    }
+    assert_eq!(off.lines().count(), confined.lines().count(), "{confined}");
+    for line in confined.lines() {
+        assert!(
+            line.starts_with("BLOCKED "),
+            "the sandbox let this through: {line}\n{confined}"
+        );
+    }
+    (off, confined)
+}
+
+/// Every one of the `count` lines of `out` starts with `prefix`.
+fn all(out: &str, prefix: &str, count: usize) {
+    assert_eq!(out.lines().count(), count, "{out}");
+    for line in out.lines() {
+        assert!(line.starts_with(prefix), "{line}\n{out}");
+    }
+}
+
+#[test]
+fn writes_outside_the_workspace_are_refused() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-write");
+    std::os::unix::fs::symlink(&place.outside, place.ws.join("link")).unwrap();
+    let outside = place.outside.display();
+    let attempts = format!(
+        "\
+attempt('parent', lambda: open('../outside/parent.txt', 'w').write('x'))
+attempt('absolute', lambda: open('{outside}/absolute.txt', 'w').write('x'))
+attempt('symlink', lambda: open('link/symlink.txt', 'w').write('x'))
+def after_chdir():
+    os.chdir('{outside}')
+    return open('chdir.txt', 'w').write('x')
+attempt('chdir', after_chdir)
+attempt('rename', lambda: os.rename('{outside}/.keep', '{outside}/renamed'))
+"
+    );
+    let names = ["parent.txt", "absolute.txt", "symlink.txt", "chdir.txt"];
+    let main = format!("{ATTEMPT}{attempts}");
+    let (off, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::Off),
+        &main,
+        Duration::from_secs(20),
+    );
+    let off = stdout(&off);
+    all(&off, "OK ", 5);
+    for name in names {
+        assert!(place.outside.join(name).exists(), "{name}: {off}");
+        std::fs::remove_file(place.outside.join(name)).unwrap();
+    }
+    std::fs::rename(place.outside.join("renamed"), place.outside.join(".keep")).unwrap();
+    let (confined, _) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        &main,
+        Duration::from_secs(20),
+    );
+    let confined = stdout(&confined);
+    all(&confined, "BLOCKED ", 5);
+    for name in names {
+        assert!(!place.outside.join(name).exists(), "{name}: {confined}");
+    }
+    assert!(place.outside.join(".keep").exists(), "{confined}");
+}
+
+#[test]
+fn a_file_under_the_home_directory_is_unreadable() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-home");
+    let home = place.home.display();
+    let attempts = format!(
+        "\
+attempt('read', lambda: open('{home}/.ssh/id_ed25519').read())
+attempt('list', lambda: os.listdir('{home}'))
+"
+    );
+    let (off, confined) = attack(&place.ws, &attempts);
+    assert!(off.contains("SECRET-KEY-MATERIAL"), "{off}");
+    assert!(!confined.contains("SECRET-KEY-MATERIAL"), "{confined}");
+}
+
+#[test]
+fn a_tcp_connection_to_loopback_is_refused() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-tcp");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let attempts = format!(
+        "attempt('connect', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=5).close())\n"
+    );
+    let main = format!("{ATTEMPT}{attempts}");
+    let (off, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::Off),
+        &main,
+        Duration::from_secs(20),
+    );
+    assert!(stdout(&off).starts_with("OK "), "{off}");
+    assert!(listener.accept().is_ok(), "no connection arrived: {off}");
+    let (confined, _) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        &main,
+        Duration::from_secs(20),
+    );
+    let confined = stdout(&confined);
+    all(&confined, "BLOCKED ", 1);
+    assert!(confined.contains("Operation not permitted"), "{confined}");
+    let pending = listener.accept();
+    assert!(
+        pending
+            .as_ref()
+            .is_err_and(|err| err.kind() == ErrorKind::WouldBlock),
+        "a connection arrived from the sandbox: {pending:?}"
+    );
+}
+
+#[test]
+fn a_udp_datagram_is_not_sent() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-udp");
+    let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    receiver.set_nonblocking(true).unwrap();
+    let port = receiver.local_addr().unwrap().port();
+    let attempts = format!(
+        "attempt('sendto', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'ping', ('127.0.0.1', {port})))\n"
+    );
+    let main = format!("{ATTEMPT}{attempts}");
+    let (off, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::Off),
+        &main,
+        Duration::from_secs(20),
+    );
+    let mut buffer = [0u8; 16];
+    let got = receiver.recv_from(&mut buffer).map(|(n, _)| n);
+    assert_eq!(got.ok(), Some(4), "no datagram arrived: {off}");
+    assert_eq!(&buffer[..4], b"ping");
+    let (confined, _) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        &main,
+        Duration::from_secs(20),
+    );
+    let confined = stdout(&confined);
+    all(&confined, "BLOCKED ", 1);
+    let got = receiver.recv_from(&mut buffer);
+    assert!(
+        got.as_ref()
+            .is_err_and(|err| err.kind() == ErrorKind::WouldBlock),
+        "a datagram arrived from the sandbox: {got:?} ({confined})"
+    );
+}
+
+#[test]
+fn a_unix_socket_outside_the_workspace_is_refused() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-unix");
+    let path = place.outside.join("s.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let attempts = format!(
+        "\
+def connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect('{}')
+    s.close()
+attempt('connect', connect)
+attempt('abstract', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect('\\0subloop-test-none'))
+",
+        path.display()
+    );
+    // The abstract name is unbound: unconfined, the connect is refused by
+    // the kernel (ConnectionRefusedError is an OSError too, but not OK).
+    let main = format!("{ATTEMPT}{attempts}");
+    let (off, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::Off),
+        &main,
+        Duration::from_secs(20),
+    );
+    let off = stdout(&off);
+    assert!(off.starts_with("OK connect"), "{off}");
+    assert!(listener.accept().is_ok(), "no connection arrived: {off}");
+    let (confined, _) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        &main,
+        Duration::from_secs(20),
+    );
+    let confined = stdout(&confined);
+    assert!(confined.starts_with("BLOCKED connect"), "{confined}");
+    assert!(
+        confined.contains("BLOCKED abstract: [Errno 1]"),
+        "{confined}"
+    );
+    let pending = listener.accept();
+    assert!(
+        pending
+            .as_ref()
+            .is_err_and(|err| err.kind() == ErrorKind::WouldBlock),
+        "a connection arrived from the sandbox: {pending:?}"
+    );
+}
+
+#[test]
+fn no_signal_reaches_a_process_outside_the_sandbox() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-kill");
+    // Signal 0 checks the permission without delivering anything; the
+    // group's leader is run_main's watchdog.
+    let attempts = format!(
+        "\
+attempt('test', lambda: os.kill({}, 0))
+attempt('watchdog', lambda: os.kill(os.getpgid(0), 0))
+",
+        std::process::id()
+    );
+    let (_, confined) = attack(&place.ws, &attempts);
+    assert!(confined.contains("Operation not permitted"), "{confined}");
+}
+
+#[test]
+fn the_environment_of_another_process_is_unreadable() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-environ");
+    let attempts = format!(
+        "attempt('environ', lambda: len(open('/proc/{}/environ', 'rb').read()))\n",
+        std::process::id()
+    );
+    attack(&place.ws, &attempts);
+}
+
+#[test]
+fn a_subprocess_is_confined_too() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-child");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp = receiver.local_addr().unwrap().port();
+    let socket = place.outside.join("s.sock");
+    let _unix = UnixListener::bind(&socket).unwrap();
+    let child = format!(
+        "{ATTEMPT}\
+attempt('write', lambda: open('{outside}/child.txt', 'w').write('x'))
+attempt('read', lambda: open('{home}/.ssh/id_ed25519').read())
+attempt('tcp', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=5).close())
+attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'ping', ('127.0.0.1', {udp})))
+attempt('unix', lambda: socket.socket(socket.AF_UNIX).connect('{socket}'))
+attempt('kill', lambda: os.kill({pid}, 0))
+attempt('environ', lambda: len(open('/proc/{pid}/environ', 'rb').read()))
+",
+        outside = place.outside.display(),
+        home = place.home.display(),
+        socket = socket.display(),
+        pid = std::process::id(),
+    );
+    std::fs::write(place.ws.join("attack.py"), child).unwrap();
+    // `python3` by name: found on PATH as the program itself was.
+    let main = "import subprocess, sys\n\
+                out = subprocess.run(['python3', 'attack.py'], capture_output=True, text=True)\n\
+                sys.stdout.write(out.stdout)\n";
+    let (off, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::Off),
+        main,
+        Duration::from_secs(20),
+    );
+    all(&stdout(&off), "OK ", 7);
+    std::fs::remove_file(place.outside.join("child.txt")).unwrap();
+    let (confined, _) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        main,
+        Duration::from_secs(20),
+    );
+    all(&stdout(&confined), "BLOCKED ", 7);
+    assert!(!place.outside.join("child.txt").exists());
+}
+
+#[test]
+fn the_program_still_runs_reads_and_writes_where_it_may() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-works");
+    let main = "\
+import os, stat
+print(6 * 7)
+print(open('expected.txt').read().strip())
+open('out.txt', 'w').write('in the workspace')
+tmp = os.environ['TMPDIR']
+open(os.path.join(tmp, 'scratch.txt'), 'w').write('in the temporary directory')
+os.mkdir(os.path.join(tmp, 'locked'))
+os.chmod(os.path.join(tmp, 'locked'), 0)
+print(tmp)
+print(oct(stat.S_IMODE(os.stat(tmp).st_mode)))
+print(os.environ['HOME'])
+print(os.getcwd())
+";
+    let (text, is_error) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        main,
+        Duration::from_secs(20),
+    );
+    assert!(!is_error, "{text}");
+    let out = stdout(&text);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    assert_eq!(lines[..2], ["42", "42"]);
+    assert_eq!(
+        std::fs::read_to_string(place.ws.join("out.txt")).unwrap(),
+        "in the workspace"
+    );
+    let tmp = Path::new(lines[2]);
+    assert!(tmp.starts_with(std::env::temp_dir()), "{out}");
+    assert_eq!(lines[3], "0o700");
+    assert_eq!(Path::new(lines[4]), place.ws, "HOME is the workspace");
+    assert_eq!(Path::new(lines[5]), place.ws);
+    assert!(
+        !tmp.exists(),
+        "the private TMPDIR {} is still there",
+        tmp.display()
+    );
+}
+
+#[test]
+fn read_only_keeps_the_workspace_as_it_was() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-readonly");
+    let main = format!(
+        "{ATTEMPT}\
+attempt('read', lambda: open('expected.txt').read())
+attempt('write', lambda: open('out.txt', 'w').write('x'))
+attempt('tmp', lambda: open(os.path.join(os.environ['TMPDIR'], 'f'), 'w').write('x'))
+print(os.environ['HOME'] == os.environ['TMPDIR'])
+"
+    );
+    let (text, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::ReadOnly),
+        &main,
+        Duration::from_secs(20),
+    );
+    let out = stdout(&text);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("OK read"), "{out}");
+    assert!(lines[1].starts_with("BLOCKED write"), "{out}");
+    assert!(lines[2].starts_with("OK tmp"), "{out}");
+    assert_eq!(lines[3], "True", "HOME is the temporary directory: {out}");
+    assert!(!place.ws.join("out.txt").exists());
+    // The same program may write in its workspace one level up.
+    let (text, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::WorkspaceWrite),
+        &main,
+        Duration::from_secs(20),
+    );
+    assert!(stdout(&text).contains("OK write"), "{text}");
+}
+
+#[test]
+fn a_timed_out_program_leaves_no_temporary_directory() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-timeout");
+    let main = "\
+import os, subprocess
+tmp = os.environ['TMPDIR']
+open(os.path.join(tmp, 'f'), 'w').write('x')
+p = subprocess.Popen(['sleep', '30'])
+print(tmp, p.pid, flush=True)
+while True:
+    pass
+";
+    let started = Instant::now();
+    let (text, is_error) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        main,
+        Duration::from_secs(1),
+    );
+    assert!(is_error && text.contains("timed out"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let out = stdout(&text);
+    let (tmp, pid) = out.trim().split_once(' ').expect("the TMPDIR and pid");
+    assert!(!Path::new(tmp).exists(), "{tmp} outlived the timeout");
+    let gone = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        stat.is_empty() || state == Some('Z')
+    };
+    let until = Instant::now() + Duration::from_secs(2);
+    while !gone() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(), "the sleeping grandchild {pid} outlived the timeout");
+}
+
+#[test]
+fn a_program_outside_the_allowed_directories_does_not_start() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-exec");
+    let tool_dir = place.home.join("bin");
+    std::fs::create_dir_all(&tool_dir).unwrap();
+    let tool = tool_dir.join("tool");
+    std::fs::write(&tool, "#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let settings = RunSettings {
+        command: vec![tool.display().to_string()],
+        ..RunSettings::default()
+    };
+    let output = RunMain::new(&place.ws, settings.clone())
+        .unwrap()
+        .with_sandbox(SandboxPolicy::new(Sandbox::Off))
+        .execute();
+    assert!(!output.is_error, "{}", output.content);
+    assert_eq!(stdout(&output.content), "ran\n");
+    let output = RunMain::new(&place.ws, settings)
+        .unwrap()
+        .with_sandbox(SandboxPolicy::default());
+    let output = output.execute();
+    assert!(output.is_error);
+    assert!(
+        output.content.contains("Permission denied")
+            && output.content.contains("workspace-write sandbox"),
+        "{}",
+        output.content
+    );
+}
+
+/// `subloop run` with a script that calls `run_main` once, `main.py`
+/// printing the environment as JSON, the process's environment holding
+/// `extra`; the program's environment.
+fn cli_environment(extra: &[(&str, &str)], flags: &[&str]) -> serde_json::Map<String, Value> {
+    let place = place("sbx-env");
+    std::fs::write(
+        place.ws.join("main.py"),
+        "import json, os\nprint(json.dumps(dict(os.environ)))\n",
+    )
+    .unwrap();
+    let script = json!({"parent": [
+        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+    ]});
+    let script_path = place.outside.join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let mut command = Command::new(common::bin());
+    command
+        .args([
+            "run",
+            "--quiet",
+            "--json",
+            "--decision",
+            "allow",
+            "--workspace",
+        ])
+        .arg(&place.ws)
+        .arg("--script")
+        .arg(&script_path)
+        .args(flags)
+        .envs(extra.iter().copied())
+        .stdin(Stdio::null());
+    let output = command.output().expect("run subloop");
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "{err}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let content = report["tools"][0]["content"].as_str().unwrap_or_default();
+    let printed = stdout(content);
+    match serde_json::from_str(&printed) {
+        Ok(Value::Object(env)) => env,
+        _ => panic!("main.py printed no environment: {content}"),
+    }
+}
+
+#[test]
+fn no_key_token_or_proxy_reaches_the_program_unless_named() {
+    if !enforced() {
+        return;
+    }
+    let secrets = [
+        ("ANTHROPIC_API_KEY", "sk-ant-test-not-a-real-key"),
+        ("OPENAI_API_KEY", "sk-test-not-a-real-key"),
+        ("GITHUB_TOKEN", "ghp_not_a_real_token"),
+        ("HTTPS_PROXY", "http://127.0.0.1:9"),
+        ("LANG", "C.UTF-8"),
+    ];
+    let off = cli_environment(&secrets, &["--sandbox", "off"]);
+    assert_eq!(off["ANTHROPIC_API_KEY"], "sk-ant-test-not-a-real-key");
+    assert_eq!(off["GITHUB_TOKEN"], "ghp_not_a_real_token");
+
+    let confined = cli_environment(&secrets, &[]);
+    let mut names: Vec<&str> = confined.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["HOME", "LANG", "PATH", "TMPDIR"], "{confined:?}");
+    assert_eq!(confined["LANG"], "C.UTF-8");
+
+    let named = cli_environment(
+        &secrets,
+        &[
+            "--sandbox-env",
+            "ANTHROPIC_API_KEY",
+            "--sandbox-env",
+            "NOT_SET_ANYWHERE",
+        ],
+    );
+    assert_eq!(named["ANTHROPIC_API_KEY"], "sk-ant-test-not-a-real-key");
+    assert!(!named.contains_key("OPENAI_API_KEY"), "{named:?}");
+    assert!(!named.contains_key("NOT_SET_ANYWHERE"), "{named:?}");
+}
+
+#[test]
+fn the_trace_records_the_level() {
+    let place = place("sbx-trace");
+    std::fs::write(place.ws.join("main.py"), "print(42)\n").unwrap();
+    let script = json!({"parent": [
+        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+    ]});
+    let script_path = place.outside.join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    for (flags, level) in [
+        (&[][..], "workspace-write"),
+        (&["--sandbox", "read-only"][..], "read-only"),
+        (&["--sandbox", "off"][..], "off"),
+    ] {
+        let trace = place.outside.join(format!("{level}.jsonl"));
+        let status = Command::new(common::bin())
+            .args(["run", "--quiet", "--decision", "allow", "--workspace"])
+            .arg(&place.ws)
+            .arg("--script")
+            .arg(&script_path)
+            .arg("--trace")
+            .arg(&trace)
+            .args(flags)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(first["kind"], "request");
+        assert_eq!(first["sandbox"], level, "{first}");
+        if Support::probe().enforces(Sandbox::WorkspaceWrite) {
+            assert!(status.success(), "{level}: {status}");
+        }
+        // The trace reader accepts it.
+        let view = Command::new(common::bin())
+            .args(["view", "--check"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(
+            view.status.success(),
+            "{}",
+            String::from_utf8_lossy(&view.stderr)
+        );
+    }
+}
+
+/// Starts `subloop run` on a program that writes its `TMPDIR` to the
+/// workspace and sleeps; the child and that `TMPDIR`, once it exists.
+fn start_sleeping(place: &Place) -> (std::process::Child, PathBuf) {
+    // Something to remove: nested directories, files, a symlink to a
+    // directory outside (which must be left alone).
+    std::fs::write(
+        place.ws.join("main.py"),
+        format!(
+            "import os, time\n\
+             tmp = os.environ['TMPDIR']\n\
+             os.makedirs(os.path.join(tmp, 'a', 'b', 'c'))\n\
+             for d in ['', 'a', 'a/b', 'a/b/c']:\n\
+             \x20   for i in range(40):\n\
+             \x20       open(os.path.join(tmp, d, f'file-{{i:03}}.txt'), 'w').write('x' * i)\n\
+             os.symlink('{}', os.path.join(tmp, 'a', 'outside'))\n\
+             open('tmpdir.tmp', 'w').write(tmp)\n\
+             os.rename('tmpdir.tmp', 'tmpdir')\n\
+             time.sleep(60)\n",
+            place.outside.display()
+        ),
+    )
+    .unwrap();
+    let script = json!({"parent": [
+        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+    ]});
+    let script_path = place.outside.join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let mut command = Command::new(common::bin());
+    command
+        .args([
+            "run",
+            "--quiet",
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--workspace",
+        ])
+        .arg(&place.ws)
+        .arg("--script")
+        .arg(&script_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = common::default_signals(&mut command).spawn().unwrap();
+    let marker = place.ws.join("tmpdir");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the program did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let tmp = PathBuf::from(std::fs::read_to_string(&marker).unwrap());
+    assert!(tmp.exists(), "{}", tmp.display());
+    (child, tmp)
+}
+
+#[test]
+fn a_signal_that_ends_subloop_removes_the_temporary_directory() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-sigterm");
+    let (mut child, tmp) = start_sleeping(&place);
+    // SAFETY: kill(2) on the child this test started.
+    unsafe {
+        libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGTERM);
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143));
+    assert!(!tmp.exists(), "{} outlived SIGTERM", tmp.display());
+    assert!(place.outside.join(".keep").exists());
+}
+
+/// `SIGKILL` runs nothing in subloop: the watchdog sees its pipe close and
+/// has the directory removed once the program's group is gone.
+#[test]
+fn a_sigkill_of_subloop_removes_the_temporary_directory_too() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-sigkill");
+    let (mut child, tmp) = start_sleeping(&place);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while tmp.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !tmp.exists(),
+        "{} outlived a SIGKILL of subloop",
+        tmp.display()
+    );
+    assert!(
+        place.outside.join(".keep").exists(),
+        "the cleaner followed a symlink"
+    );
+}
+
+crate::async_twins!(
+    writes_outside_the_workspace_are_refused,
+    a_file_under_the_home_directory_is_unreadable,
+    a_tcp_connection_to_loopback_is_refused,
+    a_udp_datagram_is_not_sent,
+    a_unix_socket_outside_the_workspace_is_refused,
+    no_signal_reaches_a_process_outside_the_sandbox,
+    the_environment_of_another_process_is_unreadable,
+    a_subprocess_is_confined_too,
+    the_program_still_runs_reads_and_writes_where_it_may,
+    read_only_keeps_the_workspace_as_it_was,
+    a_timed_out_program_leaves_no_temporary_directory,
+);
