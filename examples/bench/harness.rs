@@ -307,6 +307,9 @@ impl Figures {
     pub fn json(&self) -> Value {
         json!({
             "runs": self.runs,
+            // Runs that ended answered with the demo's answer.
+            "answered": self.ok,
+            "peak_threads": self.threads_peak,
             "mode": self.mode.name(),
             "provider": self.provider.name(),
             "stream": self.stream,
