@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::sse::StreamAssembler;
 use super::{LiveConfig, LiveError, headers, messages_url, parse_body, read_error, request_body};
-use super::{sse::StreamAssembler, stream_failure};
 use crate::core::error::ModelFailure;
 use crate::core::protocol::Request;
 use crate::providers::http::async_client::{
@@ -115,7 +115,7 @@ impl AsyncClient {
                 StreamAssembler::new(),
             )
             .await
-            .map_err(|failure| stream_failure(self.http.attempts(), failure)),
+            .map_err(|failure| self.http.attempts().stream_failed(failure)),
             AsyncSuccess::Body(text) => parse_body(self.http.attempts(), &text),
         }
     }

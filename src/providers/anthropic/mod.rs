@@ -398,7 +398,7 @@ impl Client {
             whole_lines,
             sse::StreamAssembler::new(),
         )
-        .map_err(|failure| stream_failure(self.http.attempts(), failure))
+        .map_err(|failure| self.http.attempts().stream_failed(failure))
     }
 
     fn parse_body(&self, text: &str) -> Result<Received, ModelFailure> {
@@ -426,25 +426,10 @@ pub(crate) fn headers(config: &LiveConfig) -> [(&'static str, &str); 4] {
     ]
 }
 
-/// A stream's failure, its kind kept (`stream_error` if it has none) and
-/// its text scrubbed.
-pub(crate) fn stream_failure(attempts: &Attempts, failure: ModelFailure) -> ModelFailure {
-    attempts.fail(
-        failure.kind.as_deref().unwrap_or("stream_error"),
-        failure.message,
-    )
-}
-
 /// A whole (non-streamed) response body read as a reply; an `error` body is
 /// the API's failure.
 pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
-    let value: Value = serde_json::from_str(text).map_err(|err| {
-        let snippet: String = text.chars().take(200).collect();
-        attempts.fail(
-            "invalid_response",
-            format!("the response is not JSON ({err}): {snippet}"),
-        )
-    })?;
+    let value = attempts.json_body(text)?;
     if value.get("type").and_then(Value::as_str) == Some("error") {
         let (kind, message) = api_error(&value);
         return Err(attempts.fail(kind, format!("{kind}: {message}")));

@@ -204,6 +204,27 @@ impl Attempts {
         )
     }
 
+    /// A provider's stream failure, its kind kept (`stream_error` if it has
+    /// none) and its text scrubbed.
+    pub fn stream_failed(&self, failure: ModelFailure) -> ModelFailure {
+        self.fail(
+            failure.kind.as_deref().unwrap_or("stream_error"),
+            failure.message,
+        )
+    }
+
+    /// A whole response body read as JSON, or the `invalid_response`
+    /// failure that quotes its start.
+    pub fn json_body(&self, text: &str) -> Result<serde_json::Value, ModelFailure> {
+        serde_json::from_str(text).map_err(|err| {
+            let snippet: String = text.chars().take(200).collect();
+            self.fail(
+                "invalid_response",
+                format!("the response is not JSON ({err}): {snippet}"),
+            )
+        })
+    }
+
     /// Attempt `retry` (0-based) got a 2xx status whose body could not be
     /// read: the wait before the next attempt, or the failure. A timeout or
     /// a reset while reading is retried like one before the headers.

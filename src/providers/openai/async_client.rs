@@ -4,14 +4,14 @@
 //! by default).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use super::client::{
-    FieldFallback, OpenAiConfig, OpenAiError, bearer, completions_url, error_reader, headers,
-    parse_body, stream_failure,
+    FieldFallback, OpenAiConfig, OpenAiError, bearer, body_for, completions_url, current_field,
+    error_reader, headers, parse_body,
 };
-use super::request::{BodySettings, MaxTokensField, request_body};
+use super::request::MaxTokensField;
 use super::stream::ChunkStream;
 use crate::core::error::ModelFailure;
 use crate::core::protocol::Request;
@@ -83,24 +83,12 @@ impl AsyncClient {
     /// The field the token limit goes in: the configured one, or the other
     /// once the server refused it.
     pub fn max_tokens_field(&self) -> MaxTokensField {
-        if self.other_field.load(Ordering::Relaxed) {
-            self.config.max_tokens_field.other()
-        } else {
-            self.config.max_tokens_field
-        }
+        current_field(&self.config, &self.other_field)
     }
 
     /// The exact JSON body of a request (the blocking client's).
     pub fn request_body(&self, request: &Request<'_>) -> serde_json::Value {
-        request_body(
-            request,
-            BodySettings {
-                model: &self.config.model,
-                max_tokens: self.config.max_tokens,
-                max_tokens_field: self.max_tokens_field(),
-                stream: self.config.stream,
-            },
-        )
+        body_for(&self.config, self.max_tokens_field(), request)
     }
 
     fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
@@ -160,7 +148,7 @@ impl AsyncClient {
                 ChunkStream::default(),
             )
             .await
-            .map_err(|failure| stream_failure(self.http.attempts(), failure)),
+            .map_err(|failure| self.http.attempts().stream_failed(failure)),
             AsyncSuccess::Body(text) => parse_body(self.http.attempts(), &text),
         }
     }

@@ -213,25 +213,13 @@ impl Client {
 
     /// The exact JSON body of a request.
     pub fn request_body(&self, request: &Request<'_>) -> Value {
-        request_body(
-            request,
-            BodySettings {
-                model: &self.config.model,
-                max_tokens: self.config.max_tokens,
-                max_tokens_field: self.max_tokens_field(),
-                stream: self.config.stream,
-            },
-        )
+        body_for(&self.config, self.max_tokens_field(), request)
     }
 
     /// The field the token limit goes in: the configured one, or the other
     /// once the server refused it.
     pub fn max_tokens_field(&self) -> MaxTokensField {
-        if self.other_field.load(Ordering::Relaxed) {
-            self.config.max_tokens_field.other()
-        } else {
-            self.config.max_tokens_field
-        }
+        current_field(&self.config, &self.other_field)
     }
 
     /// Sends one request, retrying what is worth retrying.
@@ -289,10 +277,37 @@ impl Client {
                 false,
                 stream::ChunkStream::default(),
             )
-            .map_err(|failure| stream_failure(self.http.attempts(), failure)),
+            .map_err(|failure| self.http.attempts().stream_failed(failure)),
             Success::Body(text) => parse_body(self.http.attempts(), &text),
         }
     }
+}
+
+/// The field the token limit goes in under `config`: the configured one,
+/// or the other once the server refused it (`switched`).
+pub(crate) fn current_field(config: &OpenAiConfig, switched: &AtomicBool) -> MaxTokensField {
+    if switched.load(Ordering::Relaxed) {
+        config.max_tokens_field.other()
+    } else {
+        config.max_tokens_field
+    }
+}
+
+/// The exact JSON body of `request` under `config`, the limit in `field`.
+pub(crate) fn body_for(
+    config: &OpenAiConfig,
+    field: MaxTokensField,
+    request: &Request<'_>,
+) -> Value {
+    request_body(
+        request,
+        BodySettings {
+            model: &config.model,
+            max_tokens: config.max_tokens,
+            max_tokens_field: field,
+            stream: config.stream,
+        },
+    )
 }
 
 /// The endpoint of `config`'s server.
@@ -372,25 +387,10 @@ impl FieldFallback {
     }
 }
 
-/// A stream's failure, its kind kept (`stream_error` if it has none) and
-/// its text scrubbed.
-pub(crate) fn stream_failure(attempts: &Attempts, failure: ModelFailure) -> ModelFailure {
-    attempts.fail(
-        failure.kind.as_deref().unwrap_or("stream_error"),
-        failure.message,
-    )
-}
-
 /// A whole (non-streamed) response body read as a reply; an error body is
 /// the server's failure.
 pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
-    let value: Value = serde_json::from_str(text).map_err(|err| {
-        let snippet: String = text.chars().take(200).collect();
-        attempts.fail(
-            "invalid_response",
-            format!("the response is not JSON ({err}): {snippet}"),
-        )
-    })?;
+    let value = attempts.json_body(text)?;
     if let Some((kind, message)) = reply::error_parts(&value) {
         let kind = kind.unwrap_or_else(|| "api_error".to_owned());
         return Err(attempts.fail(&kind, format!("{kind}: {message}")));
