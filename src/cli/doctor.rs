@@ -21,6 +21,11 @@ pub fn report(support: &Support) -> String {
     text.push_str(&format!("Landlock: {landlock}\n"));
     let yes = |on: bool| if on { "yes" } else { "no" };
     text.push_str(&format!("seccomp filters: {}\n", yes(support.seccomp)));
+    let namespaces = match &support.namespaces {
+        Ok(mode) => (*mode).to_owned(),
+        Err(missing) => format!("not available: {missing}"),
+    };
+    text.push_str(&format!("namespaces: {namespaces}\n"));
     text.push_str("run_main's sandbox (--sandbox):\n");
     for level in Sandbox::ALL {
         let default = if level == Sandbox::default() {

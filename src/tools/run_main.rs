@@ -233,12 +233,19 @@ impl RunMain {
 
     /// The answer when the program could not be started.
     fn not_started(&self, program: &str, err: &std::io::Error) -> ToolOutput {
+        let level = self.sandbox.level();
+        if err.kind() == std::io::ErrorKind::NotFound && level.confines() {
+            return ToolOutput::error(format!(
+                "run_main: cannot start `{program}`: program not found (No such file or directory): \
+                 is it installed, on PATH, and in the workspace or the system directories? (the \
+                 {level} sandbox shows the program nothing else)"
+            ));
+        }
         if err.kind() == std::io::ErrorKind::NotFound {
             return ToolOutput::error(format!(
                 "run_main: cannot start `{program}`: program not found (is it installed and on PATH?)"
             ));
         }
-        let level = self.sandbox.level();
         if err.kind() == std::io::ErrorKind::PermissionDenied && level.confines() {
             return ToolOutput::error(format!(
                 "run_main: cannot start `{program}`: {err} (the {level} sandbox runs programs \
@@ -274,7 +281,7 @@ impl RunMain {
             Ok(confinement) => confinement,
             Err(answer) => return answer,
         };
-        let watchdog = match confinement.temp_dir() {
+        let watchdog = match confinement.private_dir() {
             Some(temp) => Watchdog::spawn_removing(temp),
             None => Watchdog::spawn(),
         };
@@ -349,7 +356,7 @@ impl RunMain {
             Ok(confinement) => confinement,
             Err(answer) => return answer,
         };
-        let watchdog = match confinement.temp_dir() {
+        let watchdog = match confinement.private_dir() {
             Some(temp) => Watchdog::spawn_removing(temp),
             None => Watchdog::spawn(),
         };

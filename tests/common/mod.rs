@@ -289,3 +289,87 @@ macro_rules! async_twins {
         }
     };
 }
+
+/// The processes descended from `ancestor`, as this process sees them
+/// (host pids, whatever PID namespace they run in): `(pid, pgid, comm)`.
+/// A sandboxed program cannot tell its own host pid or group, so tests
+/// find them from outside.
+pub fn descendants(ancestor: libc::pid_t) -> Vec<(libc::pid_t, libc::pid_t, String)> {
+    let mut all: Vec<(libc::pid_t, libc::pid_t, libc::pid_t, String)> = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head
+            .split_once('(')
+            .map(|(_, c)| c.to_owned())
+            .unwrap_or_default();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // state ppid pgrp ...
+        let (Some(state), Some(ppid), Some(pgrp)) = (fields.first(), fields.get(1), fields.get(2))
+        else {
+            continue;
+        };
+        if *state == "Z" {
+            continue;
+        }
+        let (Ok(ppid), Ok(pgrp)) = (ppid.parse(), pgrp.parse()) else {
+            continue;
+        };
+        all.push((pid, ppid, pgrp, comm));
+    }
+    let mut found: Vec<libc::pid_t> = vec![ancestor];
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for (pid, ppid, _, _) in &all {
+            if found.contains(ppid) && !found.contains(pid) {
+                found.push(*pid);
+                grew = true;
+            }
+        }
+    }
+    all.into_iter()
+        .filter(|(pid, _, _, _)| *pid != ancestor && found.contains(pid))
+        .map(|(pid, _, pgrp, comm)| (pid, pgrp, comm))
+        .collect()
+}
+
+/// Whether no live process's command line contains `marker`, within 2 s
+/// (a sandboxed program's pids are its namespace's: tests mark the
+/// processes they want to see gone instead).
+pub fn marked_gone_soon(marker: &str) -> bool {
+    let alive = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|entry| {
+                let dir = entry.path();
+                let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+                let zombie = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next())
+                    == Some('Z');
+                !zombie
+                    && cmdline
+                        .windows(marker.len().max(1))
+                        .any(|window| window == marker.as_bytes())
+            })
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while alive() {
+        if std::time::Instant::now() > until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}

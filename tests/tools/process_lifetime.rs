@@ -76,18 +76,23 @@ fn start(ws: &TempDir, outside: &TempDir, command: &str, trace: Option<&Path>) -
         .expect("spawn subloop")
 }
 
-/// Waits for `pids` in the workspace: (pgid, pids of the program and its grandchild).
-fn wait_for_pids(ws: &TempDir) -> (libc::pid_t, Vec<libc::pid_t>) {
+/// Waits for `pids` in the workspace (the program has started), then finds
+/// the program's group and processes from outside: a sandboxed program
+/// runs in a PID namespace of its own and cannot tell its host pid or
+/// group. (pgid, pids of the program and its grandchild).
+fn wait_for_pids(ws: &TempDir, subloop: &Child) -> (libc::pid_t, Vec<libc::pid_t>) {
     let path = ws.path().join("pids");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(text) = std::fs::read_to_string(&path) {
-            let numbers: Vec<libc::pid_t> = text
-                .split_whitespace()
-                .filter_map(|word| word.parse().ok())
-                .collect();
-            if let [pgid, pids @ ..] = numbers.as_slice() {
-                return (*pgid, pids.to_vec());
+        if path.exists() {
+            // Every descendant (the sandbox's own processes too) is
+            // returned, to be reaped once orphaned to this subreaper.
+            let all = common::descendants(subloop.id() as libc::pid_t);
+            let program = all
+                .iter()
+                .find(|(_, _, comm)| comm.starts_with("python") || comm == "sleep");
+            if let Some((_, pgid, _)) = program {
+                return (*pgid, all.iter().map(|(pid, _, _)| *pid).collect());
             }
         }
         assert!(Instant::now() < deadline, "the program did not start");
@@ -166,7 +171,7 @@ fn sigkill_of_subloop_takes_the_programs_group_with_it() {
     let outside = TempDir::new("life-kill-out");
     ws.write("main.py", BUSY_MAIN);
     let mut child = start(&ws, &outside, "python3 main.py", None);
-    let (pgid, pids) = wait_for_pids(&ws);
+    let (pgid, pids) = wait_for_pids(&ws, &child);
     signal(&child, libc::SIGKILL);
     let killed = Instant::now();
     let _ = child.wait();
@@ -189,7 +194,7 @@ fn sigterm_kills_the_group_writes_the_outcome_and_exits_143() {
     ws.write("main.py", BUSY_MAIN);
     let trace = outside.path().join("trace.jsonl");
     let mut child = start(&ws, &outside, "python3 main.py", Some(&trace));
-    let (pgid, pids) = wait_for_pids(&ws);
+    let (pgid, pids) = wait_for_pids(&ws, &child);
     signal(&child, libc::SIGTERM);
     let status = child.wait().expect("wait");
     let gone = group_gone_within(pgid, &pids, Duration::from_secs(5));
@@ -234,7 +239,7 @@ fn sighup_of_the_demo_removes_its_temporary_workspace_and_exits_129() {
         .spawn()
         .expect("spawn demo");
     let deadline = Instant::now() + Duration::from_secs(30);
-    let (workspace, pgid) = loop {
+    let (workspace, pgid, pids) = loop {
         let found = std::fs::read_dir(tmp.path())
             .into_iter()
             .flatten()
@@ -242,14 +247,17 @@ fn sighup_of_the_demo_removes_its_temporary_workspace_and_exits_129() {
             .map(|entry| entry.path())
             .find(|path| path.join("started").is_file());
         if let Some(dir) = found {
-            let pid: libc::pid_t = std::fs::read_to_string(dir.join("started"))
-                .unwrap_or_default()
-                .trim()
-                .parse()
-                .unwrap_or(0);
-            if pid > 0 {
-                // SAFETY: getpgid(2) only reads.
-                break (dir, unsafe { libc::getpgid(pid) }.max(pid));
+            // The program's group, seen from outside its PID namespace.
+            let sleeping = common::descendants(child.id() as libc::pid_t)
+                .into_iter()
+                .find(|(_, _, comm)| comm == "sleep");
+            if let Some((_, pgid, _)) = sleeping {
+                let all = common::descendants(child.id() as libc::pid_t);
+                break (
+                    dir,
+                    pgid,
+                    all.iter().map(|(pid, _, _)| *pid).collect::<Vec<_>>(),
+                );
             }
         }
         assert!(
@@ -260,7 +268,7 @@ fn sighup_of_the_demo_removes_its_temporary_workspace_and_exits_129() {
     };
     signal(&child, libc::SIGHUP);
     let status = child.wait().expect("wait");
-    let gone = group_gone_within(pgid, &[], Duration::from_secs(5));
+    let gone = group_gone_within(pgid, &pids, Duration::from_secs(5));
     cleanup(pgid);
     assert_eq!(status.code(), Some(129), "{status:?}");
     assert!(gone.is_some(), "the program's group outlived SIGHUP");
@@ -280,7 +288,7 @@ fn the_first_ctrl_c_says_what_it_waits_for_and_the_second_still_ends_the_trace()
     let trace = outside.path().join("trace.jsonl");
     let mut child = start(&ws, &outside, "python3 main.py", Some(&trace));
     let stderr = collect_stderr(&mut child);
-    let (pgid, pids) = wait_for_pids(&ws);
+    let (pgid, pids) = wait_for_pids(&ws, &child);
     signal(&child, libc::SIGINT);
     let expected = "cancelling: waiting for run_main to finish (Ctrl-C again to stop it now)";
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -325,12 +333,14 @@ fn a_program_that_finishes_leaves_no_watchdog_and_no_group_behind() {
     let outside = TempDir::new("life-normal-out");
     ws.write(
         "main.py",
-        "import os\nopen('pids', 'w').write(f'{os.getpgid(0)} {os.getpid()}\\n')\nprint(42)\n",
+        "import os, time\nopen('pids', 'w').write('started')\n\
+         while not os.path.exists('go'):\n    time.sleep(0.01)\nprint(42)\n",
     );
     let child = start(&ws, &outside, "python3 main.py", None);
+    let (pgid, _) = wait_for_pids(&ws, &child);
+    ws.write("go", "");
     let output = child.wait_with_output().expect("wait");
     assert_eq!(output.status.code(), Some(0), "{output:?}");
-    let (pgid, _) = wait_for_pids(&ws);
     // subloop reaped everything itself: nothing was left to reparent to us.
     // SAFETY: signal 0 only checks whether the group exists.
     let alive = unsafe { libc::kill(-pgid, 0) } == 0;
@@ -413,7 +423,7 @@ fn a_sighup_ignored_at_start_stays_ignored_as_under_nohup() {
         });
     }
     let mut child = cmd.spawn().expect("spawn subloop");
-    let (pgid, _) = wait_for_pids(&ws);
+    let (pgid, _) = wait_for_pids(&ws, &child);
     signal(&child, libc::SIGHUP);
     // Time for a handled SIGHUP to end the run (it would, within milliseconds).
     std::thread::sleep(Duration::from_millis(300));

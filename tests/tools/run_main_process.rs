@@ -59,32 +59,6 @@ fn report(output: &ToolOutput) -> Value {
     serde_json::from_str(json).unwrap_or_else(|err| panic!("{err}: {:?}", output.content))
 }
 
-/// Whether `pid` is gone or a zombie (killed but not yet reaped by its new parent).
-fn dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            // `pid (comm) S ...`: the state follows the last `)`.
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next());
-            state == Some('Z') || state == Some('X')
-        }
-    }
-}
-
-/// Polls `dead(pid)` for a little while: the kernel may need a moment to deliver SIGKILL.
-fn dies_soon(pid: i32) -> bool {
-    let until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < until {
-        if dead(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    dead(pid)
-}
-
 #[test]
 fn a_denied_run_main_does_not_start_the_program() {
     let ws = TempDir::new("rm-deny");
@@ -165,8 +139,8 @@ fn a_sleeping_grandchild_is_killed_with_the_group() {
     let ws = TempDir::new("rm-grandchild");
     ws.write(
         "main.py",
-        "import subprocess, time\n\
-         p = subprocess.Popen(['sleep', '30'])\n\
+        "import os, subprocess, sys, time\n\
+         p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', os.getcwd()])\n\
          with open('grandchild.pid', 'w') as f:\n    f.write(str(p.pid))\n\
          while True:\n    time.sleep(0.05)\n",
     );
@@ -178,12 +152,13 @@ fn a_sleeping_grandchild_is_killed_with_the_group() {
     assert!(elapsed < Duration::from_millis(3000), "{elapsed:?}");
     assert!(output.is_error);
     assert!(output.content.contains("timed out"), "{}", output.content);
-    let pid: i32 = std::fs::read_to_string(ws.path().join("grandchild.pid"))
-        .expect("main.py wrote the grandchild's pid within the timeout")
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(dies_soon(pid), "grandchild {pid} outlived the call");
+    std::fs::read_to_string(ws.path().join("grandchild.pid"))
+        .expect("main.py wrote the grandchild's pid within the timeout");
+    let marker = ws.path().display().to_string();
+    assert!(
+        common::marked_gone_soon(&marker),
+        "the grandchild outlived the call"
+    );
 }
 
 #[test]
@@ -192,8 +167,8 @@ fn a_grandchild_outliving_a_quick_main_does_not_block_the_call() {
     // The grandchild inherits stdout and stderr, keeping the pipes open.
     ws.write(
         "main.py",
-        "import subprocess\n\
-         p = subprocess.Popen(['sleep', '30'])\n\
+        "import os, subprocess, sys\n\
+         p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', os.getcwd()])\n\
          with open('grandchild.pid', 'w') as f:\n    f.write(str(p.pid))\n\
          print('bye')\n",
     );
@@ -207,12 +182,12 @@ fn a_grandchild_outliving_a_quick_main_does_not_block_the_call() {
     let body = report(&output);
     assert_eq!(body["exit_code"], 0);
     assert_eq!(body["stdout"], "bye\n");
-    let pid: i32 = std::fs::read_to_string(ws.path().join("grandchild.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(dies_soon(pid), "grandchild {pid} outlived the call");
+    std::fs::read_to_string(ws.path().join("grandchild.pid")).unwrap();
+    let marker = ws.path().display().to_string();
+    assert!(
+        common::marked_gone_soon(&marker),
+        "the grandchild outlived the call"
+    );
 }
 
 #[test]

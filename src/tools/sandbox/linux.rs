@@ -13,6 +13,7 @@ use landlock::{
     Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
 };
 
+use super::namespaces::{Mode, Mounts, Plan};
 use super::{DEVICES, SYSTEM_PATHS, Sandbox, SandboxError, SandboxPolicy, Support};
 
 /// The ABI whose rights the ruleset handles (see [`super::NEEDED_LANDLOCK_ABI`]).
@@ -37,17 +38,52 @@ const AUDIT_ARCH: Option<u32> = Some(0xC000_00F3);
 )))]
 const AUDIT_ARCH: Option<u32> = None;
 
-/// The system calls the filter answers with `EPERM`: a socket of any
-/// family (the network, and the Unix sockets of other programs: Landlock
-/// before ABI 9 does not confine connecting to those), and io_uring, whose
-/// operations (`IORING_OP_SOCKET`) the filter could not see.
-const DENIED_SYSCALLS: [libc::c_long; 2] = [libc::SYS_socket, libc::SYS_io_uring_setup];
+/// The system calls the filter answers with `EPERM`:
+///
+/// * a socket of any family (the network, and the Unix sockets of other
+///   programs: Landlock before ABI 9 does not confine connecting to
+///   those), and io_uring, whose operations (`IORING_OP_SOCKET`) the
+///   filter could not see;
+/// * the kernel's keyrings (`keyctl`, `add_key`, `request_key`);
+/// * namespaces and mounts (`unshare`, `setns`, the mount API): the
+///   sandbox's view of the file system stays as it was built;
+/// * `memfd_create` (a program made in memory would run whatever
+///   Landlock's execute rule says), `fanotify_init`, `bpf`.
+const DENIED_SYSCALLS: [libc::c_long; 20] = [
+    libc::SYS_socket,
+    libc::SYS_io_uring_setup,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    libc::SYS_memfd_create,
+    libc::SYS_fanotify_init,
+    libc::SYS_bpf,
+];
 
-/// What the child enters: the ruleset's descriptor and the filter's program.
+/// The `CLONE_NEW*` flags: a `clone(2)` asking for any is refused
+/// (`CLONE_NEWTIME`, `CLONE_NEWNS`, `CLONE_NEWCGROUP`, `CLONE_NEWUTS`,
+/// `CLONE_NEWIPC`, `CLONE_NEWUSER`, `CLONE_NEWPID`, `CLONE_NEWNET`).
+const CLONE_NAMESPACES: u32 = 0x7E02_0080;
+
+/// What the child enters: the ruleset's descriptor, the filter's program
+/// and the plan of its namespaces.
 #[derive(Debug)]
 pub(super) struct Rules {
     ruleset: OwnedFd,
     filter: Vec<libc::sock_filter>,
+    plan: Plan,
 }
 
 pub(super) fn probe() -> Support {
@@ -71,10 +107,12 @@ pub(super) fn probe() -> Support {
             &raw mut errno_action,
         )
     } == 0;
+    let mode = Mode::current();
     Support {
         landlock_abi: u32::try_from(abi).ok().filter(|abi| *abi > 0),
         seccomp,
         known_arch: AUDIT_ARCH.is_some(),
+        namespaces: super::namespaces::available(mode).map(|()| mode.describe()),
     }
 }
 
@@ -90,7 +128,16 @@ pub(super) fn prepare(
     policy: &SandboxPolicy,
     workspace: &Path,
     temp: &Path,
+    staging: &Path,
+    protected: Vec<std::path::PathBuf>,
 ) -> Result<Arc<Rules>, SandboxError> {
+    let mode = Mode::current();
+    if mode == Mode::Root {
+        super::namespaces::idmap_supported(workspace).map_err(|missing| SandboxError::Kernel {
+            level: policy.level,
+            missing,
+        })?;
+    }
     let ruleset = ruleset(policy, workspace, temp)?;
     let filter = filter().ok_or_else(|| {
         SandboxError::Rules(format!(
@@ -98,7 +145,28 @@ pub(super) fn prepare(
             std::env::consts::ARCH
         ))
     })?;
-    Ok(Arc::new(Rules { ruleset, filter }))
+    let system: Vec<&Path> = SYSTEM_PATHS
+        .iter()
+        .map(Path::new)
+        .chain(policy.read_paths.iter().map(std::path::PathBuf::as_path))
+        .filter(|path| path.is_absolute())
+        .collect();
+    let mounts = Mounts {
+        system,
+        devices: DEVICES.iter().map(Path::new).collect(),
+        workspace: (workspace, policy.level == Sandbox::WorkspaceWrite),
+        temp,
+        protected,
+    };
+    let proc_access = (AccessFs::ReadFile | AccessFs::ReadDir).bits();
+    let plan = Plan::prepare(mode, staging, &mounts, proc_access).map_err(|err| {
+        SandboxError::Rules(format!("cannot plan the sandbox's file system: {err}"))
+    })?;
+    Ok(Arc::new(Rules {
+        ruleset,
+        filter,
+        plan,
+    }))
 }
 
 fn ruleset(policy: &SandboxPolicy, workspace: &Path, temp: &Path) -> Result<OwnedFd, SandboxError> {
@@ -111,7 +179,6 @@ fn ruleset(policy: &SandboxPolicy, workspace: &Path, temp: &Path) -> Result<Owne
     for path in &policy.read_paths {
         rules.push((path, read));
     }
-    rules.push((Path::new("/proc"), AccessFs::ReadFile | AccessFs::ReadDir));
     for device in DEVICES {
         let mut access = AccessFs::ReadFile | AccessFs::IoctlDev;
         if device == "/dev/null" {
@@ -120,7 +187,8 @@ fn ruleset(policy: &SandboxPolicy, workspace: &Path, temp: &Path) -> Result<Owne
         rules.push((Path::new(device), access));
     }
     rules.push((workspace, workspace_access(policy.level)));
-    rules.push((temp, AccessFs::from_all(ABI_NEEDED)));
+    // The private TMPDIR: read and write, no execute.
+    rules.push((temp, AccessFs::from_all(ABI_NEEDED) & !AccessFs::Execute));
 
     let mut created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
@@ -170,7 +238,10 @@ fn jump(code: u32, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
 }
 
 /// The seccomp program: foreign ABIs are killed, the [`DENIED_SYSCALLS`]
-/// (and, on x86_64, every x32 call) fail with `EPERM`, the rest is allowed.
+/// (and, on x86_64, every x32 call) fail with `EPERM`, `clone3` with
+/// `ENOSYS` (its flags are out of the filter's reach; C libraries then
+/// use `clone`), `clone` with any [`CLONE_NAMESPACES`] flag with `EPERM`;
+/// the rest is allowed.
 fn filter() -> Option<Vec<libc::sock_filter>> {
     let arch = AUDIT_ARCH?;
     let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
@@ -198,6 +269,19 @@ fn filter() -> Option<Vec<libc::sock_filter>> {
         program.push(jump(equal, u32::try_from(nr).ok()?, 0, 1));
         program.push(statement(ret, deny));
     }
+    let no_such_call = libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32 & libc::SECCOMP_RET_DATA);
+    program.push(jump(equal, u32::try_from(libc::SYS_clone3).ok()?, 0, 1));
+    program.push(statement(ret, no_such_call));
+    // clone(flags, ...): the flags' low 32 bits are at offset 16 (args[0]).
+    program.push(jump(equal, u32::try_from(libc::SYS_clone).ok()?, 0, 3));
+    program.push(statement(load, 16));
+    program.push(jump(
+        libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K,
+        CLONE_NAMESPACES,
+        0,
+        1,
+    ));
+    program.push(statement(ret, deny));
     program.push(statement(ret, libc::SECCOMP_RET_ALLOW));
     Some(program)
 }
@@ -209,6 +293,19 @@ pub(super) fn install(command: &mut Command, rules: Arc<Rules>) {
     // (no allocation, no lock): see `Rules::enter`.
     unsafe {
         command.pre_exec(move || rules.enter());
+    }
+}
+
+/// Makes the command's forked child mark every descriptor but 0, 1 and 2
+/// close-on-exec (the unconfined level: no descriptor subloop inherited
+/// reaches the program).
+pub(super) fn close_inherited(command: &mut Command) {
+    // SAFETY: one async-signal-safe system call in the forked child.
+    unsafe {
+        command.pre_exec(|| {
+            super::namespaces::close_inherited_fds();
+            Ok(())
+        });
     }
 }
 
@@ -232,9 +329,13 @@ struct CapData {
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 impl Rules {
-    /// `no_new_privs`; no capability left (a subloop run as root starts its
-    /// program with none, and with `no_new_privs` an `exec` gives none
-    /// back); then the Landlock domain, then the seccomp filter.
+    /// The namespaces and the new root ([`Plan::enter`]; from here on
+    /// this is the namespace's init); the capability bounding set emptied
+    /// while root's rights still allow it; the program's user (when subloop
+    /// runs as root); `no_new_privs`; no capability left (with
+    /// `no_new_privs` an `exec` gives none back); the Landlock domain; the
+    /// seccomp filter; then the program is forked ([`Plan::run_program`])
+    /// and returns to `exec`, while the init waits for it.
     /// Async-signal-safe: system calls only, on memory prepared before the
     /// fork, and `io::Error` from an errno (which does not allocate).
     fn enter(&self) -> std::io::Result<()> {
@@ -253,14 +354,14 @@ impl Rules {
         }; 2];
         // SAFETY: plain system calls on this process; `program` points to
         // the filter, which lives as long as `self`; `header` and `none`
-        // are the structures capset(2) reads.
+        // are the structures capset(2) reads; `enter` and `run_program`
+        // run in the forked child, as they require.
         unsafe {
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The bounding set, where this process may change it (it needs
-            // CAP_SETPCAP; EINVAL past the last capability): best effort,
-            // as with `no_new_privs` the emptied sets below are what counts.
+            let init = self.plan.enter(self.ruleset.as_raw_fd())?;
+            // The bounding set (it needs CAP_SETPCAP, which root and the
+            // user namespace's owner have here; EINVAL past the last
+            // capability): with `no_new_privs` the emptied sets below are
+            // what counts.
             for capability in 0..64 {
                 libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
             }
@@ -271,6 +372,10 @@ impl Rules {
                 0,
                 0,
             );
+            self.plan.become_program_user()?;
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             if libc::syscall(libc::SYS_capset, &raw const header, none.as_ptr()) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -291,8 +396,8 @@ impl Rules {
             {
                 return Err(std::io::Error::last_os_error());
             }
+            self.plan.run_program(init)
         }
-        Ok(())
     }
 }
 
@@ -319,14 +424,7 @@ mod tests {
         let temp = super::super::PrivateTemp::create(&dir).unwrap();
         let policy = SandboxPolicy::default();
         let ruleset = ruleset(&policy, temp.path(), temp.path()).unwrap();
-        let allow_all = vec![statement(
-            libc::BPF_RET | libc::BPF_K,
-            libc::SECCOMP_RET_ALLOW,
-        )];
-        let rules = Arc::new(Rules {
-            ruleset,
-            filter: allow_all,
-        });
+        let ruleset = Arc::new(ruleset);
         let code = format!(
             "import socket\n\
              try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n    print('connected')\n\
@@ -337,7 +435,18 @@ mod tests {
             .args(["-c", &code])
             .current_dir(temp.path())
             .stdout(std::process::Stdio::piped());
-        install(&mut command, rules);
+        // SAFETY: system calls only, in the forked child.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                    || libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32)
+                        != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let mut child = command.spawn().unwrap();
         let mut out = String::new();
         child

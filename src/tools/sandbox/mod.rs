@@ -29,6 +29,8 @@
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod namespaces;
 mod temp;
 
 use std::ffi::{OsStr, OsString};
@@ -115,6 +117,35 @@ pub const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/
 /// `HOME` and `TMPDIR` are set by the sandbox (see [`SandboxPolicy::environment`]).
 pub const PASSED_ENV: [&str; 3] = ["PATH", "LANG", "LC_ALL"];
 
+/// Paths inside the workspace a confined program may never write, even at
+/// [`Sandbox::WorkspaceWrite`]: what code outside the sandbox reads or runs
+/// (git's configuration and hooks, agents' settings and MCP
+/// configurations, shell start-up files). Those that exist are mounted
+/// read-only in the program's view; those that do not and that the program
+/// creates are removed when it ends ([`Confinement::remove_planted`]).
+/// A host adds its own with [`SandboxPolicy::protect`].
+pub const PROTECTED_PATHS: [&str; 19] = [
+    ".git/config",
+    ".git/hooks",
+    ".git/info",
+    ".claude",
+    ".subloop",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".envrc",
+    ".gitconfig",
+    ".gitmodules",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+];
+
 /// `PATH` when subloop's environment has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -132,6 +163,7 @@ pub struct SandboxPolicy {
     level: Sandbox,
     pass_env: Vec<String>,
     read_paths: Vec<PathBuf>,
+    protected: Vec<PathBuf>,
 }
 
 impl SandboxPolicy {
@@ -141,7 +173,43 @@ impl SandboxPolicy {
             level,
             pass_env: Vec::new(),
             read_paths: Vec::new(),
+            protected: Vec::new(),
         }
+    }
+
+    /// Also keeps the program from writing `path` (absolute, or relative
+    /// to the workspace), as it is kept from [`PROTECTED_PATHS`]: a hook's
+    /// script, a configuration file the host reads again. Paths outside
+    /// the workspace need nothing: the program cannot write there anyway.
+    pub fn protect(mut self, path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        if !self.protected.contains(&path) {
+            self.protected.push(path);
+        }
+        self
+    }
+
+    /// The paths inside `workspace` (a canonical directory) the program may
+    /// not write: [`PROTECTED_PATHS`] and those of [`SandboxPolicy::protect`].
+    pub fn protected_paths(&self, workspace: &Path) -> Vec<PathBuf> {
+        let mut paths: Vec<PathBuf> = PROTECTED_PATHS
+            .iter()
+            .map(|name| workspace.join(name))
+            .collect();
+        for path in &self.protected {
+            let path = if path.is_absolute() {
+                path.clone()
+            } else {
+                workspace.join(path)
+            };
+            // The real path of what exists (a symlink in the workspace is
+            // resolved: what it leads to is what a reader gets).
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            if path.starts_with(workspace) && path != workspace && !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        paths
     }
 
     /// The same policy with another level.
@@ -269,6 +337,7 @@ impl SandboxPolicy {
                 temp: None,
                 env: None,
                 rules: None,
+                absent: Vec::new(),
                 _cleanup: None,
             });
         }
@@ -278,14 +347,26 @@ impl SandboxPolicy {
                 missing,
             });
         }
-        let temp = PrivateTemp::create(&std::env::temp_dir())?;
-        let env = self.environment(parent, workspace, temp.path());
-        let rules = enforce::prepare(self, workspace, temp.path())?;
+        let private = PrivateTemp::create(&std::env::temp_dir())?;
+        let temp = private.tmp_dir();
+        let protected = if self.level == Sandbox::WorkspaceWrite {
+            self.protected_paths(workspace)
+        } else {
+            Vec::new()
+        };
+        let absent: Vec<PathBuf> = protected
+            .iter()
+            .filter(|path| path.symlink_metadata().is_err())
+            .cloned()
+            .collect();
+        let env = self.environment(parent, workspace, &temp);
+        let rules = enforce::prepare(self, workspace, &temp, &private.staging_dir(), protected)?;
         Ok(Confinement {
             level: self.level,
-            temp: Some(Arc::new(temp)),
+            temp: Some(Arc::new(private)),
             env: Some(env),
             rules: Some(rules),
+            absent,
             _cleanup: None,
         })
     }
@@ -300,6 +381,8 @@ pub struct Confinement {
     temp: Option<Arc<PrivateTemp>>,
     env: Option<Vec<(OsString, OsString)>>,
     rules: Option<Arc<enforce::Rules>>,
+    /// Protected paths that did not exist when the run was prepared.
+    absent: Vec<PathBuf>,
     _cleanup: Option<Registration>,
 }
 
@@ -310,8 +393,38 @@ impl Confinement {
     }
 
     /// The program's private temporary directory (its `TMPDIR`), if confined.
-    pub fn temp_dir(&self) -> Option<&Path> {
+    pub fn temp_dir(&self) -> Option<PathBuf> {
+        self.temp.as_deref().map(PrivateTemp::tmp_dir)
+    }
+
+    /// The directory that holds everything of the run that is not the
+    /// workspace's (the `TMPDIR` among it), removed when this value is
+    /// dropped: what a watchdog removes when subloop is killed outright.
+    pub fn private_dir(&self) -> Option<&Path> {
         self.temp.as_deref().map(PrivateTemp::path)
+    }
+
+    /// Removes each protected path ([`PROTECTED_PATHS`],
+    /// [`SandboxPolicy::protect`]) that did not exist when the run was
+    /// prepared and exists now, the program having made it; call once the
+    /// program's group is gone. Returns the paths removed (symbolic links
+    /// are removed, not followed).
+    pub fn remove_planted(&self) -> Vec<PathBuf> {
+        let mut removed = Vec::new();
+        for path in &self.absent {
+            let Ok(metadata) = path.symlink_metadata() else {
+                continue;
+            };
+            let gone = if metadata.is_dir() {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
+            if gone.is_ok() {
+                removed.push(path.clone());
+            }
+        }
+        removed
     }
 
     /// The environment the program gets, if confined (else it inherits the command's).
@@ -338,8 +451,9 @@ impl Confinement {
             command.env_clear();
             command.envs(env.iter().map(|(key, value)| (key, value)));
         }
-        if let Some(rules) = &self.rules {
-            enforce::install(command, Arc::clone(rules));
+        match &self.rules {
+            Some(rules) => enforce::install(command, Arc::clone(rules)),
+            None => enforce::close_inherited(command),
         }
     }
 }
@@ -371,7 +485,7 @@ pub enum SandboxError {
 
 /// What this machine can enforce: a report for `subloop doctor`, and the
 /// check [`SandboxPolicy::confine`] makes before each run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Support {
     /// The Landlock ABI version the kernel offers (`None`: no Landlock, or
@@ -382,6 +496,10 @@ pub struct Support {
     /// Whether subloop knows this processor's system calls (x86_64,
     /// aarch64, riscv64).
     pub known_arch: bool,
+    /// How the program gets its namespaces here (subloop as root: made
+    /// directly, the program as an unprivileged user; otherwise inside a
+    /// user namespace), or why it cannot.
+    pub namespaces: Result<&'static str, String>,
 }
 
 /// The Landlock ABI the sandbox needs: filesystem rules with truncation
@@ -439,6 +557,9 @@ impl Support {
                 "this kernel cannot install seccomp filters (CONFIG_SECCOMP_FILTER)".into(),
             );
         }
+        if let Err(missing) = &self.namespaces {
+            return Some(missing.clone());
+        }
         None
     }
 
@@ -465,6 +586,7 @@ mod enforce {
             landlock_abi: None,
             seccomp: false,
             known_arch: false,
+            namespaces: Err("the sandbox needs Linux namespaces".into()),
         }
     }
 
@@ -472,6 +594,8 @@ mod enforce {
         policy: &SandboxPolicy,
         _workspace: &Path,
         _temp: &Path,
+        _staging: &Path,
+        _protected: Vec<std::path::PathBuf>,
     ) -> Result<std::sync::Arc<Rules>, SandboxError> {
         Err(SandboxError::Kernel {
             level: policy.level(),
@@ -480,6 +604,8 @@ mod enforce {
     }
 
     pub(super) fn install(_command: &mut std::process::Command, _rules: std::sync::Arc<Rules>) {}
+
+    pub(super) fn close_inherited(_command: &mut std::process::Command) {}
 }
 
 #[cfg(test)]
@@ -491,6 +617,7 @@ mod tests {
             landlock_abi: abi,
             seccomp: true,
             known_arch: true,
+            namespaces: Ok("namespaces"),
         }
     }
 
@@ -520,6 +647,14 @@ mod tests {
                     ..support(Some(7))
                 };
                 assert!(no_seccomp.missing(level).is_some());
+                let no_namespaces = Support {
+                    namespaces: Err("cannot make a user namespace".into()),
+                    ..support(Some(7))
+                };
+                assert_eq!(
+                    no_namespaces.missing(level).as_deref(),
+                    Some("cannot make a user namespace")
+                );
             }
         }
         // Off needs nothing, anywhere.

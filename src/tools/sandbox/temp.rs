@@ -2,7 +2,7 @@
 
 use std::ffi::CString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::SandboxError;
@@ -42,12 +42,30 @@ impl PrivateTemp {
         }
         bytes.pop();
         let path = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
-        Ok(Self { path })
+        let made = Self { path };
+        for dir in [made.tmp_dir(), made.staging_dir()] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(failed)?;
+        }
+        Ok(made)
     }
 
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `tmp` in it: the program's `TMPDIR`.
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.path.join("tmp")
+    }
+
+    /// `root` in it: where the sandbox's root file system is built (it
+    /// stays empty outside the sandbox).
+    pub fn staging_dir(&self) -> PathBuf {
+        self.path.join("root")
     }
 
     /// Removes the directory and everything in it, directories the program
