@@ -291,31 +291,49 @@ const DIRECTORY: libc::c_int =
 /// symbolic link, with no allocation and only async-signal-safe calls, so
 /// that a forked cleaner can call it (and [`remove_dir_tree`] in-process).
 ///
-/// No recursion and one descriptor open beneath the top at a time: the top
-/// is emptied by scans of it, and a directory found in a directory of the
-/// top is not descended into but moved up into the top (a rename relative to
-/// both descriptors), where a later scan of the top reaches it. So every
-/// directory is opened from the top, at most two levels down, whatever the
-/// depth of the tree. Directories are given mode 0700 before being opened
-/// or moved (a program may have left one at 000), by a call that never
-/// follows a symbolic link.
+/// No recursion, and no descriptor open more than two levels beneath the
+/// top whatever the depth: the tree is taken a level at a time. Each
+/// directory read (the top first) has its entries removed, and the
+/// directories among them emptied: what they hold is removed, the
+/// directories in it moved (renamed, relative to both descriptors) into a
+/// queue, a directory the cleaner makes in the top, read in turn as the
+/// next level. A directory is given mode 0700 before it is opened or moved
+/// (a program may have left one at 000), by a call that follows no
+/// symbolic link.
 ///
-/// Linear in the entries: each entry is read and removed once, and each
-/// directory moved up at most once. A scan that moved nothing up is the
-/// last, so there is at most one scan of the top per directory moved up;
-/// an entry that cannot be removed is skipped, and is read again by each
-/// later scan only.
+/// Linear in the entries: each is read once and removed once, each
+/// directory moved into a queue once, and each queue (one per level) read
+/// once, with nothing added to it while it is read. An entry that cannot
+/// be removed is skipped and never read again.
 #[cfg(target_os = "linux")]
 unsafe fn remove_tree(path: *const libc::c_char) {
-    // SAFETY: `path` is NUL-terminated; the descriptor is ours.
+    // SAFETY: `path` is NUL-terminated; the descriptors are ours.
     unsafe {
         open_up(libc::AT_FDCWD, path);
         let top = libc::open(path, DIRECTORY);
         if top >= 0 {
-            let mut names = 0u64;
-            // Ends: a scan that goes round again moved a directory up,
-            // which happens at most once per directory.
-            while scan(top, &mut names) > 0 {}
+            let mut queues = Queues {
+                top,
+                names: 0,
+                next: None,
+            };
+            let mut level = top;
+            let mut level_name = [0u8; NAME];
+            // Ends: a level goes round again only when the one before put a
+            // directory one level deeper in a queue, so at most once per
+            // level of the tree.
+            loop {
+                empty_level(level, &mut queues);
+                if level != top {
+                    libc::close(level);
+                    libc::unlinkat(top, level_name.as_ptr().cast(), libc::AT_REMOVEDIR);
+                }
+                let Some((next, name)) = queues.next.take() else {
+                    break;
+                };
+                level = next;
+                level_name = name;
+            }
             libc::close(top);
         }
         libc::rmdir(path);
@@ -342,41 +360,149 @@ pub(crate) fn remove_dir_tree(dir: &std::path::Path) {
     }
 }
 
-/// One scan of the top directory `top` from its start: removes what each
-/// entry holds and the entry, moving the directories found one level down
-/// up into `top`; how many it moved up (those a later scan must reach).
+/// Room for a name the cleaner makes (`.subloop-clean-N`, NUL-terminated).
 #[cfg(target_os = "linux")]
-unsafe fn scan(top: libc::c_int, names: &mut u64) -> u64 {
-    let mut moved = 0;
+const NAME: usize = 40;
+
+/// Where the directories of the next level go.
+#[cfg(target_os = "linux")]
+struct Queues {
+    /// The directory being removed.
+    top: libc::c_int,
+    /// The number in the next name to try (names only grow).
+    names: u64,
+    /// The next level's queue, once made: its descriptor and name in `top`.
+    next: Option<(libc::c_int, [u8; NAME])>,
+}
+
+#[cfg(target_os = "linux")]
+impl Queues {
+    /// The next level's queue, made in `top` when first needed.
+    unsafe fn next(&mut self) -> Option<libc::c_int> {
+        if let Some((fd, _)) = self.next {
+            return Some(fd);
+        }
+        let mut name = [0u8; NAME];
+        // Ends: `names` only grows, so each name found taken is one more
+        // entry already in `top`, of which there are finitely many.
+        loop {
+            if !compose(b".subloop-clean-", self.names, &mut name) {
+                return None;
+            }
+            self.names += 1;
+            // SAFETY: a NUL-terminated name; the descriptor is ours.
+            unsafe {
+                if libc::mkdirat(self.top, name.as_ptr().cast(), 0o700) != 0 {
+                    if errno() == libc::EEXIST {
+                        continue;
+                    }
+                    return None;
+                }
+                // Whatever the umask took away.
+                open_up(self.top, name.as_ptr().cast());
+                let fd = libc::openat(self.top, name.as_ptr().cast(), DIRECTORY);
+                if fd < 0 {
+                    return None;
+                }
+                self.next = Some((fd, name));
+                return Some(fd);
+            }
+        }
+    }
+
+    /// Whether `name` (NUL-terminated) is the next level's queue in `top`.
+    unsafe fn is_next(&self, name: *const libc::c_char) -> bool {
+        let Some((_, queue)) = &self.next else {
+            return false;
+        };
+        for (at, &byte) in queue.iter().enumerate() {
+            // SAFETY: `name` is NUL-terminated and compared up to its NUL
+            // (or the first byte that differs).
+            if unsafe { *name.add(at) } as u8 != byte {
+                return false;
+            }
+            if byte == 0 {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Moves the directory `name` in `from` into the next level's queue;
+    /// whether it moved.
+    unsafe fn enqueue(&mut self, from: libc::c_int, name: *const libc::c_char) -> bool {
+        // SAFETY: as each call says.
+        unsafe {
+            let Some(queue) = self.next() else {
+                return false;
+            };
+            let mut target = [0u8; NAME];
+            // Ends: the queue is the cleaner's, so a name is taken only by
+            // an entry moved there before, of which there are finitely many.
+            loop {
+                if !compose(b"", self.names, &mut target) {
+                    return false;
+                }
+                self.names += 1;
+                let target = target.as_ptr().cast::<libc::c_char>();
+                // renameat2(2) with RENAME_NOREPLACE replaces nothing; where
+                // the file system does not support it, renameat(2) once
+                // nothing is found by that name.
+                if libc::syscall(
+                    libc::SYS_renameat2,
+                    from,
+                    name,
+                    queue,
+                    target,
+                    libc::RENAME_NOREPLACE,
+                ) == 0
+                {
+                    return true;
+                }
+                match errno() {
+                    libc::EEXIST => {}
+                    libc::EINVAL => {
+                        let mut stat: libc::stat = std::mem::zeroed();
+                        if libc::fstatat(queue, target, &mut stat, libc::AT_SYMLINK_NOFOLLOW) == 0 {
+                            continue;
+                        }
+                        return errno() == libc::ENOENT
+                            && libc::renameat(from, name, queue, target) == 0;
+                    }
+                    _ => return false,
+                }
+            }
+        }
+    }
+}
+
+/// Removes the entries of the open directory `level` (the top, or a
+/// queue), each directory among them once emptied: what it holds is
+/// removed, the directories in it moved into the next level's queue.
+#[cfg(target_os = "linux")]
+unsafe fn empty_level(level: libc::c_int, queues: &mut Queues) {
     // SAFETY: system calls on descriptors we own; `each_entry` hands out
     // NUL-terminated names inside its buffer.
     unsafe {
-        if libc::lseek(top, 0, libc::SEEK_SET) < 0 {
-            return 0;
-        }
-        each_entry(top, |name, kind| {
-            if remove_in_place(top, name, kind) {
+        each_entry(level, |name, kind| {
+            if (level == queues.top && queues.is_next(name)) || remove_in_place(level, name, kind) {
                 return;
             }
-            open_up(top, name);
-            let dir = libc::openat(top, name, DIRECTORY);
+            open_up(level, name);
+            let dir = libc::openat(level, name, DIRECTORY);
             if dir < 0 {
                 return;
             }
             each_entry(dir, |inner, kind| {
-                if remove_in_place(dir, inner, kind) {
-                    return;
-                }
-                open_up(dir, inner);
-                if move_up(dir, inner, top, names) {
-                    moved += 1;
+                if !remove_in_place(dir, inner, kind) {
+                    open_up(dir, inner);
+                    queues.enqueue(dir, inner);
                 }
             });
             libc::close(dir);
-            libc::unlinkat(top, name, libc::AT_REMOVEDIR);
+            libc::unlinkat(level, name, libc::AT_REMOVEDIR);
         });
     }
-    moved
 }
 
 /// Removes `name` in `dir` when it is not a directory or an empty one;
@@ -389,55 +515,6 @@ unsafe fn remove_in_place(dir: libc::c_int, name: *const libc::c_char, kind: u8)
             return true;
         }
         libc::unlinkat(dir, name, libc::AT_REMOVEDIR) == 0
-    }
-}
-
-/// Moves the directory `name` in `from` into `top` under a name of the
-/// cleaner's (`.subloop-clean-N`, the first `N` from `names` on that is
-/// free); whether it moved.
-#[cfg(target_os = "linux")]
-unsafe fn move_up(
-    from: libc::c_int,
-    name: *const libc::c_char,
-    top: libc::c_int,
-    names: &mut u64,
-) -> bool {
-    let mut target = [0u8; 48];
-    // Ends: `names` only grows, so each name tried again is one more entry
-    // already in `top`, of which there are finitely many.
-    loop {
-        if !compose(b".subloop-clean-", *names, &mut target) {
-            return false;
-        }
-        *names += 1;
-        let target = target.as_ptr().cast::<libc::c_char>();
-        // SAFETY: both names are NUL-terminated; renameat2(2) with
-        // RENAME_NOREPLACE replaces nothing; where the file system does
-        // not support it, renameat(2) once nothing is found by the name.
-        unsafe {
-            if libc::syscall(
-                libc::SYS_renameat2,
-                from,
-                name,
-                top,
-                target,
-                libc::RENAME_NOREPLACE,
-            ) == 0
-            {
-                return true;
-            }
-            match errno() {
-                libc::EEXIST => continue,
-                libc::EINVAL => {
-                    let mut stat: libc::stat = std::mem::zeroed();
-                    if libc::fstatat(top, target, &mut stat, libc::AT_SYMLINK_NOFOLLOW) == 0 {
-                        continue;
-                    }
-                    return errno() == libc::ENOENT && libc::renameat(from, name, top, target) == 0;
-                }
-                _ => return false,
-            }
-        }
     }
 }
 
