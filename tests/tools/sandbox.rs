@@ -821,6 +821,175 @@ fn a_sigkill_of_subloop_removes_the_temporary_directory_too() {
     );
 }
 
+/// Starts `subloop run`, in a session of its own, on a program that builds
+/// a tree 1,000 directories deep in its `TMPDIR` (files at every level, a
+/// directory at mode 000 halfway, symlinks to a file and a directory outside
+/// at the bottom), writes the `TMPDIR` to the workspace and sleeps; the
+/// child and that `TMPDIR`, once the tree is built.
+fn start_deep(place: &Place) -> (std::process::Child, PathBuf) {
+    std::fs::write(
+        place.ws.join("main.py"),
+        format!(
+            "import os, time\n\
+             tmp = os.environ['TMPDIR']\n\
+             fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)\n\
+             for depth in range(1000):\n\
+             \x20   for i in range(3):\n\
+             \x20       f = os.open(f'file-{{i}}', os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)\n\
+             \x20       os.write(f, b'x' * i)\n\
+             \x20       os.close(f)\n\
+             \x20   if depth == 500:\n\
+             \x20       os.mkdir('sealed', dir_fd=fd)\n\
+             \x20       os.mkdir('sealed/inner', dir_fd=fd)\n\
+             \x20       os.chmod('sealed', 0, dir_fd=fd)\n\
+             \x20   os.mkdir('d', dir_fd=fd)\n\
+             \x20   inner = os.open('d', os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)\n\
+             \x20   os.close(fd)\n\
+             \x20   fd = inner\n\
+             os.symlink('{outside}/.keep', 'to-file', dir_fd=fd)\n\
+             os.symlink('{outside}', 'to-dir', dir_fd=fd)\n\
+             open('tmpdir.tmp', 'w').write(tmp)\n\
+             os.rename('tmpdir.tmp', 'tmpdir')\n\
+             time.sleep(60)\n",
+            outside = place.outside.display()
+        ),
+    )
+    .unwrap();
+    let script = json!({"parent": [
+        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+    ]});
+    let script_path = place.outside.join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let mut command = Command::new(common::bin());
+    command
+        .args([
+            "run",
+            "--quiet",
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--workspace",
+        ])
+        .arg(&place.ws)
+        .arg("--script")
+        .arg(&script_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    common::default_signals(&mut command);
+    // A session of its own: every process subloop starts (the watchdog, its
+    // cleaner, the program) can be found by it afterwards.
+    // SAFETY: setsid(2) in the forked child before exec; async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = command.spawn().unwrap();
+    let marker = place.ws.join("tmpdir");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the program did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let tmp = PathBuf::from(std::fs::read_to_string(&marker).unwrap());
+    assert!(tmp.exists(), "{} is missing", tmp.display());
+    (child, tmp)
+}
+
+/// The processes of session `session` still running (not zombies); the
+/// zombies among them that are this process's children (it may be a child
+/// subreaper) are reaped.
+fn running_in_session(session: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut running = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return running;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp session ...`; comm may hold anything.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(state), Some(parent), Some(sid)) = (fields.first(), fields.get(1), fields.get(3))
+        else {
+            continue;
+        };
+        if sid.parse::<libc::pid_t>().ok() != Some(session) {
+            continue;
+        }
+        if *state == "Z" {
+            if parent.parse::<u32>().ok() == Some(std::process::id()) {
+                let mut status = 0;
+                // SAFETY: waitpid(2) on a zombie child of ours that this test started.
+                unsafe {
+                    libc::waitpid(pid, &mut status, libc::WNOHANG);
+                }
+            }
+            continue;
+        }
+        running.push(pid);
+    }
+    running
+}
+
+/// A program can build a tree deeper than any fixed limit in its `TMPDIR`:
+/// after a `SIGKILL` of subloop, the cleaner still removes all of it
+/// promptly (the directory at mode 000 too, the symlinks' targets not) and
+/// exits, leaving nothing of subloop's running.
+#[test]
+fn a_sigkill_of_subloop_removes_a_1000_deep_temporary_directory_and_the_cleaner_exits() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-sigkill-deep");
+    let (mut child, tmp) = start_deep(&place);
+    let session = libc::pid_t::try_from(child.id()).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tmp.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let gone = !tmp.exists();
+    let mut left = running_in_session(session);
+    while !left.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        left = running_in_session(session);
+    }
+    for pid in &left {
+        // SAFETY: kill(2) on a process of the session this test started,
+        // so that a cleaner that failed does not outlive the test.
+        unsafe {
+            libc::kill(*pid, libc::SIGKILL);
+        }
+    }
+    if !gone {
+        // What is left of the tree goes now (`rm` follows no symlink); not
+        // asserted, the assertion below is the finding.
+        let _ = Command::new("rm").arg("-rf").arg(&tmp).status();
+    }
+    assert!(gone, "{} outlived a SIGKILL of subloop", tmp.display());
+    assert!(left.is_empty(), "still running after 5 s: {left:?}");
+    assert!(
+        place.outside.join(".keep").exists(),
+        "the cleaner followed a symlink"
+    );
+}
+
 crate::async_twins!(
     writes_outside_the_workspace_are_refused,
     a_file_under_the_home_directory_is_unreadable,

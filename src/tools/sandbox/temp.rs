@@ -2,7 +2,7 @@
 
 use std::ffi::CString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use super::SandboxError;
@@ -68,32 +68,11 @@ impl PrivateTemp {
         self.path.join("root")
     }
 
-    /// Removes the directory and everything in it, directories the program
-    /// made unreadable or unwritable included; a second call finds nothing
-    /// to do.
+    /// Removes the directory and everything in it, at any depth,
+    /// directories the program made unreadable or unwritable included,
+    /// following no symbolic link; a second call finds nothing to do.
     pub fn remove(&self) {
-        if std::fs::remove_dir_all(&self.path).is_ok() || !self.path.exists() {
-            return;
-        }
-        open_up(&self.path);
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
-}
-
-/// Gives the owner back every right on the directories beneath `dir` (a
-/// program may have left one at mode 000), without following symlinks.
-fn open_up(dir: &Path) {
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
-                stack.push(entry.path());
-            }
-        }
+        crate::run::process::remove_dir_tree(&self.path);
     }
 }
 
