@@ -13,7 +13,6 @@
 
 use std::ffi::CString;
 use std::io;
-use std::sync::OnceLock;
 
 /// The highest descriptor a forked child may have inherited, for the
 /// fallback of [`close_inherited_fds`] (computed before the fork: the child
@@ -26,6 +25,7 @@ pub(crate) fn highest_fd() -> libc::c_int {
 
 /// A user namespace's maps, written by the child itself after `unshare`.
 #[derive(Debug)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 struct Maps {
     /// `U U 1`: the current effective uid mapped to itself.
     uid_map: CString,
@@ -44,6 +44,7 @@ struct Maps {
 /// still kills both (and the outer one's death kills the inner one, by
 /// `PR_SET_PDEATHSIG`).
 #[derive(Debug)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) struct PidNamespace {
     /// `CLONE_NEWPID`, the caller's extra flags, and `CLONE_NEWUSER` when
     /// not root.
@@ -54,6 +55,7 @@ pub(crate) struct PidNamespace {
     highest_fd: libc::c_int,
 }
 
+#[cfg(target_os = "linux")]
 impl PidNamespace {
     /// `extra` = further `CLONE_NEW*` flags to unshare together with
     /// `CLONE_NEWPID` (e.g. `CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWNET`).
@@ -132,12 +134,36 @@ impl PidNamespace {
     /// Whether this machine allows it (fork a child that tries the unshare
     /// and reports; cached).
     pub(crate) fn available() -> bool {
-        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *AVAILABLE.get_or_init(probe)
     }
 }
 
+/// Elsewhere than on Linux there is no PID namespace.
+#[cfg(not(target_os = "linux"))]
+impl PidNamespace {
+    /// Not available on this system.
+    pub(crate) fn prepare(_extra: libc::c_int) -> io::Result<Self> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Not available on this system.
+    ///
+    /// # Safety
+    ///
+    /// None needed: it does nothing.
+    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Never.
+    pub(crate) fn available() -> bool {
+        false
+    }
+}
+
 /// Forks a child that enters a namespace and exits 0 from inside it.
+#[cfg(target_os = "linux")]
 fn probe() -> bool {
     let Ok(namespace) = PidNamespace::prepare(0) else {
         return false;
@@ -175,6 +201,7 @@ fn probe() -> bool {
 
 /// Writes `text` to the file at `path` (a `/proc` file) in one write.
 /// Async-signal-safe.
+#[cfg(target_os = "linux")]
 unsafe fn write_proc(path: &std::ffi::CStr, text: &std::ffi::CStr) -> io::Result<()> {
     // SAFETY: NUL-terminated strings; the descriptor is ours.
     unsafe {
@@ -198,6 +225,7 @@ unsafe fn write_proc(path: &std::ffi::CStr, text: &std::ffi::CStr) -> io::Result
 
 /// The outer process's life after the fork: waits for `pid` and exits as
 /// it did. Async-signal-safe.
+#[cfg(target_os = "linux")]
 unsafe fn mirror(pid: libc::pid_t) -> ! {
     // SAFETY: plain system calls on this process and its child.
     unsafe {
@@ -229,6 +257,7 @@ unsafe fn mirror(pid: libc::pid_t) -> ! {
 }
 
 /// Closes every descriptor from `first` on. Async-signal-safe.
+#[cfg(target_os = "linux")]
 unsafe fn close_from(first: libc::c_int, highest: libc::c_int) {
     // SAFETY: close_range(2) only closes descriptors of this process.
     let done = unsafe {
@@ -258,6 +287,7 @@ pub(crate) fn close_inherited_fds(highest: libc::c_int) {
     // SAFETY: close_range(2) and fcntl(2) only change this process's
     // descriptor flags; EBADF on a closed number is harmless.
     unsafe {
+        #[cfg(target_os = "linux")]
         if libc::syscall(
             libc::SYS_close_range,
             3 as libc::c_uint,
@@ -277,6 +307,7 @@ pub(crate) fn close_inherited_fds(highest: libc::c_int) {
 }
 
 /// capget(2)/capset(2)'s header.
+#[cfg(target_os = "linux")]
 #[repr(C)]
 struct CapHeader {
     version: u32,
@@ -284,6 +315,7 @@ struct CapHeader {
 }
 
 /// One half of capset(2)'s data (version 3 takes two).
+#[cfg(target_os = "linux")]
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct CapData {
@@ -293,11 +325,13 @@ struct CapData {
 }
 
 /// `_LINUX_CAPABILITY_VERSION_3`.
+#[cfg(target_os = "linux")]
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 
 /// `no_new_privs`, drop the capability bounding set (best effort, needs
 /// `CAP_SETPCAP`), clear the ambient set, capset(2) every set to empty.
 /// Async-signal-safe.
+#[cfg(target_os = "linux")]
 pub(crate) fn drop_privileges() -> io::Result<()> {
     let header = CapHeader {
         version: CAPABILITY_VERSION_3,
@@ -334,7 +368,14 @@ pub(crate) fn drop_privileges() -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
+/// Elsewhere than on Linux there are no capabilities and no
+/// `no_new_privs` to set: nothing to do.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn drop_privileges() -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
     use std::os::unix::process::CommandExt as _;
