@@ -7,6 +7,7 @@
 //! May import: [`crate::core`].
 
 pub mod driver;
+pub(crate) mod harden;
 pub mod join;
 pub mod limits;
 pub mod model;

@@ -10,7 +10,11 @@
 //! matcher over MCP tool names; a hook written as Claude Code's
 //! documentation shows one; the lifecycle events; the environment;
 //! the trace, `--json`, `view`; no implicit settings; a hook killed with
-//! subloop; and the library's `CommandHooks` under both drivers.
+//! subloop; a decision that stands though a process the hook left holds
+//! its stdout; a key repeated in a hook's JSON; no process a hook started
+//! left once it ends; a hook started with no inherited descriptor, no
+//! capability and `no_new_privs`; and the library's `CommandHooks` under
+//! both drivers.
 
 use crate::common;
 
@@ -87,6 +91,17 @@ impl Setup {
 
     /// `subloop run --json` on `script` with `settings` and `flags`.
     fn run(&self, script: Value, settings: Value, flags: &[&str]) -> Output {
+        self.run_with(script, settings, flags, |_| {})
+    }
+
+    /// [`Setup::run`], with `prepare` applied to the command first.
+    fn run_with(
+        &self,
+        script: Value,
+        settings: Value,
+        flags: &[&str],
+        prepare: impl FnOnce(&mut Command),
+    ) -> Output {
         let script = self.dir.write("script.json", script.to_string());
         let settings = self.dir.write("settings.json", settings.to_string());
         let trace = self.trace();
@@ -103,12 +118,13 @@ impl Setup {
             trace.to_str().expect("utf-8"),
         ];
         args.extend_from_slice(flags);
-        Command::new(common::bin())
+        let mut command = Command::new(common::bin());
+        command
             .args(&args)
             .env("ANTHROPIC_API_KEY", "sk-ant-must-not-reach-a-hook")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run subloop")
+            .stdin(Stdio::null());
+        prepare(&mut command);
+        command.output().expect("run subloop")
     }
 
     fn hook_lines(&self) -> Vec<Value> {
@@ -477,7 +493,11 @@ fn failing_hooks_fail_closed_before_a_call_and_warn_elsewhere() {
     }
     let cases: [(&str, &str, &str); 5] = [
         ("hangs", "sleep 30", "timed out after"),
-        ("crashes", "kill -SEGV $$", "killed by signal 11"),
+        (
+            "crashes",
+            "exec python3 -c 'import ctypes; ctypes.string_at(0)'",
+            "killed by signal 11",
+        ),
         (
             "prints garbage",
             "echo 'this is not json'",
@@ -859,7 +879,8 @@ fn a_hook_still_running_is_killed_when_subloop_is() {
         "PreToolUse",
         "",
         &[
-            json!({"type": "command", "command": format!("echo $$ > '{}'; sleep 60", pid_file.display()), "timeout": 120}),
+            // Its pid as subloop sees it (`$$` is 1 in a PID namespace of its own).
+            json!({"type": "command", "command": format!("read -r pid rest < /proc/self/stat; echo $pid > '{}'; sleep 60", pid_file.display()), "timeout": 120}),
         ],
     );
     let script = setup.dir.write("script.json", read_and_run().to_string());
@@ -901,6 +922,188 @@ fn a_hook_still_running_is_killed_when_subloop_is() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether this machine lets subloop give a hook a PID namespace of its
+/// own (what `unshare` can do, subloop can).
+fn pid_namespaces() -> bool {
+    // SAFETY: geteuid(2) cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut unshare = Command::new("unshare");
+    if !root {
+        unshare.arg("--user");
+    }
+    let found = unshare
+        .args(["--pid", "--fork", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !found {
+        common::skipped("PID namespaces are not available here (or `unshare` is not installed)");
+    }
+    found
+}
+
+/// The processes whose command line holds `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+                .filter(|pid| {
+                    std::fs::read(format!("/proc/{pid}/cmdline"))
+                        .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_deny_printed_before_a_descendant_holds_stdout_open_stands() {
+    if !have("bash") {
+        return;
+    }
+    let setup = Setup::new("hooks-held-stdout");
+    // It prints its decision and exits 0, leaving a process (out of its
+    // group and session) that keeps its stdout open past the grace.
+    let deny = r#"{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "held"}}"#;
+    let settings = hooks(
+        "PreToolUse",
+        "run_main",
+        &[command(&format!("echo '{deny}'; setsid sleep 3 & exit 0"))],
+    );
+    let out = setup.run(read_and_run(), settings, &["--decision", "allow"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!ran_main(&setup), "a denied run_main ran");
+    let got = tools(&parsed(&out));
+    assert_eq!(
+        (got[1].1.as_str(), got[1].2.as_str()),
+        ("blocked", "not executed: denied by a PreToolUse hook: held")
+    );
+    assert_eq!(setup.hook_lines()[0]["decision"], "deny");
+}
+
+#[test]
+fn a_key_repeated_in_a_hooks_json_fails_closed() {
+    let setup = Setup::new("hooks-duplicate-key");
+    let twice =
+        r#"{"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecision": "allow"}}"#;
+    let settings = hooks(
+        "PreToolUse",
+        "run_main",
+        &[command(&format!("echo '{twice}'"))],
+    );
+    let out = setup.run(read_and_run(), settings, &["--decision", "allow"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!ran_main(&setup), "run_main ran on a repeated key");
+    let got = tools(&parsed(&out));
+    assert_eq!(got[1].1, "hook_failed", "{got:?}");
+    assert!(
+        got[1].2.contains("`permissionDecision` appears twice"),
+        "{}",
+        got[1].2
+    );
+    assert_eq!(setup.hook_lines()[0]["decision"], "failed");
+}
+
+#[test]
+fn nothing_a_hook_started_outlives_it_even_out_of_its_session() {
+    if !pid_namespaces() {
+        return;
+    }
+    let setup = Setup::new("hooks-descendants");
+    let marker = format!("subloop-hook-leftover-{}", std::process::id());
+    let settings = hooks(
+        "PreToolUse",
+        "run_main",
+        &[command(&format!(
+            "setsid sh -c 'sleep 30; : {marker}' </dev/null >/dev/null 2>&1 & sleep 0.3; exit 0"
+        ))],
+    );
+    let out = setup.run(read_and_run(), settings, &["--decision", "allow"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(ran_main(&setup));
+    let started = Instant::now();
+    loop {
+        let left = processes_with(&marker);
+        if left.is_empty() {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(5) {
+            for pid in &left {
+                // SAFETY: kill(2) on the leftover this test made.
+                unsafe {
+                    libc::kill(*pid, libc::SIGKILL);
+                }
+            }
+            panic!("processes the hook started outlived it: {left:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_hook_gets_no_inherited_descriptor_no_capability_and_no_new_privileges() {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::process::CommandExt as _;
+    let setup = Setup::new("hooks-hardened");
+    let fds = setup.dir.path().join("fds.txt");
+    let status = setup.dir.path().join("status.txt");
+    let outside = setup.dir.path().join("outside.txt");
+    let settings = hooks(
+        "PreToolUse",
+        "run_main",
+        &[command(&format!(
+            "ls /proc/self/fd > '{}'; grep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status > '{}'; echo leaked >&7; exit 0",
+            fds.display(),
+            status.display()
+        ))],
+    );
+    // subloop runs with descriptor 7 open on a file, not close-on-exec (as
+    // `subloop run ... 7>>outside.txt` would).
+    let file = std::fs::File::create(&outside).expect("outside.txt");
+    let fd = file.as_raw_fd();
+    let out = setup.run_with(
+        read_and_run(),
+        settings,
+        &["--decision", "allow"],
+        |command| {
+            // SAFETY: dup2(2) in the forked child, before the exec.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::dup2(fd, 7) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        },
+    );
+    drop(file);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listed = std::fs::read_to_string(&fds).expect("fds.txt");
+    let mut listed: Vec<&str> = listed.split_whitespace().collect();
+    listed.sort_unstable();
+    // `ls` holds the directory it lists open: 3.
+    assert_eq!(listed, ["0", "1", "2", "3"]);
+    assert_eq!(std::fs::read_to_string(&outside).expect("outside.txt"), "");
+    let status = std::fs::read_to_string(&status).expect("status.txt");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_eq!(field("CapPrm:"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    // The hook ran to its end and decided nothing: run_main ran.
+    assert!(ran_main(&setup));
 }
 
 fn library_run(driver: common::Driver) {

@@ -5,7 +5,9 @@
 //! child using a host-marked read-only tool and refused one that is not,
 //! results of every content kind, a per-call timeout that tells the server
 //! to cancel, a server that exits mid-run, a server that cannot start, the
-//! server's environment, and no server left after a `SIGKILL` of subloop.
+//! server's environment, no server left after a `SIGKILL` of subloop, and
+//! a server started with no inherited descriptor, no capability and
+//! `no_new_privs`.
 
 use crate::common;
 
@@ -944,4 +946,77 @@ fn in_async_runs_servers_are_tasks_and_a_dropped_call_is_cancelled() {
         assert_eq!(second.tools[0].content, "extra ran", "{:?}", second.tools);
         assert_eq!(threads(), before);
     });
+}
+
+#[test]
+fn a_server_starts_with_no_inherited_descriptor_no_capability_and_no_new_privileges() {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::process::CommandExt as _;
+    if !have_python() {
+        return;
+    }
+    let (ws, dir) = (workspace(), TempDir::new("mcp-hardened"));
+    let fds = dir.path().join("fds.txt");
+    let status = dir.path().join("status.txt");
+    let outside = dir.path().join("outside.txt");
+    // The server, started through a shell that looks at what it got first.
+    let wrapper = dir.write(
+        "server.sh",
+        format!(
+            "ls /proc/self/fd > '{}'\ngrep -E '^(CapEff|CapPrm|NoNewPrivs):' /proc/self/status > '{}'\necho leaked >&7\nexec python3 {}/tests/mcp_server.py {}\n",
+            fds.display(),
+            status.display(),
+            env!("CARGO_MANIFEST_DIR"),
+            ws.path().display()
+        ),
+    );
+    let script = dir.write(
+        "script.json",
+        json!({"parent": [use_block("a", "mcp__t__look", json!({"text": "hi"})), answer("done")]})
+            .to_string(),
+    );
+    // subloop runs with descriptor 7 open on a file, not close-on-exec (as
+    // `subloop run ... 7>>outside.txt` would).
+    let file = std::fs::File::create(&outside).expect("outside.txt");
+    let fd = file.as_raw_fd();
+    let mut command = Command::new(common::bin());
+    command
+        .args(["run", "--json", "--decision", "allow", "--workspace"])
+        .arg(ws.path())
+        .arg("--script")
+        .arg(&script)
+        .arg("--mcp")
+        .arg(format!("t=sh {}", wrapper.display()))
+        .stdin(Stdio::null());
+    // SAFETY: dup2(2) in the forked child, before the exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(fd, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().expect("run subloop");
+    drop(file);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(tools(&parsed(&out))[0].3, "looked: hi");
+    let listed = std::fs::read_to_string(&fds).expect("fds.txt");
+    let mut listed: Vec<&str> = listed.split_whitespace().collect();
+    listed.sort_unstable();
+    // `ls` holds the directory it lists open: 3.
+    assert_eq!(listed, ["0", "1", "2", "3"]);
+    assert_eq!(std::fs::read_to_string(&outside).expect("outside.txt"), "");
+    let status = std::fs::read_to_string(&status).expect("status.txt");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_eq!(field("CapPrm:"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
 }

@@ -14,7 +14,9 @@
 //! hook runs as `run_main` runs a program: `sh -c` in the workspace, in its
 //! own process group (killed at its timeout, default 60 s, and when
 //! subloop ends), its environment cleared to [`HOOK_ENV`], its output read
-//! up to [`HOOK_OUTPUT_CAP`].
+//! up to [`HOOK_OUTPUT_CAP`]. It starts hardened: pid 1 of a PID namespace
+//! of its own where the machine allows one (what it leaves behind dies with
+//! it), no descriptor but its stdio, `no_new_privs`, no capability.
 
 mod output;
 mod process;

@@ -3,6 +3,11 @@
 //! reason, anything else a failure — which blocks a tool call (fail
 //! closed, unlike Claude Code) unless the hook opted into failing open,
 //! and is a warning everywhere else.
+//!
+//! A hook's JSON counts only when it is whole and unambiguous: a key
+//! repeated in one object (at any depth) is a failure, and so is output
+//! cut short (by the cap, or a pipe still held open once the hook ended
+//! with what was read not a complete JSON value).
 
 use serde_json::{Map, Value};
 
@@ -105,8 +110,19 @@ pub(crate) fn judge(event: HookEvent, command: &str, fail_open: bool, ran: &Ran)
     }
     let stdout = String::from_utf8_lossy(&ran.stdout);
     let text = stdout.trim();
+    if ran.stdout_open && serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
+        return fail(
+            "it ended, but its stdout was still held open (by a process it left behind) and what it had printed is not a complete JSON value"
+                .to_owned(),
+        );
+    }
     if text.is_empty() {
         return Judged::none();
+    }
+    if let Err(err) = unique_keys(text)
+        && err.is_data()
+    {
+        return fail(format!("its JSON output is ambiguous: {err}"));
     }
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(fields)) => from_json(event, command, fail_open, &fields),
@@ -154,6 +170,80 @@ fn blocked(event: HookEvent, command: &str, stderr: &str) -> Judged {
             ));
             judged
         }
+    }
+}
+
+/// Checks that no object in the JSON `text` has a key twice (serde_json's
+/// `Value` would keep the last one). A repeated key is a data error
+/// (`is_data`); text that is not JSON gives serde_json's syntax or
+/// end-of-input error.
+fn unique_keys(text: &str) -> Result<(), serde_json::Error> {
+    use serde::Deserializer as _;
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    deserializer.deserialize_any(UniqueKeys)?;
+    deserializer.end()
+}
+
+/// A visitor that walks a JSON value and fails on a key repeated in one object.
+struct UniqueKeys;
+
+impl<'de> serde::de::DeserializeSeed<'de> for UniqueKeys {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(UniqueKeys)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                let shown: String = key.chars().take(100).collect();
+                return Err(serde::de::Error::custom(format!(
+                    "the key `{shown}` appears twice in one object"
+                )));
+            }
+            map.next_value_seed(UniqueKeys)?;
+            seen.insert(key);
+        }
+        Ok(())
     }
 }
 
@@ -376,5 +466,73 @@ mod tests {
             judge(pre, "g", false, &timed_out).decision,
             HookDecision::Failed
         );
+    }
+
+    #[test]
+    fn a_repeated_key_anywhere_is_a_failure() {
+        let pre = HookEvent::PreToolUse;
+        for twice in [
+            r#"{"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecision": "allow"}}"#,
+            r#"{"hookSpecificOutput": {"permissionDecision": "allow"}, "hookSpecificOutput": {"permissionDecision": "allow"}}"#,
+            r#"{"decision": "approve", "x": [{"a": 1, "a": 2}]}"#,
+            // The same key, written with an escape.
+            r#"{"decision": "approve", "decisio\u006e": "approve"}"#,
+        ] {
+            let judged = judge(pre, "g", false, &ran(0, twice, ""));
+            assert_eq!(judged.decision, HookDecision::Failed, "{twice}");
+            assert!(
+                judged
+                    .reason
+                    .as_deref()
+                    .is_some_and(|reason| reason.contains("appears twice")),
+                "{judged:?}"
+            );
+            // Elsewhere a warning, not the last value.
+            let stop = judge(HookEvent::Stop, "s", false, &ran(0, twice, ""));
+            assert_eq!(stop.decision, HookDecision::Warned, "{twice}");
+        }
+        let once = r#"{"a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 1}, {"k": 2}]}"#;
+        assert_eq!(
+            judge(pre, "g", false, &ran(0, once, "")).decision,
+            HookDecision::None
+        );
+        // Plain text still is context where Claude Code reads it so.
+        let prompt = judge(
+            HookEvent::UserPromptSubmit,
+            "p",
+            false,
+            &ran(0, "{not json", ""),
+        );
+        assert_eq!(prompt.context.as_deref(), Some("{not json"));
+    }
+
+    #[test]
+    fn output_read_from_a_pipe_still_held_open_counts_only_when_whole() {
+        let pre = HookEvent::PreToolUse;
+        let open = |stdout: &str| Ran {
+            stdout_open: true,
+            ..ran(0, stdout, "")
+        };
+        let deny = r#"{"hookSpecificOutput": {"permissionDecision": "deny"}}"#;
+        assert_eq!(
+            judge(pre, "g", false, &open(deny)).decision,
+            HookDecision::Deny
+        );
+        for cut in [
+            "",
+            "{\"hookSpecificOutput\": {\"permissionDecision\"",
+            "plain",
+        ] {
+            assert_eq!(
+                judge(pre, "g", false, &open(cut)).decision,
+                HookDecision::Failed,
+                "{cut}"
+            );
+            assert_eq!(
+                judge(HookEvent::UserPromptSubmit, "p", false, &open(cut)).decision,
+                HookDecision::Warned,
+                "{cut}"
+            );
+        }
     }
 }

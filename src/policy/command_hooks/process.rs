@@ -4,16 +4,28 @@
 //! [`Programs`] (so a signal handler can kill it), its environment cleared
 //! to [`HOOK_ENV`], the input written on its stdin, stdout and stderr read
 //! up to [`HOOK_OUTPUT_CAP`] each; at its timeout the whole group is killed.
+//!
+//! It starts hardened: pid 1 of a PID namespace of its own where the
+//! machine allows one (so every process it leaves behind is killed when it
+//! ends, even one that left the group with `setsid`), with no descriptor
+//! but stdin, stdout and stderr, `no_new_privs` and no capability.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use crate::run::harden::{self, PidNamespace};
 use crate::run::process::{Programs, Registered, Watchdog, kill_group};
+
+/// How long, after the hook ended, its stdout and stderr may take to
+/// reach end-of-file (a process it left behind may hold them open).
+const GRACE: Duration = Duration::from_millis(500);
 
 /// How many bytes of a hook's stdout, and of its stderr, are read; the
 /// rest is counted and dropped, and a hook whose output was cut counts as
@@ -35,6 +47,10 @@ pub(crate) struct Ran {
     pub(crate) timed_out: bool,
     pub(crate) stdout: Vec<u8>,
     pub(crate) stdout_dropped: u64,
+    /// Its stdout had not reached end-of-file when the grace after its end
+    /// was over (a process it left behind held it open): `stdout` is what
+    /// had been read by then.
+    pub(crate) stdout_open: bool,
     pub(crate) stderr: Vec<u8>,
     pub(crate) stderr_dropped: u64,
     /// It could not be started, or not waited for.
@@ -79,7 +95,22 @@ pub(crate) fn run(
         }
     };
     let group = watchdog.group();
-    let mut child = match Command::new("/bin/sh")
+    let namespace = if PidNamespace::available() {
+        match PidNamespace::prepare(0) {
+            Ok(namespace) => Some(namespace),
+            Err(err) => {
+                watchdog.finish();
+                ran.error = Some(format!("cannot prepare its PID namespace: {err}"));
+                ran.duration = started.elapsed();
+                return ran;
+            }
+        }
+    } else {
+        None
+    };
+    let highest_fd = harden::highest_fd();
+    let mut shell = Command::new("/bin/sh");
+    shell
         .arg("-c")
         .arg(command)
         .current_dir(workspace)
@@ -88,9 +119,21 @@ pub(crate) fn run(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(group)
-        .spawn()
-    {
+        .process_group(group);
+    // SAFETY: the closure runs in the forked child before the exec and
+    // makes only async-signal-safe calls (`PidNamespace::enter`,
+    // `close_inherited_fds`, `drop_privileges`); the namespace was
+    // prepared (allocated) before the fork.
+    unsafe {
+        shell.pre_exec(move || {
+            if let Some(namespace) = &namespace {
+                namespace.enter()?;
+            }
+            harden::close_inherited_fds(highest_fd);
+            harden::drop_privileges()
+        });
+    }
+    let mut child = match shell.spawn() {
         Ok(child) => child,
         Err(err) => {
             watchdog.finish();
@@ -132,9 +175,12 @@ pub(crate) fn run(
     if let Some(writer) = writer {
         let _ = writer.join();
     }
-    let grace = Instant::now() + Duration::from_millis(500);
-    (ran.stdout, ran.stdout_dropped) = collect(stdout, grace);
-    (ran.stderr, ran.stderr_dropped) = collect(stderr, grace);
+    let grace = Instant::now() + GRACE;
+    let stdout = collect(stdout, grace);
+    let stderr = collect(stderr, grace);
+    (ran.stdout, ran.stdout_dropped, ran.stdout_open) =
+        (stdout.kept, stdout.dropped, !stdout.closed);
+    (ran.stderr, ran.stderr_dropped) = (stderr.kept, stderr.dropped);
     match status {
         Ok(status) => {
             ran.exit_code = status.code();
@@ -146,40 +192,166 @@ pub(crate) fn run(
     ran
 }
 
+/// What was read from a pipe.
+#[derive(Debug, Default)]
+struct Captured {
+    /// Up to [`HOOK_OUTPUT_CAP`] bytes.
+    kept: Vec<u8>,
+    /// How many more were read and dropped.
+    dropped: u64,
+    /// It reached end-of-file (or failed to read): nothing more can come.
+    closed: bool,
+}
+
+/// A pipe being read on a thread of its own; see [`capture`].
+struct Capture {
+    result: mpsc::Receiver<Captured>,
+    /// Tells the thread to stop reading (the grace is over).
+    stop: Arc<AtomicBool>,
+}
+
+/// How long the reading thread waits for the pipe at a time before it
+/// looks whether it was told to stop.
+const POLL_MS: libc::c_int = 20;
+
 /// A pipe read on its own thread up to [`HOOK_OUTPUT_CAP`]; the rest is
-/// read, counted and dropped. The result comes once the pipe closes.
-fn capture(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<(Vec<u8>, u64)> {
-    let (sender, receiver) = mpsc::channel();
+/// read, counted and dropped. The result comes once the pipe closes, or
+/// once the thread is told to stop, with what was read by then (the thread
+/// does not outlive the run, whoever holds the pipe open).
+fn capture(mut pipe: impl Read + AsRawFd + Send + 'static) -> Capture {
+    let (sender, result) = mpsc::channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
     std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut dropped = 0u64;
+        let mut captured = Captured::default();
         let mut chunk = vec![0u8; 64 * 1024];
+        let mut draining = false;
         loop {
+            if !draining && stopped.load(Ordering::SeqCst) {
+                // One last pass over what is in the pipe now, without waiting.
+                draining = true;
+            }
+            let mut poll = libc::pollfd {
+                fd: pipe.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll(2) on one descriptor we own, for the duration of the call.
+            let ready = unsafe { libc::poll(&mut poll, 1, if draining { 0 } else { POLL_MS }) };
+            if ready < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                captured.closed = true;
+                break;
+            }
+            if ready == 0 {
+                if draining {
+                    break;
+                }
+                continue;
+            }
             match pipe.read(&mut chunk) {
-                Ok(0) => break,
+                Ok(0) => {
+                    captured.closed = true;
+                    break;
+                }
                 Ok(n) => {
                     let read = chunk.get(..n).unwrap_or_default();
-                    let room = HOOK_OUTPUT_CAP.saturating_sub(kept.len()).min(read.len());
-                    kept.extend_from_slice(read.get(..room).unwrap_or_default());
-                    dropped += (read.len() - room) as u64;
+                    let room = HOOK_OUTPUT_CAP
+                        .saturating_sub(captured.kept.len())
+                        .min(read.len());
+                    captured
+                        .kept
+                        .extend_from_slice(read.get(..room).unwrap_or_default());
+                    captured.dropped += (read.len() - room) as u64;
+                    if draining && captured.dropped > 0 {
+                        // Cut already: no need to count the rest.
+                        break;
+                    }
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => break,
+                Err(_) => {
+                    captured.closed = true;
+                    break;
+                }
             }
         }
-        let _ = sender.send((kept, dropped));
+        let _ = sender.send(captured);
     });
-    receiver
+    Capture { result, stop }
 }
 
 /// What a pipe gave, waiting for it to close until `grace` (a descendant
-/// that left the group may hold it open).
-fn collect(capture: Option<mpsc::Receiver<(Vec<u8>, u64)>>, grace: Instant) -> (Vec<u8>, u64) {
-    capture
-        .and_then(|receiver| {
-            receiver
-                .recv_timeout(grace.saturating_duration_since(Instant::now()))
-                .ok()
-        })
-        .unwrap_or_default()
+/// that left the group may hold it open); past it, what had been read,
+/// not `closed`.
+fn collect(capture: Option<Capture>, grace: Instant) -> Captured {
+    let Some(capture) = capture else {
+        return Captured {
+            closed: true,
+            ..Captured::default()
+        };
+    };
+    if let Ok(captured) = capture
+        .result
+        .recv_timeout(grace.saturating_duration_since(Instant::now()))
+    {
+        return captured;
+    }
+    capture.stop.store(true, Ordering::SeqCst);
+    capture.result.recv().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pipe_held_open_gives_what_was_read_by_the_grace_marked_open() {
+        let (reader, mut writer) = std::io::pipe().expect("pipe");
+        writer
+            .write_all(b"{\"decision\": \"block\"}\n")
+            .expect("write");
+        let started = Instant::now();
+        let captured = collect(
+            Some(capture(reader)),
+            Instant::now() + Duration::from_millis(200),
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(captured.kept, b"{\"decision\": \"block\"}\n");
+        assert!(!captured.closed);
+        drop(writer);
+    }
+
+    #[test]
+    fn a_closed_pipe_gives_everything_marked_closed() {
+        let (reader, mut writer) = std::io::pipe().expect("pipe");
+        writer.write_all(b"done").expect("write");
+        drop(writer);
+        let captured = collect(Some(capture(reader)), Instant::now() + GRACE);
+        assert_eq!(
+            (captured.kept.as_slice(), captured.closed),
+            (&b"done"[..], true)
+        );
+    }
+
+    #[test]
+    fn a_hook_that_leaves_a_process_holding_its_stdout_keeps_its_decision() {
+        let deny = r#"{"hookSpecificOutput": {"permissionDecision": "deny"}}"#;
+        let ran = run(
+            &format!("echo '{deny}'; setsid sleep 3 & exit 0"),
+            Vec::new(),
+            Path::new("/"),
+            &environment(Path::new("/")),
+            Duration::from_secs(10),
+            &Programs::new(),
+        );
+        assert_eq!(ran.exit_code, Some(0), "{ran:?}");
+        assert_eq!(String::from_utf8_lossy(&ran.stdout).trim(), deny);
+        // In a PID namespace the sleep dies with the hook and the pipe closes.
+        if PidNamespace::available() {
+            assert!(!ran.stdout_open, "{ran:?}");
+            assert!(ran.duration < Duration::from_secs(2), "{ran:?}");
+        }
+    }
 }

@@ -27,6 +27,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use super::config::{ServerConfig, server_env};
+use crate::run::harden;
 use crate::run::limits::CancelHandle;
 use crate::run::process::Watchdog;
 
@@ -659,6 +660,17 @@ async fn serve(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(watchdog.group());
+    // It starts hardened: no descriptor but its stdio, `no_new_privs`, no
+    // capability.
+    let highest_fd = harden::highest_fd();
+    // SAFETY: the closure runs in the forked child before the exec and
+    // makes only async-signal-safe calls.
+    unsafe {
+        command.pre_exec(move || {
+            harden::close_inherited_fds(highest_fd);
+            harden::drop_privileges()
+        });
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(source) => {
