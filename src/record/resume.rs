@@ -595,11 +595,11 @@ pub fn outcome_disagrees(
 ) -> Option<String> {
     let expected = last.and_then(expected_outcome);
     let answer = matches!(&expected, Some((StatusKind::Answered, _)));
-    let what = match (last, &expected) {
-        (Some(Ok(_)), _) if answer => "is an answer",
-        (Some(Ok(_)), _) => "is not an answer",
-        (Some(Err(_)), _) => "failed",
-        (None, _) => "is missing",
+    let what = match last {
+        Some(Ok(_)) if answer => "is an answer",
+        Some(Ok(_)) => "is not an answer",
+        Some(Err(_)) => "failed",
+        None => "is missing",
     };
     let status = outcome.status;
     // After an answer the run may still have been stopped by a limit or
