@@ -831,3 +831,89 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::error::ModelFailure;
+    use crate::core::protocol::{ModelResponse, StopReason};
+    use crate::record::recorded::RecordedOutcome;
+
+    fn outcome(status: StatusKind, text: &str) -> RecordedOutcome {
+        RecordedOutcome {
+            status,
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_outcome_text_is_the_one_the_conversation_gives_the_last_reply() {
+        let answer = Ok(ModelResponse::answer("42"));
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::Answered, "42"), Some(&answer)),
+            None
+        );
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::InvalidOutput, "42"), Some(&answer)),
+            None
+        );
+        // A stop after an answer has the host's text.
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::Deadline, "deadline"), Some(&answer)),
+            None
+        );
+        let edited = outcome_disagrees(&outcome(StatusKind::Answered, "43"), Some(&answer));
+        assert!(
+            edited
+                .is_some_and(|detail| detail.contains("reads \"43\" where the reply gives \"42\""))
+        );
+
+        let mut cut = ModelResponse::answer("half");
+        cut.stop_reason = Some(StopReason::MaxTokens);
+        let cut = Ok(cut);
+        let (kind, text) = expected_outcome(&cut).expect("finishes");
+        assert_eq!(kind, StatusKind::ModelStopped);
+        assert_eq!(outcome_disagrees(&outcome(kind, &text), Some(&cut)), None);
+        assert!(outcome_disagrees(&outcome(kind, "model stopped"), Some(&cut)).is_some());
+
+        let empty = Ok(ModelResponse {
+            content: Vec::new(),
+            stop_reason: Some(StopReason::EndTurn),
+            usage: None,
+        });
+        let (kind, text) = expected_outcome(&empty).expect("finishes");
+        assert_eq!(kind, StatusKind::ProtocolError);
+        for note in ["", EMPTY_REPLY_NOTES[0], EMPTY_REPLY_NOTES[1]] {
+            let noted = format!("{text}{note}");
+            assert_eq!(
+                outcome_disagrees(&outcome(kind, &noted), Some(&empty)),
+                None
+            );
+        }
+        assert!(outcome_disagrees(&outcome(kind, &format!("{text} (x)")), Some(&empty)).is_some());
+
+        let failed = Err(ModelFailure::with_kind("overloaded_error", "busy"));
+        assert_eq!(
+            outcome_disagrees(
+                &outcome(StatusKind::ModelError, "model request failed: busy"),
+                Some(&failed)
+            ),
+            None
+        );
+        assert!(
+            outcome_disagrees(&outcome(StatusKind::ModelError, "busy"), Some(&failed)).is_some()
+        );
+        // A status the last reply cannot end with.
+        let calls = Ok(ModelResponse::tool_calls([(
+            "toolu_1",
+            "read_file",
+            serde_json::json!({}),
+        )]));
+        assert!(outcome_disagrees(&outcome(StatusKind::ModelStopped, "x"), Some(&calls)).is_some());
+        assert!(outcome_disagrees(&outcome(StatusKind::ModelError, "x"), Some(&answer)).is_some());
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::CallLimit, "x"), Some(&calls)),
+            None
+        );
+    }
+}
