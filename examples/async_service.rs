@@ -119,6 +119,15 @@ impl Models {
             Self::OpenAi(client) => Box::new(openai::AsyncOpenAiModel::new(Arc::clone(client))),
         }
     }
+
+    /// The client's secrets (its API key), hidden from every tool result
+    /// as the client hides them from its replies.
+    fn redactor(&self) -> subloop::core::redact::Redactor {
+        match self {
+            Self::Anthropic(client) => client.redactor(),
+            Self::OpenAi(client) => client.redactor(),
+        }
+    }
 }
 
 /// One run's agent: built per run (an agent is consumed by its run); what
@@ -128,6 +137,7 @@ fn agent(workspace: &Path, models: &Models) -> Result<Agent, BoxError> {
     let children = AsyncChildren(move |_number: usize| children.model());
     Ok(
         AgentBuilder::new(Arc::new(DenyAll)) // a service decides by policy, not by prompt
+            .redact(models.redactor())
             .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT)?)?
             .tool(RunMain::new(workspace, RunSettings::default())?)?
             .plan()?

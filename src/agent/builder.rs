@@ -23,6 +23,7 @@ use crate::core::error::{InputError, SetupError};
 use crate::core::hook::HookEvent;
 use crate::core::plan::SharedPlan;
 use crate::core::protocol::Usage;
+use crate::core::redact::Redactor;
 use crate::policy::command_hooks::{CommandHooks, HookInput, HookVerdict};
 use crate::policy::hooks::{AuditEntry, AuditLog, Hooks};
 use crate::policy::permission::Approver;
@@ -65,6 +66,8 @@ pub struct AgentBuilder {
     commands: CommandHooks,
     /// What the run's spans may record.
     telemetry: Telemetry,
+    /// The secrets hidden from every tool result.
+    redactor: Redactor,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -94,7 +97,20 @@ impl AgentBuilder {
             output: None,
             output_retries: DEFAULT_OUTPUT_RETRIES,
             commands: CommandHooks::none(),
+            redactor: Redactor::default(),
         }
+    }
+
+    /// Hides `redactor`'s secrets (the API key the run's model holds:
+    /// `Client::redactor` of a provider) from every tool result, of the
+    /// parent and of every child, before anything sees it: the after
+    /// hooks, the model, the trace, the spans, the report. A provider
+    /// client already hides its own secrets from the replies; this is for
+    /// what the tools say (a program that prints the key). Default: nothing
+    /// is hidden.
+    pub fn redact(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// Asks for a structured answer: the parent's answer must be JSON that
@@ -242,6 +258,7 @@ impl AgentBuilder {
             on_empty: self.on_empty,
             commands: self.commands,
             telemetry: self.telemetry,
+            redactor: self.redactor,
         };
         if let Some(services) = &self.task {
             // Set once, here; a builder builds one agent.
@@ -583,6 +600,7 @@ impl Agent {
             monitor: &self.shared.monitor,
             guard: &self.shared.guard,
             telemetry: self.shared.telemetry,
+            redactor: &self.shared.redactor,
         };
         // The run's root span: a child of the caller's current span, if any.
         let span = telemetry::agent_span(&agent);

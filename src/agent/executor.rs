@@ -12,6 +12,7 @@ use crate::core::conversation::{Interrupt, ToolCall, ToolOutput};
 use crate::core::hook::HookEvent;
 use crate::core::plan::SharedPlan;
 use crate::core::protocol::{ToolDefinition, ToolUseId};
+use crate::core::redact::Redactor;
 use crate::policy::command_hooks::{CommandHooks, HookInput, HookOutcome, HookVerdict};
 use crate::policy::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
 use crate::policy::permission::{ApprovalRequest, Approver, Decision};
@@ -36,6 +37,8 @@ pub(crate) struct Gate<'a> {
     pub(crate) monitor: &'a SharedMonitor,
     pub(crate) guard: &'a RunGuard,
     pub(crate) telemetry: Telemetry,
+    /// The secrets hidden from every result.
+    pub(crate) redactor: &'a Redactor,
 }
 
 /// How a run is driven: which entry points of a tool an executor calls.
@@ -402,7 +405,16 @@ impl<'a> Toolbox<'a> {
         Admission::Admitted(tool, decision)
     }
 
-    /// After hooks, the after audit entry, and the record.
+    /// The secrets hidden from `output`'s content.
+    fn redact(&self, output: &mut ToolOutput) {
+        if let std::borrow::Cow::Owned(hidden) = self.gate.redactor.text(&output.content) {
+            output.content = hidden.into();
+        }
+    }
+
+    /// After hooks, the after audit entry, and the record. The secrets are
+    /// hidden from the result before the hooks see it, and again from what
+    /// they made of it.
     fn conclude(
         &self,
         call: &ToolCall,
@@ -411,6 +423,7 @@ impl<'a> Toolbox<'a> {
         ran: bool,
         mut warnings: Vec<String>,
     ) -> Answer {
+        self.redact(&mut output);
         if ran {
             let hook_call = HookCall {
                 agent: &self.agent,
@@ -437,6 +450,7 @@ impl<'a> Toolbox<'a> {
                 }
             }
             self.post_tool_use(call, &mut output, &mut warnings);
+            self.redact(&mut output);
         }
         self.audit(call, Phase::After, Some((decision, output.is_error)));
         let record = ToolRecord {

@@ -282,6 +282,8 @@ pub(crate) struct Shared {
     pub(crate) commands: CommandHooks,
     /// What the spans of the parent and every child may record.
     pub(crate) telemetry: Telemetry,
+    /// The secrets hidden from every tool result.
+    pub(crate) redactor: crate::core::redact::Redactor,
 }
 
 /// A child of a batch: its task, its number, its call's id and span.
@@ -408,6 +410,7 @@ impl TaskTool {
             monitor: &shared.monitor,
             guard: &shared.guard,
             telemetry: shared.telemetry,
+            redactor: &shared.redactor,
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);

@@ -11,5 +11,6 @@ pub mod error;
 pub mod hook;
 pub mod plan;
 pub mod protocol;
+pub mod redact;
 pub mod shared_text;
 pub mod text;

@@ -22,6 +22,7 @@ use crate::core::call::Warning;
 use crate::core::conversation::{Budget, OnEmptyReply};
 use crate::core::error::{InputError, ScriptError, SetupError};
 use crate::core::hook::HookEvent;
+use crate::core::redact::Redactor;
 use crate::host::progress::StderrProgress;
 use crate::policy::command_hooks::{CommandHooks, HookSettingsError};
 use crate::policy::hooks::Hooks;
@@ -265,6 +266,21 @@ pub enum Models {
     OpenAi(Arc<crate::providers::openai::Client>),
 }
 
+impl Models {
+    /// The secrets the models hold (a live client's API key, its base
+    /// URL's password): the run hides them from every tool result and from
+    /// every trace line, as the client hides them from its replies.
+    pub fn redactor(&self) -> Redactor {
+        match self {
+            Self::Script(_) | Self::Demo => Redactor::default(),
+            #[cfg(feature = "live")]
+            Self::Live(client) => client.redactor(),
+            #[cfg(feature = "live")]
+            Self::OpenAi(client) => client.redactor(),
+        }
+    }
+}
+
 /// Why a run could not start.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -329,6 +345,7 @@ pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Resul
         children,
         None,
         settings.trace.as_deref(),
+        Redactor::default(),
     )
     .map(|(agent, _, _)| agent)
 }
@@ -340,6 +357,7 @@ fn assemble(
     children: Arc<dyn ChildModels>,
     resume: Option<(&Resuming, &ResumePoint)>,
     trace: Option<&Path>,
+    redactor: Redactor,
 ) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
     let hooks = settings
@@ -353,7 +371,8 @@ fn assemble(
         .limits(settings.limits, settings.cancel.clone())
         .on_empty_reply(settings.on_empty_reply)
         .telemetry(settings.telemetry)
-        .output_retries(settings.output_retries);
+        .output_retries(settings.output_retries)
+        .redact(redactor.clone());
     if let Some(schema) = &settings.output_schema {
         builder = builder.output_schema(schema.clone());
     }
@@ -390,7 +409,9 @@ fn assemble(
             fields["workspace"] = serde_json::json!(workspace);
         }
         fields["sandbox"] = serde_json::json!(settings.sandbox.level());
-        let mut writer = TraceWriter::resume(file, fields).with_sandbox(settings.sandbox.level());
+        let mut writer = TraceWriter::resume(file, fields)
+            .redacting(redactor)
+            .with_sandbox(settings.sandbox.level());
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
@@ -399,7 +420,8 @@ fn assemble(
         builder = builder.monitor(writer);
     } else if let Some(path) = trace {
         let mut writer =
-            TraceWriter::from_file(target::open(path, &settings.workspace, &protected)?);
+            TraceWriter::from_file(target::open(path, &settings.workspace, &protected)?)
+                .redacting(redactor);
         if let Some(workspace) = recorded_workspace(settings) {
             writer = writer.with_workspace(Path::new(&workspace));
         }
@@ -746,6 +768,8 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
     let stop_slot: crate::providers::anthropic::StopSlot = Arc::default();
+    // The secrets the models hold are hidden from every tool result and trace line.
+    let redactor = models.redactor();
     let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
         Models::Script(script) => {
             // Only the trace writes the replies as written: without one, no
@@ -811,6 +835,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         children,
         resuming.as_ref().map(|(resuming, point)| (resuming, point)),
         trace_path.as_deref(),
+        redactor,
     )?;
     // A follow-up question is the user's prompt: its UserPromptSubmit
     // hooks run now (recorded in the trace), and what they add is asked.
@@ -1021,6 +1046,7 @@ pub fn replay(
             children.clone(),
             None,
             settings.trace.as_deref(),
+            Redactor::default(),
         )
         .map(|(agent, _, _)| agent)
     };

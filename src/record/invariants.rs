@@ -39,7 +39,9 @@ pub enum Invariant {
     /// ([`crate::record::resume::consistency`]): each history is what its replies
     /// and results make through the conversation's own transitions, each
     /// `tool` line says what the model was sent, the outcome agrees with
-    /// the last reply, and each child was started by a `task` call.
+    /// the last reply (its status, and the text the loop derives from that
+    /// reply: [`crate::record::resume::outcome_disagrees`]), and each child
+    /// was started by a `task` call.
     Consistent,
 }
 

@@ -516,9 +516,9 @@ fn shown(text: &str) -> String {
 /// - a run that ended after a whole round (its outcome `call_limit`,
 ///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
 ///   signal forced) has a `tool` line for every call of its last round;
-/// - the parent's outcome agrees with its last reply: `answered` only after
-///   an answer, and an answer is followed by `answered` (or by a signal's
-///   `cancelled`);
+/// - the parent's outcome agrees with its last reply, in its status and,
+///   where the loop derives it from that reply, its text
+///   ([`outcome_disagrees`]);
 /// - every child was started by a `task` call of the parent.
 pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
     let mut found = Vec::new();
@@ -559,49 +559,150 @@ pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
     }
     if let Some(outcome) = run.outcome() {
         let calls = run.calls("parent");
-        let last = run.reply("parent", calls);
-        // An answer by the conversation's own rules (a reply it takes as one).
-        let answer = matches!(last, Some(Ok(reply)) if is_answer(reply));
-        let what = match last {
-            Some(Ok(_)) if answer => "is an answer",
-            Some(Ok(_)) => "is not an answer",
-            Some(Err(_)) => "failed",
-            None => "is missing",
-        };
-        let status = outcome.status;
-        // After an answer the run may still have been stopped by a limit or
-        // a signal before its outcome was written; nothing else follows one.
-        let after_answer = matches!(
-            status,
-            StatusKind::Answered
-                | StatusKind::InvalidOutput
-                | StatusKind::Cancelled
-                | StatusKind::Deadline
-                | StatusKind::TokenLimit
-                | StatusKind::DelegationLimit
-        );
-        if (status == StatusKind::Answered && !answer) || (answer && !after_answer) {
+        if let Some(detail) = outcome_disagrees(outcome, run.reply("parent", calls)) {
             found.push(Inconsistency {
                 agent: "parent".to_owned(),
                 call: Some(calls),
                 id: None,
-                detail: format!("the outcome says {status}, but the last reply {what}"),
+                detail,
             });
         }
     }
     found
 }
 
+/// How the recorded `outcome` disagrees with `last`, the parent's last
+/// recorded reply (`Err`: its request failed; `None`: it has none), by the
+/// loop's own rules; `None` when it agrees. The one rule `view --check`
+/// (the `consistent` invariant) and a resume both hold an outcome to:
+///
+/// - its status: `answered` only after an answer, and an answer is
+///   followed by `answered`, `invalid_output` or a stop (`cancelled`,
+///   `deadline`, `token_limit`, `delegation_limit`), since a limit or a
+///   signal may end the run before its outcome is written; a
+///   `model_stopped`, `protocol_error` or `model_error` outcome only after
+///   a reply (or a failure) that ends the conversation so;
+/// - its text, for the statuses whose text the conversation derives from
+///   the last reply: [`expected_outcome`] — the answer's text (`answered`,
+///   `invalid_output`), the stop reason with the reply's text
+///   (`model_stopped`), the violation (`protocol_error`, with the note an
+///   empty reply under `--on-empty-reply continue` adds), the failure
+///   (`model_error`). The text of a stop (a limit, a signal) is the host's
+///   and is not judged.
+pub fn outcome_disagrees(
+    outcome: &crate::record::recorded::RecordedOutcome,
+    last: Option<&crate::providers::scripted::ScriptedReply>,
+) -> Option<String> {
+    let expected = last.and_then(expected_outcome);
+    let answer = matches!(&expected, Some((StatusKind::Answered, _)));
+    let what = match last {
+        Some(Ok(_)) if answer => "is an answer",
+        Some(Ok(_)) => "is not an answer",
+        Some(Err(_)) => "failed",
+        None => "is missing",
+    };
+    let status = outcome.status;
+    // After an answer the run may still have been stopped by a limit or
+    // a signal before its outcome was written; nothing else follows one.
+    let after_answer = matches!(
+        status,
+        StatusKind::Answered
+            | StatusKind::InvalidOutput
+            | StatusKind::Cancelled
+            | StatusKind::Deadline
+            | StatusKind::TokenLimit
+            | StatusKind::DelegationLimit
+    );
+    if (status == StatusKind::Answered && !answer) || (answer && !after_answer) {
+        return Some(format!(
+            "the outcome says {status}, but the last reply {what}"
+        ));
+    }
+    let derived = matches!(
+        status,
+        StatusKind::Answered
+            | StatusKind::InvalidOutput
+            | StatusKind::ModelStopped
+            | StatusKind::ProtocolError
+            | StatusKind::ModelError
+    );
+    if !derived {
+        return None;
+    }
+    let Some((kind, text)) = expected else {
+        return Some(format!(
+            "the outcome says {status}, but the last reply {what}"
+        ));
+    };
+    // An answer that failed the output check keeps the answer's text.
+    let same_kind =
+        kind == status || (kind == StatusKind::Answered && status == StatusKind::InvalidOutput);
+    if !same_kind {
+        return Some(format!(
+            "the outcome says {status}, but the last reply ends the conversation {kind}"
+        ));
+    }
+    let agrees = outcome.text == text
+        || (status == StatusKind::ProtocolError
+            && EMPTY_REPLY_NOTES
+                .iter()
+                .any(|note| outcome.text.strip_suffix(note) == Some(text.as_str())));
+    (!agrees).then(|| {
+        let (recorded, given) = from_first_difference(&outcome.text, &text);
+        format!(
+            "the outcome's text is not the one its last reply gives ({status}): it reads {recorded} where the reply gives {given}"
+        )
+    })
+}
+
+/// `a` and `b` as shown in an [`Inconsistency`], each from a little before
+/// where they first differ, so the difference is in sight.
+fn from_first_difference(a: &str, b: &str) -> (String, String) {
+    let same = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    // A short common start is shown whole; a long one only by its end.
+    let skip = if same > SHOWN / 3 { same - 10 } else { 0 };
+    let tail = |text: &str| {
+        let rest: String = text.chars().skip(skip).collect();
+        if skip > 0 {
+            shown(&format!("…{rest}"))
+        } else {
+            shown(&rest)
+        }
+    };
+    (tail(a), tail(b))
+}
+
+/// What the notes an empty reply's `protocol_error` gets under
+/// `--on-empty-reply continue` may add to its text.
+const EMPTY_REPLY_NOTES: [&str; 2] = [
+    crate::core::conversation::SECOND_EMPTY_REPLY_NOTE,
+    crate::core::conversation::NO_CALL_TO_CONTINUE_NOTE,
+];
+
+/// The status and text the conversation finishes with when `reply` is the
+/// last thing it gets, by its own transitions ([`Conversation::receive`],
+/// [`Conversation::model_failed`]); `None` when the reply does not finish
+/// it (it asks for tools).
+pub fn expected_outcome(
+    reply: &crate::providers::scripted::ScriptedReply,
+) -> Option<(StatusKind, String)> {
+    let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
+    let conversation = Conversation::start("?", unbounded).ok()?;
+    let outcome = match reply {
+        Err(failure) => conversation.model_failed(failure.clone()).into_outcome(),
+        Ok(reply) => match conversation.receive(reply.clone()) {
+            Reply::Answered(done) => done.into_outcome(),
+            Reply::ModelStopped(done) => done.into_outcome(),
+            Reply::ProtocolError(done) => done.into_outcome(),
+            Reply::InvalidOutput(done) => done.into_outcome(),
+            Reply::Tools(_) | Reply::Continued(_) | Reply::InvalidAnswer { .. } => return None,
+        },
+    };
+    Some((outcome.status, outcome.text))
+}
+
 /// Files an inconsistency: at which call, about which id, what.
 type Note<'a> = &'a mut dyn FnMut(Option<u32>, Option<&str>, String);
-
-/// Whether the conversation takes `reply` as an answer (under either
-/// empty-reply policy: an empty reply is never one).
-fn is_answer(reply: &crate::core::protocol::ModelResponse) -> bool {
-    let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
-    Conversation::start("?", unbounded)
-        .is_ok_and(|conversation| matches!(conversation.receive(reply.clone()), Reply::Answered(_)))
-}
 
 /// The `tool` lines of `agent` against the calls they answer (see [`consistency`]).
 fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) {
@@ -728,5 +829,91 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::error::ModelFailure;
+    use crate::core::protocol::{ModelResponse, StopReason};
+    use crate::record::recorded::RecordedOutcome;
+
+    fn outcome(status: StatusKind, text: &str) -> RecordedOutcome {
+        RecordedOutcome {
+            status,
+            text: text.to_owned(),
+        }
+    }
+
+    #[test]
+    fn the_outcome_text_is_the_one_the_conversation_gives_the_last_reply() {
+        let answer = Ok(ModelResponse::answer("42"));
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::Answered, "42"), Some(&answer)),
+            None
+        );
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::InvalidOutput, "42"), Some(&answer)),
+            None
+        );
+        // A stop after an answer has the host's text.
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::Deadline, "deadline"), Some(&answer)),
+            None
+        );
+        let edited = outcome_disagrees(&outcome(StatusKind::Answered, "43"), Some(&answer));
+        assert!(
+            edited
+                .is_some_and(|detail| detail.contains("reads \"43\" where the reply gives \"42\""))
+        );
+
+        let mut cut = ModelResponse::answer("half");
+        cut.stop_reason = Some(StopReason::MaxTokens);
+        let cut = Ok(cut);
+        let (kind, text) = expected_outcome(&cut).expect("finishes");
+        assert_eq!(kind, StatusKind::ModelStopped);
+        assert_eq!(outcome_disagrees(&outcome(kind, &text), Some(&cut)), None);
+        assert!(outcome_disagrees(&outcome(kind, "model stopped"), Some(&cut)).is_some());
+
+        let empty = Ok(ModelResponse {
+            content: Vec::new(),
+            stop_reason: Some(StopReason::EndTurn),
+            usage: None,
+        });
+        let (kind, text) = expected_outcome(&empty).expect("finishes");
+        assert_eq!(kind, StatusKind::ProtocolError);
+        for note in ["", EMPTY_REPLY_NOTES[0], EMPTY_REPLY_NOTES[1]] {
+            let noted = format!("{text}{note}");
+            assert_eq!(
+                outcome_disagrees(&outcome(kind, &noted), Some(&empty)),
+                None
+            );
+        }
+        assert!(outcome_disagrees(&outcome(kind, &format!("{text} (x)")), Some(&empty)).is_some());
+
+        let failed = Err(ModelFailure::with_kind("overloaded_error", "busy"));
+        assert_eq!(
+            outcome_disagrees(
+                &outcome(StatusKind::ModelError, "model request failed: busy"),
+                Some(&failed)
+            ),
+            None
+        );
+        assert!(
+            outcome_disagrees(&outcome(StatusKind::ModelError, "busy"), Some(&failed)).is_some()
+        );
+        // A status the last reply cannot end with.
+        let calls = Ok(ModelResponse::tool_calls([(
+            "toolu_1",
+            "read_file",
+            serde_json::json!({}),
+        )]));
+        assert!(outcome_disagrees(&outcome(StatusKind::ModelStopped, "x"), Some(&calls)).is_some());
+        assert!(outcome_disagrees(&outcome(StatusKind::ModelError, "x"), Some(&answer)).is_some());
+        assert_eq!(
+            outcome_disagrees(&outcome(StatusKind::CallLimit, "x"), Some(&calls)),
+            None
+        );
     }
 }

@@ -29,7 +29,11 @@
 //! replays a trace into every request exactly as it was sent. A `tool` line
 //! is written the moment its result exists, so the results of a last round
 //! that no later request carried (the run stopped after it) are on record too. No credential
-//! is ever part of a request or a reply, so none can reach the trace.
+//! is ever part of a request; a provider client hides its secrets from its
+//! replies and the agent from its tools' results ([`crate::core::redact`]),
+//! and a writer given them ([`TraceWriter::redacting`]) hides them from
+//! every line it writes besides (a question, a hook's reason, an MCP
+//! server's stderr).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -44,6 +48,7 @@ use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
 use crate::core::hook::HookRecord;
 use crate::core::protocol::{Message, ToolDefinition, Usage};
+use crate::core::redact::Redactor;
 use crate::run::driver::Event;
 use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown, Termination};
@@ -118,6 +123,8 @@ struct TraceFile {
     open: Vec<(AgentId, u32, Usage)>,
     /// Whether a line was written (the first one carries the format version).
     started: bool,
+    /// The secrets hidden from every line.
+    redactor: Redactor,
 }
 
 fn lock(shared: &Mutex<TraceFile>) -> MutexGuard<'_, TraceFile> {
@@ -145,8 +152,10 @@ fn render(agent: &AgentId, kind: &str, fields: Value, first: bool) -> String {
 }
 
 impl TraceFile {
-    /// Renders and writes one line (the first one with the format version).
-    fn emit(&mut self, agent: &AgentId, kind: &str, fields: Value) {
+    /// Renders and writes one line (the first one with the format version),
+    /// the secrets hidden from every string in it.
+    fn emit(&mut self, agent: &AgentId, kind: &str, mut fields: Value) {
+        self.redactor.value(&mut fields);
         let text = render(agent, kind, fields, !self.started);
         self.started = true;
         self.write(&text);
@@ -235,6 +244,14 @@ impl TraceWriter {
         self
     }
 
+    /// Hides `redactor`'s secrets (the API key the run's model holds) from
+    /// every line written from now on, whatever it holds: a reply, a tool
+    /// result, a question, a hook's reason, an MCP server's stderr.
+    pub fn redacting(self, redactor: Redactor) -> Self {
+        lock(&self.shared).redactor = redactor;
+        self
+    }
+
     /// Records `level`, the sandbox `run_main` starts programs in, on the
     /// parent's first request line.
     pub fn with_sandbox(mut self, level: Sandbox) -> Self {
@@ -250,6 +267,7 @@ impl TraceWriter {
             closed: false,
             started: false,
             open: Vec::new(),
+            redactor: Redactor::default(),
         }));
         Self {
             shared,

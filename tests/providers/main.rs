@@ -2,7 +2,8 @@
 //! (`live_api`, `live_fidelity`, with `mock_api`) and the OpenAI-compatible
 //! one (`openai_api`, with `mock_openai`), both against a real model
 //! server (`local_model`), and many runs at once against the concurrency
-//! bench's own server (`concurrent_bench`).
+//! bench's own server (`concurrent_bench`); and the key echoed by an
+//! endpoint or printed by a tool, hidden from everything recorded (`secrets`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -25,3 +26,5 @@ mod live_fidelity;
 mod local_model;
 #[cfg(feature = "async")]
 mod openai_api;
+#[cfg(feature = "live")]
+mod secrets;

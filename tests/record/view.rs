@@ -830,3 +830,147 @@ fn a_follow_up_question_shows_where_it_was_asked() {
     assert_eq!(calls[0].get("asked"), None, "{calls}");
     assert_eq!(calls[1]["asked"], serde_json::json!([asked]), "{calls}");
 }
+
+/// An outcome whose text is not the one its last reply gives (the answer's
+/// text, a failure's message) is reported broken by `--check` and refused
+/// by `run --resume`, with and without a follow-up question; the traces as
+/// written pass both.
+#[test]
+fn an_outcome_text_edited_away_from_the_last_reply_is_reported_and_refused() {
+    use serde_json::json;
+    let dir = TempDir::new("view-outcome-text");
+    dir.write("ws/main.py", "print(6 * 7)\n");
+    let ws = dir.path().join("ws");
+    let ws_arg = ws.to_str().expect("utf-8");
+    let edited = |lines: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        lines
+            .iter()
+            .map(|line| {
+                let mut line = line.clone();
+                if line["kind"] == "outcome" {
+                    let text = line["text"].as_str().expect("text").to_owned();
+                    line["text"] = json!(format!("{text} (edited)"));
+                }
+                line
+            })
+            .collect()
+    };
+    let read = |path: &Path| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(path)
+            .expect("trace")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a JSON line"))
+            .collect()
+    };
+
+    // model_error: a tool round, then the script runs out.
+    let script = dir.write(
+        "failing.json",
+        json!({"parent": [
+            {"content": [{"type": "tool_use", "id": "toolu_01", "name": "read_file",
+                          "input": {"path": "main.py"}}],
+             "stop_reason": "tool_use"}
+        ]})
+        .to_string(),
+    );
+    let failed = dir.path().join("failed.jsonl");
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        ws_arg,
+        "--script",
+        script.to_str().expect("utf-8"),
+        "--decision",
+        "allow",
+        "--trace",
+        failed.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let recorded = read(&failed);
+    assert_eq!(recorded.last().expect("outcome")["status"], "model_error");
+    let intact = write_lines(&dir, "failed-intact.jsonl", &recorded);
+    let (code, shown, refused) = check_and_resume(&dir, &intact);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(!refused, "the trace as written resumes");
+    let forged = write_lines(&dir, "failed-edited.jsonl", &edited(&recorded));
+    let (code, shown, refused) = check_and_resume(&dir, &forged);
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(
+        shown.contains("  broken the trace agrees with itself"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(
+            "at parent call 2: the outcome's text is not the one its last reply gives (model_error)"
+        ),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("(edited)"),
+        "the difference is shown: {shown}"
+    );
+    assert!(refused, "resume refuses it and leaves it as it was");
+
+    // answered: the outcome's text must be the answer's.
+    let script = dir.write(
+        "answer.json",
+        json!({"parent": [
+            {"content": [{"type": "text", "text": "The answer is 42."}], "stop_reason": "end_turn"}
+        ]})
+        .to_string(),
+    );
+    let answered = dir.path().join("answered.jsonl");
+    let out = subloop(&[
+        "run",
+        "--workspace",
+        ws_arg,
+        "--script",
+        script.to_str().expect("utf-8"),
+        "--trace",
+        answered.to_str().expect("utf-8"),
+        "--quiet",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let recorded = read(&answered);
+    let follow_up = |trace: &Path| -> Output {
+        let rest = dir.write(
+            "rest.json",
+            r#"{"parent": [{"content": [{"type": "text", "text": "still 42"}], "stop_reason": "end_turn"}]}"#,
+        );
+        subloop(&[
+            "run",
+            "--workspace",
+            ws_arg,
+            "--script",
+            rest.to_str().expect("utf-8"),
+            "--resume",
+            trace.to_str().expect("utf-8"),
+            "--question",
+            "Sure?",
+            "--quiet",
+        ])
+    };
+    let intact = write_lines(&dir, "answered-intact.jsonl", &recorded);
+    let out = subloop(&["view", intact.to_str().expect("utf-8"), "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let out = follow_up(&intact);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let forged = write_lines(&dir, "answered-edited.jsonl", &edited(&recorded));
+    let before = std::fs::read(&forged).expect("trace");
+    let out = subloop(&["view", forged.to_str().expect("utf-8"), "--check"]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("at parent call 1: the outcome's text is not the one its last reply gives (answered): it reads \"The answer is 42. (edited)\" where the reply gives \"The answer is 42.\""),
+        "{shown}"
+    );
+    let out = follow_up(&forged);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("the trace contradicts itself at parent call 1: the outcome's text is not the one its last reply gives (answered)"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&forged).expect("trace"), before, "untouched");
+}

@@ -66,6 +66,14 @@ impl AsyncClient {
         self
     }
 
+    /// The secrets this client hides from its replies and error texts (its
+    /// API key, the base URL's password), for the host to hide from
+    /// everything else it records or prints: give it to
+    /// `AgentBuilder::redact` for the tools' results.
+    pub fn redactor(&self) -> crate::core::redact::Redactor {
+        self.http.attempts().redactor().clone()
+    }
+
     /// The settings.
     pub fn config(&self) -> &LiveConfig {
         &self.config
@@ -108,14 +116,19 @@ impl AsyncClient {
             .post(&url, &headers, body, stop, &read_error)
             .await?
         {
-            AsyncSuccess::Stream(response) => read_stream_async(
-                response,
-                self.on_text.as_ref(),
-                whole_lines,
-                StreamAssembler::new(),
-            )
-            .await
-            .map_err(|failure| self.http.attempts().stream_failed(failure)),
+            AsyncSuccess::Stream(response) => {
+                let attempts = self.http.attempts();
+                attempts.streamed(
+                    read_stream_async(
+                        response,
+                        self.on_text.as_ref(),
+                        whole_lines,
+                        attempts.redactor(),
+                        StreamAssembler::new(),
+                    )
+                    .await,
+                )
+            }
             AsyncSuccess::Body(text) => parse_body(self.http.attempts(), &text),
         }
     }

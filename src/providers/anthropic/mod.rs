@@ -12,8 +12,9 @@
 //! layer; retries happen there, never in the loop (see [`retry`]). Whatever finally
 //! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
 //! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
-//! from every error text (when at least [`MIN_SCRUBBED_CHARS`] long); the
-//! userinfo of the base URL is never printed.
+//! from every error text and every reply, streamed text included (when at
+//! least [`MIN_SCRUBBED_CHARS`] long); the userinfo of the base URL is
+//! never printed.
 
 #[cfg(feature = "async")]
 mod async_client;
@@ -313,6 +314,14 @@ impl Client {
         self
     }
 
+    /// The secrets this client hides from its replies and error texts (its
+    /// API key, the base URL's password), for the host to hide from
+    /// everything else it records or prints: give it to
+    /// `AgentBuilder::redact` for the tools' results.
+    pub fn redactor(&self) -> crate::core::redact::Redactor {
+        self.http.attempts().redactor().clone()
+    }
+
     /// The settings.
     pub fn config(&self) -> &LiveConfig {
         &self.config
@@ -392,13 +401,14 @@ impl Client {
         response: HttpResponse,
         whole_lines: bool,
     ) -> Result<Received, ModelFailure> {
-        read_stream(
+        let attempts = self.http.attempts();
+        attempts.streamed(read_stream(
             response,
             self.on_text.as_ref(),
             whole_lines,
+            attempts.redactor(),
             sse::StreamAssembler::new(),
-        )
-        .map_err(|failure| self.http.attempts().stream_failed(failure))
+        ))
     }
 
     fn parse_body(&self, text: &str) -> Result<Received, ModelFailure> {
@@ -426,8 +436,9 @@ pub(crate) fn headers(config: &LiveConfig) -> [(&'static str, &str); 4] {
     ]
 }
 
-/// A whole (non-streamed) response body read as a reply; an `error` body is
-/// the API's failure.
+/// A whole (non-streamed) response body read as a reply, the secrets
+/// scrubbed from it ([`Attempts::received`]); an `error` body is the API's
+/// failure.
 pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
     let value = attempts.json_body(text)?;
     if value.get("type").and_then(Value::as_str) == Some("error") {
@@ -435,10 +446,10 @@ pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, Mo
         return Err(attempts.fail(kind, format!("{kind}: {message}")));
     }
     match ModelResponse::from_value(value.clone()) {
-        Ok(response) => Ok(Received {
+        Ok(response) => Ok(attempts.received(Received {
             response,
             raw: Some(value),
-        }),
+        })),
         Err(err) => Err(attempts.fail(
             "invalid_response",
             format!("the response is not a message: {err}"),

@@ -137,15 +137,17 @@ impl AsyncHttpClient {
 }
 
 /// Reads an async event stream into a reply with `parser`, showing its
-/// text on `sink` (see [`Shown`]): the events are the ones the blocking
-/// reader would see, in the same order. Past 64 MiB the stream just ends.
+/// text on `sink` (see [`Shown`]) with `redactor`'s secrets hidden: the
+/// events are the ones the blocking reader would see, in the same order.
+/// Past 64 MiB the stream just ends.
 pub async fn read_stream_async<P: StreamParser + Send>(
     mut response: AsyncResponse,
     sink: Option<&TextSink>,
     whole_lines: bool,
+    redactor: &crate::core::redact::Redactor,
     mut parser: P,
 ) -> Result<Received, ModelFailure> {
-    let mut shown = Shown::new(sink, whole_lines);
+    let mut shown = Shown::new(sink, whole_lines, redactor);
     let (mut splitter, mut decoder) = (LineSplitter::new(), SseDecoder::new());
     let mut events: Vec<SseEvent> = Vec::new();
     let mut read: u64 = 0;

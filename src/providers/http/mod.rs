@@ -1,6 +1,7 @@
 //! The one HTTP layer of every provider: the transport ([`transport`]), the
 //! retry policy ([`retry`]), the send loop that applies it, the stop of a
-//! request in flight, and the scrubbing of secrets from error texts.
+//! request in flight, and the scrubbing of secrets from error texts and
+//! from every reply.
 //!
 //! A provider (`anthropic`, `openai`) builds its request body and headers,
 //! hands them to [`HttpClient::post`], and reads what comes back: a whole
@@ -26,12 +27,13 @@ use std::time::{Duration, SystemTime};
 use self::retry::{RetryPolicy, retryable_status, should_retry_header};
 use self::transport::{HttpResponse, Transport, TransportError, TransportErrorKind};
 use crate::core::error::ModelFailure;
+use crate::core::redact::{Redactor, StreamRedactor};
 use crate::run::model::Received;
 
-/// Secrets shorter than this many characters are not scrubbed from error
-/// texts: replacing a one-letter "key" would garble every message, and so
-/// short a string is no secret worth hiding.
-pub const MIN_SCRUBBED_CHARS: usize = 8;
+/// Secrets shorter than this many characters are not scrubbed: replacing a
+/// one-letter "key" would garble every message, and so short a string is
+/// no secret worth hiding.
+pub const MIN_SCRUBBED_CHARS: usize = crate::core::redact::MIN_SECRET_CHARS;
 /// The largest non-streaming body read (32 MiB).
 pub(crate) const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest error body read (1 MiB).
@@ -86,12 +88,14 @@ impl std::fmt::Debug for ApiKey {
     }
 }
 
-/// What is hidden from every error text: the API key (if any) and the base
-/// URL's userinfo.
+/// What is hidden from every error text and every reply: the API key (if
+/// any) and the base URL's userinfo.
 #[derive(Clone)]
 pub struct Secrets {
     key: Option<ApiKey>,
     base_url: String,
+    /// The key and the base URL's password, for texts that are not errors.
+    redactor: Redactor,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -103,10 +107,26 @@ impl std::fmt::Debug for Secrets {
 impl Secrets {
     /// The secrets of a provider's settings.
     pub fn new(key: Option<&ApiKey>, base_url: &str) -> Self {
+        let password = userinfo(base_url)
+            .and_then(|info| info.split_once(':'))
+            .map(|(_, password)| password.to_owned());
+        let redactor = Redactor::new(
+            key.map(|key| key.expose().to_owned())
+                .into_iter()
+                .chain(password),
+        );
         Self {
             key: key.cloned(),
             base_url: base_url.to_owned(),
+            redactor,
         }
+    }
+
+    /// The key and the base URL's password (when at least
+    /// [`MIN_SCRUBBED_CHARS`] long) as a [`Redactor`], for everything else
+    /// a host records or prints: a tool's result, the trace.
+    pub fn redactor(&self) -> Redactor {
+        self.redactor.clone()
     }
 
     /// Hides the secrets from an error text: the API key and the password
@@ -194,6 +214,35 @@ impl Attempts {
     /// A failure of `kind` whose message has the secrets scrubbed.
     pub fn fail(&self, kind: &str, message: String) -> ModelFailure {
         ModelFailure::with_kind(kind, self.secrets.scrub(message))
+    }
+
+    /// The secrets as a [`Redactor`] (see [`Secrets::redactor`]).
+    pub fn redactor(&self) -> &Redactor {
+        &self.secrets.redactor
+    }
+
+    /// A reply with the secrets scrubbed from the parsed reply (its text,
+    /// its calls' inputs) and from the reply as received: every reply
+    /// passes here before the run, the trace or a span sees it.
+    pub fn received(&self, mut received: Received) -> Received {
+        let redactor = self.redactor();
+        redactor.response(&mut received.response);
+        if let Some(raw) = &mut received.raw {
+            redactor.value(raw);
+        }
+        received
+    }
+
+    /// A stream's reply, scrubbed ([`Attempts::received`]), or its failure,
+    /// its kind kept and its text scrubbed ([`Attempts::stream_failed`]).
+    pub fn streamed(
+        &self,
+        result: Result<Received, ModelFailure>,
+    ) -> Result<Received, ModelFailure> {
+        match result {
+            Ok(received) => Ok(self.received(received)),
+            Err(failure) => Err(self.stream_failed(failure)),
+        }
     }
 
     /// The failure of a request given up because the run was stopped.
@@ -428,6 +477,8 @@ pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 /// lines, and in both cases ending its line once the stream is over.
 pub struct Shown<'s> {
     sink: Option<&'s TextSink>,
+    /// Hides the secrets, holding back what may be the start of one.
+    redact: StreamRedactor,
     whole_lines: bool,
     /// Whether the text shown so far ends in the middle of a line.
     open_line: bool,
@@ -444,12 +495,14 @@ impl std::fmt::Debug for Shown<'_> {
 }
 
 impl<'s> Shown<'s> {
-    /// Text shown on `sink` (if any); with `whole_lines`, only whole lines
-    /// reach it, so a stream running beside others never leaves a line
-    /// open for their text or progress lines to join.
-    pub fn new(sink: Option<&'s TextSink>, whole_lines: bool) -> Self {
+    /// Text shown on `sink` (if any) with `redactor`'s secrets hidden (a
+    /// piece that may start one waits for the next); with `whole_lines`,
+    /// only whole lines reach it, so a stream running beside others never
+    /// leaves a line open for their text or progress lines to join.
+    pub fn new(sink: Option<&'s TextSink>, whole_lines: bool, redactor: &Redactor) -> Self {
         Self {
             sink,
+            redact: StreamRedactor::new(redactor.clone()),
             whole_lines,
             open_line: false,
             pending: String::new(),
@@ -458,6 +511,14 @@ impl<'s> Shown<'s> {
 
     /// Shows a piece of streamed text.
     pub fn text(&mut self, text: &str) {
+        if self.sink.is_none() || text.is_empty() {
+            return;
+        }
+        let shown = self.redact.push(text);
+        self.show(&shown);
+    }
+
+    fn show(&mut self, text: &str) {
         let Some(sink) = self.sink else { return };
         if text.is_empty() {
             return;
@@ -478,6 +539,8 @@ impl<'s> Shown<'s> {
     /// printed next (a progress line, an error) starts on a line of its own.
     pub fn end(mut self) {
         let Some(sink) = self.sink else { return };
+        let held = self.redact.finish();
+        self.show(&held);
         if !self.pending.is_empty() {
             self.pending.push('\n');
             sink(&self.pending);
@@ -488,15 +551,16 @@ impl<'s> Shown<'s> {
 }
 
 /// Reads a blocking event stream into a reply with `parser`, showing its
-/// text on `sink` (see [`Shown`]). A hostile stream cannot grow without
-/// bound: past 64 MiB it just ends.
+/// text on `sink` (see [`Shown`]) with `redactor`'s secrets hidden. A
+/// hostile stream cannot grow without bound: past 64 MiB it just ends.
 pub fn read_stream<P: stream::StreamParser>(
     response: HttpResponse,
     sink: Option<&TextSink>,
     whole_lines: bool,
+    redactor: &Redactor,
     parser: P,
 ) -> Result<Received, ModelFailure> {
-    let mut shown = Shown::new(sink, whole_lines);
+    let mut shown = Shown::new(sink, whole_lines, redactor);
     let input = BufReader::new(response.body.take(MAX_STREAM));
     let result = stream::read_events(input, parser, &mut |text| shown.text(text));
     shown.end();
@@ -550,6 +614,40 @@ mod tests {
         assert_eq!(none.scrub("plain".into()), "plain");
         let short = Secrets::new(Some(&ApiKey::new("k")), "http://h");
         assert_eq!(short.scrub("keep k".into()), "keep k");
+    }
+
+    #[test]
+    fn replies_and_streamed_text_lose_the_key() {
+        use crate::core::protocol::ModelResponse;
+        let key = ApiKey::new("sk-very-secret-1234");
+        let secrets = Secrets::new(Some(&key), "https://user:hunter2hunter2@host/v1");
+        let attempts = Attempts::new(RetryPolicy::default(), secrets);
+        let response = ModelResponse::answer("sk-very-secret-1234 and hunter2hunter2");
+        let raw = serde_json::json!({"content": [{"type": "text", "text": "sk-very-secret-1234"}]});
+        let received = attempts.received(Received {
+            response,
+            raw: Some(raw),
+        });
+        let text = serde_json::to_string(&received.response).expect("json");
+        assert!(text.contains("*** and ***"), "{text}");
+        assert_eq!(
+            received.raw,
+            Some(serde_json::json!({"content": [{"type": "text", "text": "***"}]}))
+        );
+        // Streamed text: the key cut in two pieces is still hidden.
+        let seen = Arc::new(std::sync::Mutex::new(String::new()));
+        let into = Arc::clone(&seen);
+        let sink: TextSink = Arc::new(move |text: &str| {
+            into.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_str(text);
+        });
+        let mut shown = Shown::new(Some(&sink), false, attempts.redactor());
+        shown.text("key: sk-very-se");
+        shown.text("cret-1234 done");
+        shown.end();
+        let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        assert_eq!(seen, "key: *** done\n");
     }
 
     #[test]

@@ -75,6 +75,14 @@ impl AsyncClient {
         self
     }
 
+    /// The secrets this client hides from its replies and error texts (its
+    /// API key, the base URL's password), for the host to hide from
+    /// everything else it records or prints: give it to
+    /// `AgentBuilder::redact` for the tools' results.
+    pub fn redactor(&self) -> crate::core::redact::Redactor {
+        self.http.attempts().redactor().clone()
+    }
+
     /// The settings.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
@@ -141,14 +149,19 @@ impl AsyncClient {
             Ok(success) => success,
         };
         match success {
-            AsyncSuccess::Stream(response) => read_stream_async(
-                response,
-                self.on_text.as_ref(),
-                false,
-                ChunkStream::default(),
-            )
-            .await
-            .map_err(|failure| self.http.attempts().stream_failed(failure)),
+            AsyncSuccess::Stream(response) => {
+                let attempts = self.http.attempts();
+                attempts.streamed(
+                    read_stream_async(
+                        response,
+                        self.on_text.as_ref(),
+                        false,
+                        attempts.redactor(),
+                        ChunkStream::default(),
+                    )
+                    .await,
+                )
+            }
             AsyncSuccess::Body(text) => parse_body(self.http.attempts(), &text),
         }
     }

@@ -206,6 +206,14 @@ impl Client {
         self
     }
 
+    /// The secrets this client hides from its replies and error texts (its
+    /// API key, the base URL's password), for the host to hide from
+    /// everything else it records or prints: give it to
+    /// `AgentBuilder::redact` for the tools' results.
+    pub fn redactor(&self) -> crate::core::redact::Redactor {
+        self.http.attempts().redactor().clone()
+    }
+
     /// The settings.
     pub fn config(&self) -> &OpenAiConfig {
         &self.config
@@ -271,13 +279,16 @@ impl Client {
             Ok(success) => success,
         };
         match success {
-            Success::Stream(response) => read_stream(
-                response,
-                self.on_text.as_ref(),
-                false,
-                stream::ChunkStream::default(),
-            )
-            .map_err(|failure| self.http.attempts().stream_failed(failure)),
+            Success::Stream(response) => {
+                let attempts = self.http.attempts();
+                attempts.streamed(read_stream(
+                    response,
+                    self.on_text.as_ref(),
+                    false,
+                    attempts.redactor(),
+                    stream::ChunkStream::default(),
+                ))
+            }
             Success::Body(text) => parse_body(self.http.attempts(), &text),
         }
     }
@@ -387,8 +398,9 @@ impl FieldFallback {
     }
 }
 
-/// A whole (non-streamed) response body read as a reply; an error body is
-/// the server's failure.
+/// A whole (non-streamed) response body read as a reply, the secrets
+/// scrubbed from it ([`Attempts::received`]); an error body is the
+/// server's failure.
 pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
     let value = attempts.json_body(text)?;
     if let Some((kind, message)) = reply::error_parts(&value) {
@@ -396,10 +408,10 @@ pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, Mo
         return Err(attempts.fail(&kind, format!("{kind}: {message}")));
     }
     match reply::parse_completion(&value) {
-        Ok(response) => Ok(Received {
+        Ok(response) => Ok(attempts.received(Received {
             response,
             raw: Some(value),
-        }),
+        })),
         Err(reason) => Err(attempts.fail(
             "invalid_response",
             format!("the response is not a chat completion: {reason}"),
