@@ -227,6 +227,16 @@ fn usage_error(err: CliError) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // Not dumpable: no process subloop starts (a hook, an MCP server, a
+    // program) and no other process of the same user without
+    // CAP_SYS_PTRACE can read this process's memory or
+    // /proc/<pid>/environ, where the API keys are; forked helpers (the
+    // watchdogs) inherit it.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(2) with integer arguments, on this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
     let code = run();
     // A SIGTERM or SIGHUP that ended the run is the process's exit, not the
     // run's status: let its termination finish (it exits 143 / 129).

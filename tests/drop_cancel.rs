@@ -81,15 +81,23 @@ fn counts() -> Counts {
     }
 }
 
-/// Whether process `pid` is gone (or a zombie, which holds nothing).
-fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
+/// Whether no live process (zombies hold nothing) has `marker` in its
+/// command line.
+fn gone(marker: &str) -> bool {
+    !std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            let dir = entry.path();
+            let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
             let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-            after.split_whitespace().next() == Some("Z")
-        }
-    }
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            after.split_whitespace().next() != Some("Z")
+                && cmdline
+                    .windows(marker.len())
+                    .any(|window| window == marker.as_bytes())
+        })
 }
 
 fn trace_lines(path: &Path) -> Vec<Value> {
@@ -189,7 +197,9 @@ fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
     // 2. In the middle of a program: its whole group is killed.
     let trace = dir.join("program.jsonl");
     let pid_file = dir.join("pid");
-    let script = format!("sleep 30 & echo $! > {}; wait", pid_file.display());
+    // An unusual duration marks the grandchild: in the sandbox's PID
+    // namespace `$!` is not its pid out here.
+    let script = format!("sleep 30.7391 & echo $! > {}; wait", pid_file.display());
     let run = agent(&trace, &["sh", "-c", &script]);
     let mut model = ThenHang(vec![tool_call("m1", "run_main", json!({}))]);
     let dropped = runtime.block_on(async {
@@ -197,11 +207,8 @@ fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
         tokio::time::timeout(Duration::from_millis(500), run).await
     });
     assert!(dropped.is_err());
-    let pid: i32 = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = "30.7391";
+    assert!(std::fs::read_to_string(&pid_file).is_ok());
     assert_closed(&trace, &["parent"]);
     let tool = trace_lines(&trace)
         .into_iter()

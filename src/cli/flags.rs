@@ -515,6 +515,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("CONFIG", |d, v| {
             d.mcp_files.push(v.path());
+            d.settings.config_files.push(v.path());
             Ok(())
         }),
     },
@@ -674,8 +675,10 @@ pub(crate) const FLAGS: &[Flag] = &[
         commands: ALL,
         group: Group::Options,
         action: Action::Value("SETTINGS", |d, v| {
+            let path = v.path();
             d.settings.hooks =
-                CommandHooks::load(&v.path()).map_err(|err| format!("--settings: {err}"))?;
+                CommandHooks::load(&path).map_err(|err| format!("--settings: {err}"))?;
+            d.settings.config_files.push(path);
             Ok(())
         }),
     },

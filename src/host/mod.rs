@@ -48,6 +48,9 @@ use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown};
 use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, SandboxPolicy};
 
+mod protect;
+pub use protect::PlantableHook;
+
 /// The built-in demo workspace files, for runs outside the repository.
 pub const DEMO_FILES: [(&str, &str); 2] = [
     ("main.py", include_str!("../../examples/workspace/main.py")),
@@ -167,6 +170,10 @@ pub struct Settings {
     pub programs: crate::tools::Programs,
     /// Told when an approval prompt opens and closes (`--decision ask`).
     pub prompt_watch: Option<ApprovalWatch>,
+    /// Files the host read its configuration from (`--settings`,
+    /// `--mcp-config`): inside the workspace, a program `run_main` starts
+    /// may not write them.
+    pub config_files: Vec<PathBuf>,
     /// The command hooks of the settings file (`--settings`); none by
     /// default. Each run gives them its workspace, its trace and the
     /// host's [`Settings::programs`].
@@ -239,6 +246,7 @@ impl Settings {
             watch: None,
             programs: crate::tools::Programs::new(),
             prompt_watch: None,
+            config_files: Vec::new(),
             hooks: CommandHooks::none(),
             telemetry: crate::run::telemetry::Telemetry::default(),
         }
@@ -317,6 +325,9 @@ pub enum AppError {
     /// The settings file's hooks cannot be used.
     #[error(transparent)]
     Hooks(#[from] HookSettingsError),
+    /// A hook or MCP server would run code a confined program can plant.
+    #[error(transparent)]
+    Plantable(#[from] PlantableHook),
     /// The demo workspace could not be created.
     #[error("cannot create a demo workspace in {path}: {source}")]
     DemoWorkspace {
@@ -360,6 +371,7 @@ fn assemble(
     redactor: Redactor,
 ) -> Result<(Agent, Option<TraceStatus>, McpSetup), AppError> {
     let child_budget = ChildBudget::new(settings.child_budget)?;
+    protect::refuse_plantable(settings)?;
     let hooks = settings
         .hooks
         .clone()
@@ -441,7 +453,7 @@ fn assemble(
 fn run_main(settings: &Settings) -> Result<RunMain, AppError> {
     let mut tool = RunMain::new(&settings.workspace, settings.run.clone())?
         .with_programs(settings.programs.clone())
-        .with_sandbox(settings.sandbox.clone());
+        .with_sandbox(protect::policy(settings));
     if let Some(shutdown) = &settings.shutdown {
         tool = tool.with_shutdown(Arc::clone(shutdown));
     }

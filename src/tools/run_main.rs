@@ -156,6 +156,9 @@ struct RunReport {
     stderr_bytes_dropped: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// Protected paths the program made, removed when it ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    removed: Vec<String>,
 }
 
 impl RunReport {
@@ -338,7 +341,13 @@ impl RunMain {
         let grace = Instant::now() + Duration::from_millis(500);
         let stdout = collect(stdout, grace);
         let stderr = collect(stderr, grace);
-        self.report(status, &stdout, &stderr, timed_out)
+        self.report(
+            status,
+            &stdout,
+            &stderr,
+            timed_out,
+            confinement.remove_planted(),
+        )
     }
 
     /// Runs the program once, as [`RunMain::execute`] does, waiting for it
@@ -424,7 +433,13 @@ impl RunMain {
             }
         })
         .await;
-        self.report(status, &stdout.captured, &stderr.captured, timed_out)
+        self.report(
+            status,
+            &stdout.captured,
+            &stderr.captured,
+            timed_out,
+            confinement.remove_planted(),
+        )
     }
 
     /// The answer for a program that ran: its report, an error when it
@@ -435,6 +450,7 @@ impl RunMain {
         stdout: &Captured,
         stderr: &Captured,
         timed_out: bool,
+        removed: Vec<std::path::PathBuf>,
     ) -> ToolOutput {
         let status = match status {
             Ok(status) => status,
@@ -452,6 +468,15 @@ impl RunMain {
             stdout_bytes_dropped: stdout.dropped,
             stderr_bytes_dropped: stderr.dropped,
             error: None,
+            removed: removed
+                .iter()
+                .map(|path| {
+                    path.strip_prefix(&self.workspace)
+                        .unwrap_or(path)
+                        .display()
+                        .to_string()
+                })
+                .collect(),
         };
         if timed_out {
             let secs = self.settings.timeout.as_secs_f64();

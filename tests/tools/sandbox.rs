@@ -122,6 +122,11 @@ def attempt(name, f):
 /// default sandbox; the two stdouts. Every line of the first must be `OK`,
 /// every line of the second `BLOCKED`.
 fn attack(ws: &Path, attempts: &str) -> (String, String) {
+    attack_at(ws, attempts, SandboxPolicy::default())
+}
+
+/// [`attack`] against the sandbox of `policy`.
+fn attack_at(ws: &Path, attempts: &str, policy: SandboxPolicy) -> (String, String) {
     let main = format!("{ATTEMPT}{attempts}");
     let (off, _) = run(
         ws,
@@ -130,7 +135,7 @@ fn attack(ws: &Path, attempts: &str) -> (String, String) {
         Duration::from_secs(20),
     );
     let off = stdout(&off);
-    let (confined, _) = run(ws, SandboxPolicy::default(), &main, Duration::from_secs(20));
+    let (confined, _) = run(ws, policy, &main, Duration::from_secs(20));
     let confined = stdout(&confined);
     assert!(!off.is_empty(), "nothing was attempted");
     for line in off.lines() {
@@ -1003,3 +1008,335 @@ crate::async_twins!(
     read_only_keeps_the_workspace_as_it_was,
     a_timed_out_program_leaves_no_temporary_directory,
 );
+
+/// A process of the test's own, outside any sandbox, for the program to
+/// aim at; killed on drop.
+struct Bystander(std::process::Child);
+
+impl Bystander {
+    fn start() -> Self {
+        Self(
+            Command::new("sleep")
+                .arg("60")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid(2) cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `prlimit` of another process (how a program could kill subloop:
+/// `RLIMIT_FSIZE` 0 kills it at its next write) and of the process
+/// subloop runs in.
+#[test]
+fn the_program_cannot_set_the_limits_of_another_process() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-prlimit");
+    let bystander = Bystander::start();
+    let attempts = format!(
+        "import resource\n\
+         attempt('bystander', lambda: resource.prlimit({}, resource.RLIMIT_CORE, (0, 0)))\n\
+         attempt('test', lambda: resource.prlimit({}, resource.RLIMIT_CORE))\n",
+        bystander.pid(),
+        std::process::id()
+    );
+    let (_, confined) = attack(&place.ws, &attempts);
+    assert!(confined.contains("No such process"), "{confined}");
+}
+
+/// A descriptor subloop inherited without close-on-exec (`7>>file` in a
+/// shell) does not reach the program, at any level.
+#[test]
+fn no_inherited_descriptor_reaches_the_program() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-fd");
+    let outside = place.outside.join("leak.txt");
+    let path = std::ffi::CString::new(outside.to_str().unwrap()).unwrap();
+    // SAFETY: open(2) of our own file, without O_CLOEXEC on purpose.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+            0o600,
+        )
+    };
+    assert!(fd > 2);
+    let main = format!("{ATTEMPT}attempt('fd', lambda: os.write({fd}, b'leaked'))\n");
+    // The attack is real: a program started without subloop gets it.
+    let direct = Command::new("python3")
+        .args(["-c", &main])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&direct.stdout).starts_with("OK fd"),
+        "{direct:?}"
+    );
+    for policy in [SandboxPolicy::new(Sandbox::Off), SandboxPolicy::default()] {
+        let (text, _) = run(&place.ws, policy, &main, Duration::from_secs(20));
+        assert!(stdout(&text).starts_with("BLOCKED fd"), "{text}");
+    }
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(fd) };
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "leaked");
+}
+
+/// System V shared memory of another process (0600, the same user).
+#[test]
+fn system_v_ipc_of_another_process_is_out_of_reach() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-ipc");
+    // SAFETY: shmget(2) makes a private segment, removed below.
+    let id = unsafe { libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600) };
+    assert!(id >= 0);
+    let attempts = format!(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         libc.shmat.restype = ctypes.c_void_p\n\
+         def shm():\n    at = libc.shmat({id}, None, 0)\n    \
+         if at in (None, ctypes.c_void_p(-1).value):\n        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n    \
+         return ctypes.string_at(at, 4)\n\
+         attempt('shm', shm)\n"
+    );
+    let result = std::panic::catch_unwind(|| attack(&place.ws, &attempts));
+    // SAFETY: removes the segment made above.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    let (_, confined) = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    assert!(confined.contains("Invalid argument"), "{confined}");
+}
+
+/// A key in the user's kernel keyring.
+#[test]
+fn the_kernel_keyring_is_out_of_reach() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-key");
+    // SAFETY: add_key(2) with NUL-terminated strings and a payload we own.
+    let key = unsafe {
+        libc::syscall(
+            libc::SYS_add_key,
+            c"user".as_ptr(),
+            c"subloop-test-key".as_ptr(),
+            b"KEYRING-SECRET".as_ptr(),
+            14usize,
+            -4i32, // KEY_SPEC_USER_KEYRING
+        )
+    };
+    if key < 0 {
+        common::skipped("no kernel keyring here");
+        return;
+    }
+    let attempts = format!(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def read():\n    buf = ctypes.create_string_buffer(64)\n    \
+         n = libc.syscall({}, 11, {key}, buf, 64)\n    \
+         if n < 0:\n        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n    \
+         return buf.raw[:n]\n\
+         attempt('key', read)\n",
+        libc::SYS_keyctl
+    );
+    let result = std::panic::catch_unwind(|| attack(&place.ws, &attempts));
+    // SAFETY: keyctl(KEYCTL_INVALIDATE) of the key made above.
+    unsafe { libc::syscall(libc::SYS_keyctl, 21i32, key) };
+    let (off, _) = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    assert!(off.contains("KEYRING-SECRET"), "{off}");
+}
+
+/// inotify on a folder outside (it would show the names of its entries
+/// as they change).
+#[test]
+fn inotify_sees_nothing_outside() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-inotify");
+    let attempts = format!(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def watch(path):\n    fd = libc.inotify_init()\n    \
+         w = libc.inotify_add_watch(fd, path.encode(), 0xfff)\n    \
+         if w < 0:\n        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))\n    \
+         return w\n\
+         attempt('outside', lambda: watch({:?}))\n\
+         attempt('home', lambda: watch({:?}))\n",
+        place.outside.display().to_string(),
+        place.home.display().to_string()
+    );
+    attack(&place.ws, &attempts);
+}
+
+/// `read-only` keeps metadata too: mode, times, extended attributes.
+#[test]
+fn read_only_changes_no_metadata_in_the_workspace() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-ro-meta");
+    let target = place.ws.join("expected.txt");
+    let before = std::fs::metadata(&target).unwrap();
+    let attempts = "\
+attempt('chmod', lambda: os.chmod('expected.txt', 0o777))
+attempt('utime', lambda: os.utime('expected.txt', (0, 0)))
+attempt('xattr', lambda: os.setxattr('expected.txt', 'user.planted', b'x'))
+";
+    attack_at(&place.ws, attempts, SandboxPolicy::new(Sandbox::ReadOnly));
+    // The run without the sandbox changed them; put them back, then run
+    // confined once more and check nothing moved.
+    std::fs::set_permissions(&target, before.permissions()).unwrap();
+    let _ = Command::new("setfattr")
+        .args(["-x", "user.planted"])
+        .arg(&target)
+        .status();
+    let (text, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::ReadOnly),
+        &format!("{ATTEMPT}{attempts}"),
+        Duration::from_secs(20),
+    );
+    assert!(!stdout(&text).contains("OK "), "{text}");
+    let after = std::fs::metadata(&target).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(before.mode(), after.mode());
+}
+
+/// `TMPDIR` holds data, not programs: nothing written there runs.
+#[test]
+fn nothing_runs_from_tmpdir() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-tmp-exec");
+    let attempts = "\
+import stat, tempfile
+def run_from_tmp():
+    path = os.path.join(tempfile.gettempdir(), f'tool-{os.getpid()}')
+    with open(path, 'w') as f:
+        f.write('#!/bin/sh\\necho ran\\n')
+    os.chmod(path, 0o755)
+    try:
+        return subprocess.run([path], capture_output=True).stdout
+    finally:
+        os.unlink(path)
+attempt('exec', run_from_tmp)
+";
+    attack(&place.ws, attempts);
+}
+
+/// Root's private files (`/etc/shadow`, keys under `/etc/ssl/private`)
+/// and set-uid changes of root's programs, when subloop runs as root.
+#[test]
+fn roots_private_files_and_programs_are_out_of_reach() {
+    if !enforced() {
+        return;
+    }
+    if !is_root() {
+        common::skipped("subloop does not run as root here");
+        return;
+    }
+    let place = place("sbx-root");
+    let mut attempts = String::from(
+        "attempt('shadow', lambda: len(open('/etc/shadow').read()))\n\
+         attempt('chmod-system', lambda: os.chmod('/usr/bin/env', os.stat('/usr/bin/env').st_mode & 0o7777))\n",
+    );
+    if Path::new("/etc/gshadow").exists() {
+        attempts.push_str("attempt('gshadow', lambda: len(open('/etc/gshadow').read()))\n");
+    }
+    let outside_program = place.outside.join("tool");
+    std::fs::write(&outside_program, "#!/bin/sh\n").unwrap();
+    attempts.push_str(&format!(
+        "attempt('setuid', lambda: os.chmod({:?}, 0o4755))\n",
+        outside_program.display().to_string()
+    ));
+    attack(&place.ws, &attempts);
+    let mode = std::fs::metadata(&outside_program).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o4000,
+        0o4000
+    );
+}
+
+/// Code that runs outside the sandbox cannot be planted from inside:
+/// git's configuration, a protected hook script (and its folder), an MCP
+/// configuration the program creates.
+#[test]
+fn protected_files_in_the_workspace_cannot_be_planted() {
+    if !enforced() {
+        return;
+    }
+    let place = place("sbx-plant");
+    std::fs::create_dir_all(place.ws.join(".git")).unwrap();
+    std::fs::write(place.ws.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(place.ws.join("hooks")).unwrap();
+    std::fs::write(place.ws.join("hooks/guard.sh"), "#!/bin/sh\nexit 0\n").unwrap();
+    let attempts = "\
+attempt('git-config', lambda: open('.git/config', 'a').write('fsmonitor = ./evil\\n'))
+attempt('hook', lambda: open('hooks/guard.sh', 'w').write('evil'))
+attempt('hook-rename', lambda: os.rename('hooks', 'hooks-moved'))
+attempt('git-rename', lambda: os.rename('.git', 'git-moved'))
+";
+    let policy = SandboxPolicy::default().protect("hooks/guard.sh");
+    // Unconfined, each attempt changes the workspace: undo them between runs.
+    let main = format!("{ATTEMPT}{attempts}");
+    let (off, _) = run(
+        &place.ws,
+        SandboxPolicy::new(Sandbox::Off),
+        &main,
+        Duration::from_secs(20),
+    );
+    assert!(
+        stdout(&off).lines().all(|line| line.starts_with("OK ")),
+        "{off}"
+    );
+    let _ = std::fs::rename(place.ws.join("hooks-moved"), place.ws.join("hooks"));
+    let _ = std::fs::rename(place.ws.join("git-moved"), place.ws.join(".git"));
+    std::fs::write(place.ws.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(place.ws.join("hooks/guard.sh"), "#!/bin/sh\nexit 0\n").unwrap();
+    let (confined, _) = run(&place.ws, policy.clone(), &main, Duration::from_secs(20));
+    let confined = stdout(&confined);
+    assert_eq!(confined.lines().count(), 4, "{confined}");
+    assert!(
+        confined.lines().all(|line| line.starts_with("BLOCKED ")),
+        "{confined}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(place.ws.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    // A protected file that does not exist yet, made by the program, is
+    // removed when it ends; the rest of what it wrote stays.
+    let (text, _) = run(
+        &place.ws,
+        policy,
+        "open('.mcp.json', 'w').write('{}')\nopen('out.txt', 'w').write('kept')\n",
+        Duration::from_secs(20),
+    );
+    assert!(!place.ws.join(".mcp.json").exists(), "{text}");
+    assert!(text.contains(".mcp.json"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(place.ws.join("out.txt")).unwrap(),
+        "kept"
+    );
+}

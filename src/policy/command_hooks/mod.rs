@@ -110,6 +110,18 @@ impl CommandHooks {
         Self::parse(&text, &path.display().to_string())
     }
 
+    /// Every hook's command line (run by `sh -c`), in the order of the
+    /// settings.
+    pub fn commands(&self) -> Vec<&str> {
+        self.config
+            .events
+            .values()
+            .flat_map(|(_, groups)| groups.iter())
+            .flat_map(|group| group.hooks.iter())
+            .map(|hook| hook.command.as_str())
+            .collect()
+    }
+
     /// What the settings held that does not run (events subloop does not
     /// have, fields it does not support), one note each.
     pub fn notes(&self) -> &[String] {
