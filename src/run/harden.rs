@@ -102,9 +102,10 @@ impl PidNamespace {
     ///
     /// Only in a freshly forked child about to exec (a `pre_exec` closure):
     /// in any other process the caller's process would exit in it.
-    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
-        // SAFETY: plain system calls on this process; the strings were
-        // allocated before the fork and live as long as `self`.
+    /// `unshare(2)`, then the maps of a new user namespace.
+    unsafe fn unshare_and_map(&self) -> io::Result<()> {
+        // SAFETY: plain system calls on this process, on strings allocated
+        // before the fork.
         unsafe {
             if libc::unshare(self.flags) != 0 {
                 return Err(io::Error::last_os_error());
@@ -118,6 +119,27 @@ impl PidNamespace {
                 write_proc(c"/proc/self/uid_map", &maps.uid_map)?;
                 write_proc(c"/proc/self/gid_map", &maps.gid_map)?;
             }
+        }
+        Ok(())
+    }
+
+    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
+        // SAFETY: plain system calls on this process; the strings were
+        // allocated before the fork and live as long as `self`.
+        unsafe {
+            // A process that is not dumpable (the CLI makes itself so) has
+            // /proc/self owned by root and could not write its own maps:
+            // dumpable just for that, then not again (this process still
+            // holds a copy of subloop's memory until it forks the hook).
+            let maps = self.maps.is_some();
+            if maps {
+                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            }
+            let entered = self.unshare_and_map();
+            if maps {
+                libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            }
+            entered?;
             let pid = libc::fork();
             if pid < 0 {
                 return Err(io::Error::last_os_error());

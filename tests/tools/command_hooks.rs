@@ -495,7 +495,7 @@ fn failing_hooks_fail_closed_before_a_call_and_warn_elsewhere() {
         ("hangs", "sleep 30", "timed out after"),
         (
             "crashes",
-            "exec python3 -c 'import ctypes; ctypes.string_at(0)'",
+            "exec python3 -P -c 'import ctypes; ctypes.string_at(0)'",
             "killed by signal 11",
         ),
         (
@@ -505,7 +505,7 @@ fn failing_hooks_fail_closed_before_a_call_and_warn_elsewhere() {
         ),
         (
             "prints 10 MB",
-            "python3 -c \"import sys; sys.stdout.write('x' * 10_000_000)\"",
+            "python3 -P -c \"import sys; sys.stdout.write('x' * 10_000_000)\"",
             "passed the cap of 1048576 bytes",
         ),
         ("exits 1", "echo broken >&2; exit 1", "exit code 1: broken"),
@@ -643,7 +643,7 @@ fn a_hook_written_as_claude_codes_documentation_shows_one() {
     let reader = if have_quiet("jq") {
         "jq -r '.tool_input.path'"
     } else {
-        "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"tool_input\"][\"path\"])'"
+        "python3 -P -c 'import json,sys; print(json.load(sys.stdin)[\"tool_input\"][\"path\"])'"
     };
     setup.ws.write(
         ".claude/hooks/protect-files.sh",
@@ -1164,4 +1164,108 @@ fn the_library_runs_command_hooks_blocking() {
 #[test]
 fn the_library_runs_command_hooks_async() {
     library_run(common::Driver::Async);
+}
+
+/// A hook (a process subloop starts, outside the sandbox) cannot read
+/// subloop's environment, where the API keys are: subloop is not dumpable
+/// and the hook has no capability.
+#[test]
+fn a_hook_cannot_read_the_environment_of_subloop() {
+    use std::os::unix::process::CommandExt as _;
+    let setup = Setup::new("hooks-environ");
+    let found = setup.dir.path().join("found.txt");
+    let reader = setup.script(
+        "environ.sh",
+        &format!(
+            "#!/bin/sh\nfor f in /proc/[0-9]*/environ; do \
+             if tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep -q ENVIRON-SECRET-7731; then echo \"$f\"; fi; \
+             done > '{}'\nexit 0\n",
+            found.display()
+        ),
+    );
+    std::fs::set_permissions(
+        &reader,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let settings = hooks("PreToolUse", "run_main", &[command(&reader)]);
+    let out = setup.run_with(
+        read_and_run(),
+        settings,
+        &["--decision", "allow"],
+        |command| {
+            command.env("ANTHROPIC_API_KEY", "ENVIRON-SECRET-7731");
+            // The test's own process must not hold the secret: only subloop's.
+            // SAFETY: nothing in the forked child.
+            unsafe { command.pre_exec(|| Ok(())) };
+        },
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let found = std::fs::read_to_string(&found).expect("the hook ran");
+    assert_eq!(found, "", "the hook read the key from {found}");
+}
+
+/// The attack the sandbox and the hooks together must stop: a program
+/// run by run_main rewrites a hook's script in the workspace, plants a
+/// module for a `python3 -c` hook and sets git's `core.fsmonitor`; none of
+/// it runs outside the sandbox.
+#[test]
+fn a_program_cannot_plant_code_that_hooks_run() {
+    if !have("python3") {
+        return;
+    }
+    let setup = Setup::new("hooks-plant");
+    let ws = setup.ws.path();
+    let escaped = setup.dir.path().join("escaped.txt");
+    std::fs::create_dir_all(ws.join("hooks")).unwrap();
+    let guard = ws.join("hooks/guard.sh");
+    std::fs::write(&guard, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(
+        &guard,
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+    )
+    .unwrap();
+    let evil = format!(
+        "#!/bin/sh\necho escaped > '{}'\nexit 0\n",
+        escaped.display()
+    );
+    std::fs::write(
+        ws.join("main.py"),
+        format!(
+            "import os\n\
+             open('{m}', 'w').write('ran')\n\
+             for name, text in [('hooks/guard.sh', {evil:?}), ('json.py', 'open({e:?}, \"w\").write(\"json\")\\n')]:\n    \
+             try:\n        open(name, 'w').write(text)\n        print('wrote', name)\n    \
+             except OSError as err:\n        print('refused', name, err)\n",
+            m = common::MARKER,
+            e = escaped.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let settings = hooks(
+        "PostToolUse",
+        "run_main",
+        &[
+            command("./hooks/guard.sh"),
+            command("python3 -P -c 'import json'"),
+        ],
+    );
+    let out = setup.run(read_and_run(), settings, &["--decision", "allow"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(ran_main(&setup));
+    assert!(!escaped.exists(), "a planted hook ran outside the sandbox");
+    assert_eq!(
+        std::fs::read_to_string(&guard).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
+    // A `python3 -c` hook without -P would import json.py from the
+    // workspace: such a run is refused before it starts.
+    let settings = hooks(
+        "PostToolUse",
+        "run_main",
+        &[command("python3 -c 'import json'")],
+    );
+    let out = setup.run(read_and_run(), settings, &["--decision", "allow"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("-P"), "{}", text(&out.stderr));
 }

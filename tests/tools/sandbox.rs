@@ -1330,13 +1330,122 @@ attempt('git-rename', lambda: os.rename('.git', 'git-moved'))
     let (text, _) = run(
         &place.ws,
         policy,
-        "open('.mcp.json', 'w').write('{}')\nopen('out.txt', 'w').write('kept')\n",
+        "open('.mcp.json', 'w').write('{}')\nopen('out.txt', 'w').write('kept')\n\
+         open('.git/description', 'w').write('kept')\nopen('hooks/notes.txt', 'w').write('kept')\n",
         Duration::from_secs(20),
     );
     assert!(!place.ws.join(".mcp.json").exists(), "{text}");
     assert!(text.contains(".mcp.json"), "{text}");
-    assert_eq!(
-        std::fs::read_to_string(place.ws.join("out.txt")).unwrap(),
-        "kept"
+    // Beside the protected paths, the folders on their way stay the
+    // program's to write.
+    for kept in ["out.txt", ".git/description", "hooks/notes.txt"] {
+        assert_eq!(
+            std::fs::read_to_string(place.ws.join(kept)).unwrap_or_default(),
+            "kept",
+            "{kept}: {text}"
+        );
+    }
+}
+
+/// The same sandbox for a subloop that does not run as root (a user
+/// namespace first): run as `nobody`, with a bystander of the same user.
+#[test]
+fn an_unprivileged_subloop_confines_its_program_the_same_way() {
+    use std::os::unix::process::CommandExt;
+    if !enforced() {
+        return;
+    }
+    if !is_root() {
+        common::skipped("switching to an unprivileged user needs root");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    // Under /tmp, not the suite's TMPDIR (which may be root's alone).
+    let root = PathBuf::from(format!("/tmp/subloop-unpriv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("ws")).unwrap();
+    struct Remove(PathBuf);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _remove = Remove(root.clone());
+    let binary = root.join("subloop");
+    std::fs::copy(common::bin(), &binary).unwrap();
+    let as_nobody = |command: &mut Command| {
+        // SAFETY: setgroups/setresgid/setresuid in the forked child.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setresgid(NOBODY, NOBODY, NOBODY) != 0
+                    || libc::setresuid(NOBODY, NOBODY, NOBODY) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let mut sleeper = Command::new("sleep");
+    sleeper.arg("60").stdin(Stdio::null());
+    as_nobody(&mut sleeper);
+    let mut bystander = Bystander(sleeper.spawn().unwrap());
+    let main = format!(
+        "{ATTEMPT}\
+import resource
+attempt('prlimit', lambda: resource.prlimit({pid}, resource.RLIMIT_CORE, (0, 0)))
+attempt('kill', lambda: os.kill({pid}, 0))
+attempt('environ', lambda: open('/proc/{pid}/environ', 'rb').read())
+attempt('tcp', lambda: socket.create_connection(('127.0.0.1', 9), timeout=2))
+attempt('write', lambda: open('written.txt', 'w').write('x'))
+",
+        pid = bystander.pid()
     );
+    std::fs::write(root.join("ws/main.py"), &main).unwrap();
+    let script = json!({"parent": [
+        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+    ]});
+    std::fs::write(root.join("script.json"), script.to_string()).unwrap();
+    for path in [
+        root.clone(),
+        root.join("ws"),
+        root.join("ws/main.py"),
+        root.join("script.json"),
+    ] {
+        std::os::unix::fs::chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut subloop = Command::new(&binary);
+    subloop
+        .args([
+            "run",
+            "--quiet",
+            "--json",
+            "--decision",
+            "allow",
+            "--workspace",
+        ])
+        .arg(root.join("ws"))
+        .arg("--script")
+        .arg(root.join("script.json"))
+        .env("TMPDIR", &root)
+        .env("HOME", &root)
+        .stdin(Stdio::null());
+    as_nobody(&mut subloop);
+    let output = subloop.output().unwrap();
+    let json: Value =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|err| panic!("{err}: {output:?}"));
+    let results = json.to_string();
+    let _ = bystander.0.kill();
+    let _ = bystander.0.wait();
+    for name in ["prlimit", "kill", "environ", "tcp"] {
+        assert!(
+            results.contains(&format!("BLOCKED {name}")),
+            "{name}: {results}"
+        );
+    }
+    assert!(results.contains("OK write"), "{results}");
+    assert!(root.join("ws/written.txt").exists());
 }

@@ -300,10 +300,11 @@ pub(super) fn install(command: &mut Command, rules: Arc<Rules>) {
 /// close-on-exec (the unconfined level: no descriptor subloop inherited
 /// reaches the program).
 pub(super) fn close_inherited(command: &mut Command) {
-    // SAFETY: one async-signal-safe system call in the forked child.
+    let highest = crate::run::harden::highest_fd();
+    // SAFETY: async-signal-safe system calls in the forked child.
     unsafe {
-        command.pre_exec(|| {
-            super::namespaces::close_inherited_fds();
+        command.pre_exec(move || {
+            crate::run::harden::close_inherited_fds(highest);
             Ok(())
         });
     }

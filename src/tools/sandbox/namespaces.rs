@@ -42,8 +42,6 @@ const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 const MOUNT_ATTR_IDMAP: u64 = 0x10_0000;
-/// `CLOSE_RANGE_CLOEXEC`.
-const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
 /// `LANDLOCK_RULE_PATH_BENEATH`.
 const LANDLOCK_RULE_PATH_BENEATH: libc::c_uint = 1;
 
@@ -143,6 +141,9 @@ pub struct Plan {
     proc_access: u64,
     /// The program's working directory after the pivot.
     workdir: CString,
+    /// The highest descriptor number to mark close-on-exec where
+    /// `close_range(2)` is missing.
+    highest_fd: libc::c_int,
 }
 
 /// What a bind mount of `prepare` is for.
@@ -235,11 +236,11 @@ impl Plan {
             for component in components.iter().take(components.len().saturating_sub(1)) {
                 ancestor.push(component);
                 if !protected.iter().any(|(known, _, _)| *known == ancestor) {
-                    protected.push((ancestor.clone(), workspace_attr, false));
+                    protected.push((ancestor.clone(), workspace_attr, idmap));
                 }
             }
             if path.symlink_metadata().is_ok() && !protected.iter().any(|(p, _, _)| p == path) {
-                protected.push((path.clone(), read_only, false));
+                protected.push((path.clone(), read_only, idmap));
             }
         }
         protected.sort_by_key(|(path, _, _)| path.components().count());
@@ -335,6 +336,7 @@ impl Plan {
             proc_dir: cstring(&under(staging, Path::new("/proc")))?,
             proc_access,
             workdir: cstring(workspace)?,
+            highest_fd: crate::run::harden::highest_fd(),
         })
     }
 
@@ -379,10 +381,17 @@ impl Plan {
             match &self.identity {
                 Identity::Root { .. } => check(libc::unshare(NAMESPACES)).map(drop),
                 Identity::User { uid_map, gid_map } => {
-                    check(libc::unshare(libc::CLONE_NEWUSER | NAMESPACES))?;
-                    write_file(c"/proc/self/setgroups", c"deny")?;
-                    write_file(c"/proc/self/uid_map", uid_map)?;
-                    write_file(c"/proc/self/gid_map", gid_map)
+                    // A process that is not dumpable (subloop makes itself
+                    // so) has /proc/self owned by root, and could not write
+                    // its own maps: dumpable just for that, then not again,
+                    // since this process still holds a copy of subloop's memory.
+                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+                    let written = check(libc::unshare(libc::CLONE_NEWUSER | NAMESPACES))
+                        .and_then(|_| write_file(c"/proc/self/setgroups", c"deny"))
+                        .and_then(|()| write_file(c"/proc/self/uid_map", uid_map))
+                        .and_then(|()| write_file(c"/proc/self/gid_map", gid_map));
+                    libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+                    written
                 }
             }
         }
@@ -540,7 +549,7 @@ impl Plan {
                 init(program, init_side.status_fd);
             }
             // The program: every descriptor but 0, 1 and 2 goes at exec.
-            close_inherited_fds();
+            crate::run::harden::close_inherited_fds(self.highest_fd);
         }
         Ok(())
     }
@@ -668,30 +677,6 @@ unsafe fn close_all_but(keep: libc::c_int) {
     }
 }
 
-/// Marks every descriptor from 3 on close-on-exec, so a program gets only
-/// stdin, stdout and stderr of what subloop had open (inherited ones
-/// included). Async-signal-safe.
-pub fn close_inherited_fds() {
-    // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC only sets flags on
-    // this process's descriptors.
-    let done = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            libc::c_uint::MAX,
-            CLOSE_RANGE_CLOEXEC,
-        )
-    } == 0;
-    if !done {
-        for fd in 3..4096 {
-            // SAFETY: fcntl(2) on a descriptor number; EBADF is harmless.
-            unsafe {
-                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-            }
-        }
-    }
-}
-
 unsafe fn write_file(path: &std::ffi::CStr, text: &std::ffi::CStr) -> std::io::Result<()> {
     // SAFETY: open, write, close on NUL-terminated paths and text.
     unsafe {
@@ -717,21 +702,11 @@ fn check(result: libc::c_int) -> std::io::Result<libc::c_int> {
 }
 
 /// The user namespace that maps `uid`/`gid` (the workspace's owner) to
-/// [`SANDBOX_UID`]: what the root mode's ID-mapped mounts use. Made once
-/// per owner and kept.
+/// [`SANDBOX_UID`]: what the root mode's ID-mapped mounts use. Made for
+/// each run (a fork and two writes) and closed with it, so subloop keeps
+/// no descriptor between runs.
 fn idmap_userns(uid: u32, gid: u32) -> std::io::Result<Arc<OwnedFd>> {
-    /// (owner's uid and gid, the namespace).
-    type Made = Vec<((u32, u32), Arc<OwnedFd>)>;
-    static MADE: Mutex<Made> = Mutex::new(Vec::new());
-    let mut made = MADE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((_, fd)) = made.iter().find(|(owner, _)| *owner == (uid, gid)) {
-        return Ok(Arc::clone(fd));
-    }
-    let fd = Arc::new(make_userns(uid, gid)?);
-    made.push(((uid, gid), Arc::clone(&fd)));
-    Ok(fd)
+    make_userns(uid, gid).map(Arc::new)
 }
 
 fn make_userns(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
