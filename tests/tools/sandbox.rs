@@ -390,6 +390,24 @@ fn the_environment_of_another_process_is_unreadable() {
         std::process::id()
     );
     attack(&place.ws, &attempts);
+    // Process 1 of the program's namespace is a fork of subloop's (the
+    // sandbox's init), which holds subloop's environment and memory; it
+    // exists only in the sandbox, so there is nothing to compare with.
+    let (text, _) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        &format!(
+            "{ATTEMPT}attempt('init', lambda: len(open('/proc/1/environ', 'rb').read()))\n\
+             attempt('init-maps', lambda: len(open('/proc/1/maps', 'rb').read()))\n"
+        ),
+        Duration::from_secs(20),
+    );
+    let confined = stdout(&text);
+    assert_eq!(confined.lines().count(), 2, "{text}");
+    assert!(
+        confined.lines().all(|line| line.starts_with("BLOCKED ")),
+        "{confined}"
+    );
 }
 
 #[test]

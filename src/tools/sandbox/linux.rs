@@ -374,6 +374,11 @@ impl Rules {
                 0,
             );
             self.plan.become_program_user()?;
+            // The init still holds a copy of subloop's memory and
+            // environment (the API keys) and runs as the program's user:
+            // not dumpable, so the program cannot read its `/proc/1/environ`
+            // or `/proc/1/mem` (the program itself, after `exec`, is).
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
