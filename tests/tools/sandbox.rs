@@ -1354,6 +1354,19 @@ attempt('git-rename', lambda: os.rename('.git', 'git-moved'))
     );
     assert!(!place.ws.join(".mcp.json").exists(), "{text}");
     assert!(text.contains(".mcp.json"), "{text}");
+    // A protected path that is a symbolic link (which the program could
+    // replace, or which would lead the sandbox's mounts elsewhere) makes
+    // the call refuse to start anything.
+    std::os::unix::fs::symlink("/etc/hostname", place.ws.join(".envrc")).unwrap();
+    let (refused, is_error) = run(
+        &place.ws,
+        SandboxPolicy::default(),
+        "open('ran.txt', 'w').write('ran')\n",
+        Duration::from_secs(20),
+    );
+    assert!(is_error && refused.contains("symbolic link"), "{refused}");
+    assert!(!place.ws.join("ran.txt").exists());
+    std::fs::remove_file(place.ws.join(".envrc")).unwrap();
     // Beside the protected paths, the folders on their way stay the
     // program's to write.
     for kept in ["out.txt", ".git/description", "hooks/notes.txt"] {

@@ -145,11 +145,18 @@ pub(super) fn prepare(
             std::env::consts::ARCH
         ))
     })?;
+    // Paths given to read are bound where they lead (no link is followed
+    // while the new root is built).
+    let read_paths: Vec<std::path::PathBuf> = policy
+        .read_paths
+        .iter()
+        .filter(|path| path.is_absolute())
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .collect();
     let system: Vec<&Path> = SYSTEM_PATHS
         .iter()
         .map(Path::new)
-        .chain(policy.read_paths.iter().map(std::path::PathBuf::as_path))
-        .filter(|path| path.is_absolute())
+        .chain(read_paths.iter().map(std::path::PathBuf::as_path))
         .collect();
     let mounts = Mounts {
         system,

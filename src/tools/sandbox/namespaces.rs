@@ -231,6 +231,27 @@ impl Plan {
             let Ok(relative) = path.strip_prefix(workspace) else {
                 continue;
             };
+            // A symbolic link on the way would make the bind mount go
+            // where the link leads, and the program could replace it:
+            // refused rather than half kept.
+            let mut at = workspace.to_path_buf();
+            for component in relative.components() {
+                at.push(component);
+                if at
+                    .symlink_metadata()
+                    .is_ok_and(|metadata| metadata.file_type().is_symlink())
+                {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!(
+                            "{} is a symbolic link, and a program could replace it with one \
+                             that code outside the sandbox follows; make it a file or folder, \
+                             or remove it",
+                            at.display()
+                        ),
+                    ));
+                }
+            }
             let mut ancestor = workspace.to_path_buf();
             let components: Vec<_> = relative.components().collect();
             for component in components.iter().take(components.len().saturating_sub(1)) {
@@ -496,7 +517,10 @@ impl Plan {
                 libc::SYS_open_tree,
                 libc::AT_FDCWD,
                 bind.source.as_ptr(),
-                OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+                OPEN_TREE_CLONE
+                    | AT_RECURSIVE
+                    | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint
+                    | libc::O_CLOEXEC as libc::c_uint,
             ) as libc::c_int)?;
             let userns = match (&self.identity, bind.idmap) {
                 (Identity::Root { idmap }, true) => Some(idmap.as_raw_fd()),
