@@ -22,6 +22,14 @@
 //! Medians of several runs; the machine is shared, so read the figures as
 //! orders of magnitude with a target, not as exact timings.
 
+// A bench may unwrap, expect, panic and index: a panic stops the bench.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -33,6 +33,14 @@
 //! With `--base-url`, `--delay-ms` must be the server's own delay: it sets
 //! the floor. The exit code is 1 when a run did not end with the demo's answer.
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "bench/harness.rs"]
 mod harness;
 #[path = "bench/server.rs"]

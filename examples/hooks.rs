@@ -3,6 +3,14 @@
 //!
 //! Run with `cargo run --example hooks`.
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::path::Path;
 use std::sync::Arc;
 

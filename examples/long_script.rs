@@ -6,6 +6,14 @@
 //! time target/release/subloop run --quiet --workspace /tmp/long --script /tmp/long/script.json --max-calls 1001
 //! ```
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| "long-replay".to_owned()));

@@ -2,6 +2,14 @@
 //!
 //! Run with `cargo run --example loop`.
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use serde_json::json;
 use subloop::Budget;
 use subloop::Conversation;

@@ -16,6 +16,14 @@
 //! K-th request never answered until the client gives up), `--threads T`
 //! (the runtime's worker threads; default 2).
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "bench/server.rs"]
 mod server;
 

@@ -3,6 +3,14 @@
 //!
 //! Run with `cargo run --example plan`.
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::sync::Arc;
 
 use serde_json::json;

@@ -5,6 +5,14 @@
 //! `cargo run --release --example sandbox_cost [RUNS]` prints the median
 //! and the mean of each step, in microseconds (200 runs by default).
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -4,6 +4,14 @@
 //!
 //! Run with `cargo run --example subagent`.
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::path::Path;
 use std::sync::Arc;
 

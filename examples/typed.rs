@@ -6,6 +6,14 @@
 //!
 //! Run with `cargo run --example typed`.
 
+// An example may unwrap, expect, panic and index, to stay short (the library may not).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::sync::Arc;
 
 use schemars::JsonSchema;

@@ -607,6 +607,10 @@ fn fuzz_submit(first: Option<&ScriptedReply>, args: &Value) {
 
 /// The whole agent: parent replies from the bytes, one child per delegation
 /// replaying the same replies, every tool behind a denying gate.
+#[allow(
+    clippy::panic,
+    reason = "the fuzz oracle: a broken invariant must panic, as `fuzz_bytes` documents"
+)]
 fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &Value) {
     use std::sync::Arc;
     let children = crate::providers::scripted::ScriptedChildren(vec![replies.clone(); 3]);

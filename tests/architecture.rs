@@ -3,6 +3,14 @@
 //! every `crate::…` and `super::…` path in `src/` (code, `use` lines and
 //! doc links alike) and fails naming file and line.
 
+// A test may unwrap, expect, panic and index: a panic is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

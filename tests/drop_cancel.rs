@@ -5,6 +5,14 @@
 //! `view --check`'s rules accept. One test in its own binary: the counts
 //! are of this process, which no other test shares.
 
+// A test may unwrap, expect, panic and index: a panic is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

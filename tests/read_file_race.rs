@@ -11,6 +11,13 @@
 //! where `openat2` exists. Neither strategy uses `/proc` (see
 //! `read_file_syscalls.rs`), so these runs stand for "no `/proc`" as well.
 
+// A test may unwrap, expect, panic and index: a panic is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![cfg(target_os = "linux")]
 
 mod common;

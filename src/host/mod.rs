@@ -417,10 +417,15 @@ fn assemble(
             })
         })?;
         let mut fields = point.trace_fields();
-        if let Some(workspace) = recorded_workspace(settings) {
-            fields["workspace"] = serde_json::json!(workspace);
+        if let Some(object) = fields.as_object_mut() {
+            if let Some(workspace) = recorded_workspace(settings) {
+                object.insert("workspace".into(), serde_json::json!(workspace));
+            }
+            object.insert(
+                "sandbox".into(),
+                serde_json::json!(settings.sandbox.level()),
+            );
         }
-        fields["sandbox"] = serde_json::json!(settings.sandbox.level());
         let mut writer = TraceWriter::resume(file, fields)
             .redacting(redactor)
             .with_sandbox(settings.sandbox.level());

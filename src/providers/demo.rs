@@ -114,8 +114,14 @@ impl Model for DemoParent {
         let reply = match tool.as_str() {
             "task" => {
                 let report: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                let status = report["status"].as_str().unwrap_or("unknown");
-                let summary = report["summary"].as_str().unwrap_or(text.as_str());
+                let status = report
+                    .get("status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
+                let summary = report
+                    .get("summary")
+                    .and_then(Value::as_str)
+                    .unwrap_or(text.as_str());
                 if is_error {
                     ModelResponse::answer(format!(
                         "I could not conclude: the subagent stopped with status `{status}` before finishing \
@@ -156,7 +162,10 @@ fn verdict(messages: &[Message], result: &str, is_error: bool) -> String {
     let derived = last_ok("task")
         .and_then(|text| {
             let report: Value = serde_json::from_str(text).ok()?;
-            report["summary"].as_str().map(str::to_owned)
+            report
+                .get("summary")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
         })
         .unwrap_or_else(|| "no finding".to_owned());
     if result.starts_with("not executed:") {
@@ -166,7 +175,7 @@ fn verdict(messages: &[Message], result: &str, is_error: bool) -> String {
         );
     }
     let report: Value = serde_json::from_str(result).unwrap_or(Value::Null);
-    let Some(stdout) = report["stdout"].as_str() else {
+    let Some(stdout) = report.get("stdout").and_then(Value::as_str) else {
         return format!("Running the program failed: {result}");
     };
     let output = stdout.trim_end_matches('\n');
@@ -177,7 +186,7 @@ fn verdict(messages: &[Message], result: &str, is_error: bool) -> String {
     } else if is_error {
         format!(
             "The program failed (exit code {}), printing {output:?}; expected {expected:?}.",
-            report["exit_code"]
+            report.get("exit_code").unwrap_or(&Value::Null)
         )
     } else {
         format!("The program printed {output:?}, which does not match expected.txt ({expected:?}).")

@@ -551,16 +551,22 @@ impl ReplayReport {
     /// (`reproduced`, `recorded_status`, `recorded_requests`, `divergences`).
     pub fn to_json(&self) -> Value {
         let mut object = self.run.to_json();
-        object["replay"] = json!({
+        let divergences = self.divergences.iter().map(|divergence| {
+            let mut entry = json!(divergence);
+            if let Some(fields) = entry.as_object_mut() {
+                fields.insert("message".into(), json!(divergence.to_string()));
+            }
+            entry
+        });
+        let replay = json!({
             "reproduced": self.reproduced(),
             "recorded_status": self.recorded_status,
             "recorded_requests": self.recorded_requests,
-            "divergences": self.divergences.iter().map(|divergence| {
-                let mut entry = json!(divergence);
-                entry["message"] = json!(divergence.to_string());
-                entry
-            }).collect::<Vec<_>>(),
+            "divergences": divergences.collect::<Vec<_>>(),
         });
+        if let Some(fields) = object.as_object_mut() {
+            fields.insert("replay".into(), replay);
+        }
         object
     }
 }

@@ -333,30 +333,29 @@ impl Monitor for TraceWriter {
                     .into_iter()
                     .map(str::to_owned)
                     .collect();
-                let mut fields = json!({
-                    "call": call,
-                    "tools": names,
-                    "messages": new_messages,
-                    "attachment": request.attachment,
-                });
+                let mut fields = Map::new();
+                fields.insert("call".into(), json!(call));
+                fields.insert("tools".into(), json!(names));
+                fields.insert("messages".into(), json!(new_messages));
+                fields.insert("attachment".into(), json!(request.attachment));
                 if *call == 1 {
-                    fields["system"] = json!(request.system);
+                    fields.insert("system".into(), json!(request.system));
                     if let Some(schema) = request.output {
-                        fields["output_schema"] = schema.clone();
+                        fields.insert("output_schema".into(), schema.clone());
                     }
                     if let (AgentId::Parent, Some(workspace)) = (agent, &self.workspace) {
-                        fields["workspace"] = json!(workspace);
+                        fields.insert("workspace".into(), json!(workspace));
                     }
                     if let (AgentId::Parent, Some(sandbox)) = (agent, self.sandbox) {
-                        fields["sandbox"] = json!(sandbox);
+                        fields.insert("sandbox".into(), json!(sandbox));
                     }
                 }
                 let changed = self.offered.get(agent) != Some(&names);
                 if *call == 1 || changed {
-                    fields["tool_definitions"] = json!(request.tools);
+                    fields.insert("tool_definitions".into(), json!(request.tools));
                     self.offered.insert(agent.clone(), names);
                 }
-                self.line(agent, "request", fields);
+                self.line(agent, "request", Value::Object(fields));
             }
             Event::Response {
                 call,
@@ -394,19 +393,18 @@ impl Monitor for TraceWriter {
                 self.line(agent, "model_failed", fields);
             }
             Event::Finished { outcome } => {
-                let mut fields = json!({
-                    "status": outcome.status,
-                    "text": outcome.text,
-                    "calls": outcome.calls,
-                    "usage": outcome.usage,
-                });
+                let mut fields = Map::new();
+                fields.insert("status".into(), json!(outcome.status));
+                fields.insert("text".into(), json!(outcome.text));
+                fields.insert("calls".into(), json!(outcome.calls));
+                fields.insert("usage".into(), json!(outcome.usage));
                 if let Some(output) = &outcome.output {
-                    fields["output"] = output.clone();
+                    fields.insert("output".into(), output.clone());
                 }
                 if let Some(error) = &outcome.output_error {
-                    fields["output_error"] = json!(error);
+                    fields.insert("output_error".into(), json!(error));
                 }
-                self.line(agent, "outcome", fields);
+                self.line(agent, "outcome", Value::Object(fields));
             }
             Event::ToolRequested { .. } | Event::ToolFinished { .. } => {}
         }
@@ -423,6 +421,16 @@ impl Monitor for TraceWriter {
     fn hook(&mut self, agent: &AgentId, record: &HookRecord) {
         self.line(agent, "hook", json!(record));
     }
+}
+
+/// `value`'s string field `key`, if it has one.
+fn field_str<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+/// A copy of `value`'s field `key`; null when it has none.
+fn field(value: &Value, key: &str) -> Value {
+    value.get(key).cloned().unwrap_or_default()
 }
 
 /// A request as rebuilt from a trace.
@@ -461,10 +469,13 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
         if number == 1 {
             check_version(&value).map_err(|err| format!("line 1: {err}"))?;
         }
-        if value["kind"] == "resumed" && value["agent"] == "parent" {
+        if field_str(&value, "kind") == Some("resumed")
+            && field_str(&value, "agent") == Some("parent")
+        {
             // The parent's requests after the kept ones are asked again below.
-            let kept = value["calls"]
-                .as_u64()
+            let kept = value
+                .get("calls")
+                .and_then(Value::as_u64)
                 .ok_or(format!("line {number}: a `resumed` line without `calls`"))?;
             requests.retain(|request: &RebuiltRequest| {
                 request.agent != "parent" || request.call <= kept
@@ -480,24 +491,24 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
             }
             continue;
         }
-        if value["kind"] != "request" {
+        if field_str(&value, "kind") != Some("request") {
             continue;
         }
-        let agent = value["agent"]
-            .as_str()
+        let agent = field_str(&value, "agent")
             .ok_or(format!("line {number}: no agent"))?
             .to_owned();
-        let call = value["call"]
-            .as_u64()
+        let call = value
+            .get("call")
+            .and_then(Value::as_u64)
             .ok_or(format!("line {number}: no call number"))?;
-        let new: Vec<Message> = serde_json::from_value(value["messages"].clone())
+        let new: Vec<Message> = serde_json::from_value(field(&value, "messages"))
             .map_err(|err| format!("line {number}: messages: {err}"))?;
         let state = match agents.get_mut(&agent) {
             Some(state) if call > 1 => state,
             _ => {
-                let tools = serde_json::from_value(value["tool_definitions"].clone())
+                let tools = serde_json::from_value(field(&value, "tool_definitions"))
                     .map_err(|err| format!("line {number}: tool_definitions: {err}"))?;
-                let system = value["system"].as_str().unwrap_or_default().to_owned();
+                let system = field_str(&value, "system").unwrap_or_default().to_owned();
                 agents.insert(
                     agent.clone(),
                     AgentState {
@@ -511,8 +522,8 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
         };
         // The offered tools changed (a tool source's list did): the
         // request carries the definitions again.
-        if call > 1 && !value["tool_definitions"].is_null() {
-            state.tools = serde_json::from_value(value["tool_definitions"].clone())
+        if call > 1 && !value.get("tool_definitions").is_none_or(Value::is_null) {
+            state.tools = serde_json::from_value(field(&value, "tool_definitions"))
                 .map_err(|err| format!("line {number}: tool_definitions: {err}"))?;
         }
         state.messages.extend(new);
@@ -522,7 +533,7 @@ pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
             system: state.system.clone(),
             tools: state.tools.clone(),
             messages: state.messages.clone(),
-            attachment: value["attachment"].as_str().map(str::to_owned),
+            attachment: field_str(&value, "attachment").map(str::to_owned),
         });
     }
     Ok(requests)

@@ -208,8 +208,9 @@ fn probe() -> bool {
         }
     }
     let mut status = 0;
-    // SAFETY: waitpid(2) on our own child; retried when interrupted.
+    // waitpid(2) on our own child; retried when interrupted.
     loop {
+        // SAFETY: `pid` is our own child and `status` a live local the call writes to.
         let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
         if waited == pid {
             break;
@@ -397,7 +398,8 @@ pub(crate) fn drop_privileges() -> io::Result<()> {
     Ok(())
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 mod tests {
     use super::*;
     use std::os::unix::process::CommandExt as _;

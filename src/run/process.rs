@@ -661,7 +661,8 @@ unsafe fn close_from(first: libc::c_int, highest_fd: libc::c_int) {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 mod tests {
     use super::remove_dir_tree;
     use std::os::unix::fs::PermissionsExt;

@@ -3,6 +3,14 @@
 //! limits, and the `testing` helpers an embedder uses. One test binary; each
 //! module was a test file of its own.
 
+// A test may unwrap, expect, panic and index: a panic is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

@@ -5,6 +5,14 @@
 //! bench's own server (`concurrent_bench`); and the key echoed by an
 //! endpoint or printed by a tool, hidden from everything recorded (`secrets`).
 
+// A test may unwrap, expect, panic and index: a panic is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../common/mod.rs"]
 mod common;
 #[cfg(feature = "live")]

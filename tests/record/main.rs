@@ -2,6 +2,14 @@
 //! invariants over recorded runs, and `view` (in a terminal and in a
 //! browser). One test binary; each module was a test file of its own.
 
+// A test may unwrap, expect, panic and index: a panic is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../common/mod.rs"]
 mod common;
 #[cfg(feature = "live")]

@@ -8,6 +8,14 @@
 //! reaps only the processes it started (never `waitpid(-1)`), so no test's
 //! child is reaped under it.
 
+// A test may unwrap, expect, panic and index: a panic is a failed test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 #[path = "../common/mod.rs"]
 mod common;
 

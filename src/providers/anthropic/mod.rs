@@ -30,7 +30,7 @@ pub use crate::providers::http::{retry, transport};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use thiserror::Error;
 
 use self::retry::RetryPolicy;
@@ -156,10 +156,9 @@ impl LiveConfig {
 /// The exact JSON body of a request under `config`.
 pub(crate) fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
     let cache = json!({"type": "ephemeral"});
-    let mut body = json!({
-        "model": config.model,
-        "max_tokens": config.max_tokens,
-    });
+    let mut body = Map::new();
+    body.insert("model".into(), json!(config.model));
+    body.insert("max_tokens".into(), json!(config.max_tokens));
     // The static system prompt carries the breakpoint; the attachment (the
     // plan) follows it as a second block, so tools + system stay cached
     // when the plan changes, and no text ever follows tool results.
@@ -171,35 +170,44 @@ pub(crate) fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value 
         system.push(json!({"type": "text", "text": text}));
     }
     if !system.is_empty() {
-        body["system"] = Value::Array(system);
+        body.insert("system".into(), Value::Array(system));
     }
     if !request.tools.is_empty() {
         let mut tools = json!(request.tools);
-        if let Some(last) = tools.as_array_mut().and_then(|tools| tools.last_mut()) {
-            last["cache_control"] = cache.clone();
+        if let Some(last) = tools
+            .as_array_mut()
+            .and_then(|tools| tools.last_mut())
+            .and_then(Value::as_object_mut)
+        {
+            last.insert("cache_control".into(), cache.clone());
         }
-        body["tools"] = tools;
+        body.insert("tools".into(), tools);
     }
     let mut messages = json!(request.messages);
     if let Some(block) = messages
         .as_array_mut()
         .and_then(|m| m.last_mut())
-        .and_then(|last| last["content"].as_array_mut())
+        .and_then(|last| last.get_mut("content"))
+        .and_then(Value::as_array_mut)
         .and_then(|c| c.last_mut())
+        .and_then(Value::as_object_mut)
     {
-        block["cache_control"] = cache;
+        block.insert("cache_control".into(), cache);
     }
-    body["messages"] = messages;
+    body.insert("messages".into(), messages);
     if config.stream {
-        body["stream"] = json!(true);
+        body.insert("stream".into(), json!(true));
     }
     if let Some(schema) = request.output {
-        body["output_config"] = json!({"format": {
-            "type": "json_schema",
-            "schema": output_schema(schema),
-        }});
+        body.insert(
+            "output_config".into(),
+            json!({"format": {
+                "type": "json_schema",
+                "schema": output_schema(schema),
+            }}),
+        );
     }
-    body
+    Value::Object(body)
 }
 
 /// String formats the Messages API's structured outputs take.
