@@ -2,8 +2,8 @@
 //! below them, no module of the library closes an import cycle, and every
 //! top-level module has a layer. The library's source is parsed with `syn`:
 //! every `use` tree (groups and renames expanded), every path in code
-//! (expressions, types, patterns, trait bounds, macro paths and the tokens
-//! of macro calls), paths in attribute strings (`serialize_with = "…"`) and
+//! (expressions, types, patterns, trait bounds, macro paths, the tokens of
+//! macro calls and `macro_rules!` bodies), paths in attribute strings (`serialize_with = "…"`) and
 //! the intra-doc links of doc comments. `crate::`, `super::` and `self::`
 //! are resolved against the module the path is written in, and a name the
 //! crate root re-exports (`crate::Agent`) against the module it comes from.
@@ -189,14 +189,17 @@ struct Collector {
 }
 
 impl Collector {
-    fn push(&mut self, line: usize, segments: &[String]) {
-        if let Some(path) = resolve(&self.module, segments) {
-            self.named.push(Named {
-                line,
-                path,
-                written: segments.join("::"),
-            });
-        }
+    /// Notes `segments` if it is a path of the crate; says whether it was.
+    fn push(&mut self, line: usize, segments: &[String]) -> bool {
+        let Some(path) = resolve(&self.module, segments) else {
+            return false;
+        };
+        self.named.push(Named {
+            line,
+            path,
+            written: segments.join("::"),
+        });
+        true
     }
 
     /// Every path of a `use` tree, groups and renames expanded.
@@ -227,7 +230,11 @@ impl Collector {
             syn::UseTree::Glob(glob) => {
                 let line = line_of(glob.star_token.spans[0]);
                 let prefix = prefix.clone();
-                self.push(line, &prefix);
+                if self.push(line, &prefix)
+                    && let Some(named) = self.named.last_mut()
+                {
+                    named.written.push_str("::*");
+                }
             }
             syn::UseTree::Group(group) => {
                 for tree in &group.items {
@@ -409,10 +416,9 @@ fn doc_links(text: &str) -> Vec<(usize, String)> {
             && trimmed
                 .find("]:")
                 .is_some_and(|end| !trimmed[..end].contains(']'));
-        let chars: Vec<(usize, char)> = line.char_indices().collect();
         let mut previous = ' ';
         let mut seen_definition_colon = false;
-        for (at, c) in chars.iter().copied() {
+        for (at, c) in line.char_indices() {
             match c {
                 '[' => open.push('['),
                 ']' => {
@@ -446,8 +452,8 @@ fn doc_links(text: &str) -> Vec<(usize, String)> {
     found
 }
 
-/// The name each `use` of the crate root makes `crate::Name` (mapped to
-/// the path it stands for), and the root's `mod` items.
+/// The names the crate root's `use` items make `crate::Name`, each mapped
+/// to the path it stands for (`Agent` → `agent::Agent`).
 fn root_exports(root: Option<&Source>) -> BTreeMap<String, Vec<String>> {
     let mut exports = BTreeMap::new();
     let Some(file) = root.and_then(|root| syn::parse_file(&root.text).ok()) else {
@@ -655,8 +661,19 @@ fn breaches(sources: &[Source]) -> Vec<String> {
 
         let from_top = source.module.first().map(String::as_str);
         let from_rank = from_top.and_then(rank);
-        for named in &collector.named {
-            let Some(target) = owner(&named.path, &modules, &exports) else {
+        // A glob of the crate root (`use crate::*`, `use super::*` at the
+        // top) names everything the root re-exports.
+        let everything: Vec<&Vec<String>> = exports.values().collect();
+        let named_paths = collector.named.iter().flat_map(|named| {
+            let paths = if named.path.is_empty() {
+                everything.clone()
+            } else {
+                vec![&named.path]
+            };
+            paths.into_iter().map(move |path| (named, path))
+        });
+        for (named, path) in named_paths {
+            let Some(target) = owner(path, &modules, &exports) else {
                 continue;
             };
             let Some(top) = target.first().map(String::as_str) else {
@@ -771,7 +788,8 @@ fn a_grouped_import_is_found() {
 }
 
 /// A path through a name the crate root re-exports counts as the module
-/// the name comes from: in code, in `use`, and in doc links.
+/// the name comes from: in code, in `use`, and in doc links; a glob of the
+/// crate root names all of them.
 #[test]
 fn a_path_through_a_root_re_export_is_found() {
     let problems = breaches(&tree(&[
@@ -786,6 +804,7 @@ fn a_path_through_a_root_re_export_is_found() {
              \x20   0\n\
              }\n",
         ),
+        ("core", "use super::*;\n"),
         ("agent", "pub struct Agent;\npub struct AgentBuilder;\n"),
     ]));
     let lines: Vec<&str> = problems
@@ -801,10 +820,12 @@ fn a_path_through_a_root_re_export_is_found() {
             "src/run.rs:1:",
             "src/run.rs:3:",
             "src/run.rs:4:",
+            "src/core.rs:1:",
+            "src/core.rs:1:",
         ],
         "{problems:#?}"
     );
-    assert!(problems.iter().all(|p| p.contains("run names agent")));
+    assert!(problems.iter().all(|p| p.contains(" names agent (")));
 }
 
 /// A top-level module with no row in LAYERS is reported, as a file or
