@@ -1,7 +1,13 @@
 //! The house keeps its shape: the library's layers import only the layers
-//! below them, and no module of the library closes an import cycle. Reads
-//! every `crate::…` and `super::…` path in `src/` (code, `use` lines and
-//! doc links alike) and fails naming file and line.
+//! below them, no module of the library closes an import cycle, and every
+//! top-level module has a layer. The library's source is parsed with `syn`:
+//! every `use` tree (groups and renames expanded), every path in code
+//! (expressions, types, patterns, trait bounds, macro paths, the tokens of
+//! macro calls and `macro_rules!` bodies), paths in attribute strings (`serialize_with = "…"`) and
+//! the intra-doc links of doc comments. `crate::`, `super::` and `self::`
+//! are resolved against the module the path is written in, and a name the
+//! crate root re-exports (`crate::Agent`) against the module it comes from.
+//! Failures name file and line.
 
 // A test may unwrap, expect, panic and index: a panic is a failed test.
 #![allow(
@@ -12,7 +18,10 @@
 )]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use proc_macro2::{Span, TokenStream, TokenTree};
+use syn::visit::Visit;
 
 /// The library's layers, lowest first; a layer may name only lower ones
 /// (the siblings `policy`, `tools` and `providers` not each other).
@@ -28,6 +37,19 @@ const LAYERS: [(&str, u8); 9] = [
     ("testing", 6),
 ];
 
+/// What a failure tells the reader to do next.
+const NEXT: &str = "\
+A layer may name only the layers below it:
+    core ← run ← {policy, tools, providers} ← agent ← record ← host ← testing
+(the siblings policy, tools and providers not each other). To fix an import
+across layers, move the item down to a layer both sides may name, or pass it
+in from above (a trait, a parameter, a callback defined in the lower layer);
+a doc link may point at a path its layer may name, or be plain text. A name
+re-exported at the crate root (`crate::Agent`) counts as the module it comes
+from. To break a cycle, move what both modules need into one of them or into
+a third module they both import. A new top-level module needs a row in LAYERS
+(tests/architecture.rs) and in docs/architecture.md.";
+
 fn rank(top: &str) -> Option<u8> {
     LAYERS
         .iter()
@@ -35,9 +57,38 @@ fn rank(top: &str) -> Option<u8> {
         .map(|(_, rank)| *rank)
 }
 
-/// Every `.rs` file of the library (the binary's `main.rs` and `cli/` are
-/// not the library), with its module path (`record::resume`).
-fn library_files(src: &Path) -> Vec<(PathBuf, Vec<String>)> {
+/// One file of the library: its module path (`record::resume`; empty for
+/// `lib.rs`), the name failures show, and its text.
+struct Source {
+    module: Vec<String>,
+    file: String,
+    text: String,
+}
+
+impl Source {
+    /// A made-up file of module `module` (`"core::a"`, `""` for the root).
+    fn new(module: &str, text: &str) -> Self {
+        let module: Vec<String> = module
+            .split("::")
+            .filter(|part| !part.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let file = if module.is_empty() {
+            "src/lib.rs".to_owned()
+        } else {
+            format!("src/{}.rs", module.join("/"))
+        };
+        Source {
+            module,
+            file,
+            text: text.to_owned(),
+        }
+    }
+}
+
+/// Every `.rs` file of the library under `src` (the binary's `main.rs` and
+/// `cli/` are not the library), with its module path.
+fn library_files(src: &Path) -> Vec<Source> {
     let mut found = Vec::new();
     let mut stack = vec![src.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -64,59 +115,429 @@ fn library_files(src: &Path) -> Vec<(PathBuf, Vec<String>)> {
                 {
                     module.pop();
                 }
-                found.push((path, module));
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let file = format!("src/{}", relative.display());
+                found.push(Source { module, file, text });
             }
         }
     }
-    found.sort();
+    found.sort_by(|a, b| a.file.cmp(&b.file));
     found
 }
 
-/// The module paths named on `line` of the file of `module`: `crate::a::b`
-/// as is, `super::x` resolved against `module` (whose file is a `mod.rs`
-/// when `is_mod`).
-fn named(line: &str, module: &[String], is_mod: bool) -> Vec<Vec<String>> {
-    let mut paths = Vec::new();
-    for (start, _) in line
-        .match_indices("crate::")
-        .chain(line.match_indices("super::"))
-    {
-        let before = line.get(..start).and_then(|text| text.chars().last());
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-            continue;
-        }
-        let rest = line.get(start..).unwrap_or_default();
-        let text: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-            .collect();
-        let mut parts: Vec<&str> = text.split("::").filter(|p| !p.is_empty()).collect();
-        let mut path: Vec<String> = Vec::new();
-        if parts.first() == Some(&"crate") {
-            parts.remove(0);
-        } else {
-            // `super` is the parent of the file's module (of the folder's,
-            // for a mod.rs, whose module is the folder itself).
-            path = module.to_vec();
-            if !is_mod {
-                path.pop();
+/// The top-level entries of `src` that are modules of the library: each
+/// folder and `.rs` file but `lib.rs`, `main.rs` and `cli/`.
+fn top_level_entries(src: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(src).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if name != "cli" {
+                names.push(name);
             }
-            while parts.first() == Some(&"super") {
-                parts.remove(0);
-                if parts.first() == Some(&"super") {
-                    path.pop();
+        } else if let Some(stem) = name.strip_suffix(".rs")
+            && stem != "lib"
+            && stem != "main"
+        {
+            names.push(stem.to_owned());
+        }
+    }
+    names.sort();
+    names
+}
+
+/// A path named somewhere in a file: where, and what it names, from the
+/// crate root (`crate::`, `super::` and `self::` already resolved).
+#[derive(Debug)]
+struct Named {
+    line: usize,
+    path: Vec<String>,
+    /// How it was written, for the message.
+    written: String,
+}
+
+/// The line `span` starts on.
+fn line_of(span: Span) -> usize {
+    span.start().line
+}
+
+/// `segments` as written in `module`, from the crate root: `crate::a` is
+/// `a`, `super::a` the parent's `a`, `self::a` the module's own. `None` for
+/// any other path (a local name, an extern crate, `::std`).
+fn resolve(module: &[String], segments: &[String]) -> Option<Vec<String>> {
+    let first = segments.first()?;
+    let (mut path, rest) = match first.as_str() {
+        "crate" | "$crate" => (Vec::new(), segments.get(1..).unwrap_or_default()),
+        "self" => (module.to_vec(), segments.get(1..).unwrap_or_default()),
+        "super" => {
+            let mut path = module.to_vec();
+            let mut rest = segments;
+            while rest.first().is_some_and(|part| part == "super") {
+                path.pop();
+                rest = rest.get(1..).unwrap_or_default();
+            }
+            (path, rest)
+        }
+        _ => return None,
+    };
+    path.extend(rest.iter().cloned());
+    Some(path)
+}
+
+/// Collects what one file names.
+struct Collector {
+    /// The module the visitor is in (the file's, deeper in inline `mod`s).
+    module: Vec<String>,
+    named: Vec<Named>,
+    /// Doc strings in file order: module, line, text.
+    docs: Vec<(Vec<String>, usize, String)>,
+    /// Top-level `mod` items, when the file is the crate root.
+    mods: Vec<(String, usize)>,
+}
+
+impl Collector {
+    /// Notes `segments` if it is a path of the crate; says whether it was.
+    fn push(&mut self, line: usize, segments: &[String]) -> bool {
+        let Some(path) = resolve(&self.module, segments) else {
+            return false;
+        };
+        self.named.push(Named {
+            line,
+            path,
+            written: segments.join("::"),
+        });
+        true
+    }
+
+    /// Every path of a `use` tree, groups and renames expanded.
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(path) => {
+                prefix.push(path.ident.to_string());
+                self.use_tree(prefix, &path.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(name) => {
+                let full = if name.ident == "self" {
+                    prefix.clone()
+                } else {
+                    let mut full = prefix.clone();
+                    full.push(name.ident.to_string());
+                    full
+                };
+                self.push(line_of(name.ident.span()), &full);
+            }
+            syn::UseTree::Rename(rename) => {
+                let mut full = prefix.clone();
+                if rename.ident != "self" {
+                    full.push(rename.ident.to_string());
+                }
+                self.push(line_of(rename.ident.span()), &full);
+            }
+            syn::UseTree::Glob(glob) => {
+                let line = line_of(glob.star_token.spans[0]);
+                let prefix = prefix.clone();
+                if self.push(line, &prefix)
+                    && let Some(named) = self.named.last_mut()
+                {
+                    named.written.push_str("::*");
+                }
+            }
+            syn::UseTree::Group(group) => {
+                for tree in &group.items {
+                    self.use_tree(prefix, tree);
                 }
             }
         }
-        path.extend(parts.iter().map(|p| (*p).to_owned()));
-        paths.push(path);
     }
-    paths
+
+    /// The `crate::…`, `$crate::…`, `super::…` and `self::…` paths among a
+    /// macro's tokens (which syn does not parse).
+    fn tokens(&mut self, tokens: TokenStream) {
+        let trees: Vec<TokenTree> = tokens.into_iter().collect();
+        let mut index = 0;
+        while let Some(tree) = trees.get(index) {
+            match tree {
+                TokenTree::Group(group) => self.tokens(group.stream()),
+                TokenTree::Ident(ident)
+                    if ident == "crate" || ident == "super" || ident == "self" =>
+                {
+                    let before = index.checked_sub(1).and_then(|i| trees.get(i));
+                    let dollar = matches!(before, Some(TokenTree::Punct(p)) if p.as_char() == '$');
+                    let after_colon =
+                        matches!(before, Some(TokenTree::Punct(p)) if p.as_char() == ':');
+                    if !after_colon {
+                        let mut segments = vec![if dollar && ident == "crate" {
+                            "$crate".to_owned()
+                        } else {
+                            ident.to_string()
+                        }];
+                        let mut next = index + 1;
+                        while let (
+                            Some(TokenTree::Punct(a)),
+                            Some(TokenTree::Punct(b)),
+                            Some(TokenTree::Ident(part)),
+                        ) = (trees.get(next), trees.get(next + 1), trees.get(next + 2))
+                        {
+                            if a.as_char() != ':' || b.as_char() != ':' {
+                                break;
+                            }
+                            segments.push(part.to_string());
+                            next += 3;
+                        }
+                        if segments.len() > 1 {
+                            self.push(line_of(ident.span()), &segments);
+                        }
+                        index = next;
+                        continue;
+                    }
+                }
+                TokenTree::Literal(literal) => {
+                    // A path in a string: `#[serde(with = "crate::x")]`.
+                    let text = literal.to_string();
+                    if let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"'))
+                        && is_path_text(inner)
+                    {
+                        let segments: Vec<String> = inner.split("::").map(str::to_owned).collect();
+                        self.push(line_of(literal.span()), &segments);
+                    }
+                }
+                _ => {}
+            }
+            index += 1;
+        }
+    }
 }
 
-/// The module (a file of the library) that `path` names: its longest prefix
-/// that is one.
-fn owner(path: &[String], modules: &BTreeSet<Vec<String>>) -> Option<Vec<String>> {
+/// `text` is a whole path that starts `crate::`, `super::` or `self::`.
+fn is_path_text(text: &str) -> bool {
+    ["crate::", "super::", "self::"]
+        .iter()
+        .any(|start| text.starts_with(start))
+        && text
+            .split("::")
+            .all(|part| !part.is_empty() && part.chars().all(|c| c.is_alphanumeric() || c == '_'))
+}
+
+impl<'ast> Visit<'ast> for Collector {
+    fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+        for attr in &item.attrs {
+            self.visit_attribute(attr);
+        }
+        if item.leading_colon.is_none() {
+            self.use_tree(&mut Vec::new(), &item.tree);
+        }
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if self.module.is_empty() {
+            self.mods
+                .push((item.ident.to_string(), line_of(item.ident.span())));
+        }
+        for attr in &item.attrs {
+            if matches!(attr.style, syn::AttrStyle::Outer) {
+                self.visit_attribute(attr);
+            }
+        }
+        if let Some((_, items)) = &item.content {
+            self.module.push(item.ident.to_string());
+            for attr in &item.attrs {
+                if matches!(attr.style, syn::AttrStyle::Inner(_)) {
+                    self.visit_attribute(attr);
+                }
+            }
+            for item in items {
+                self.visit_item(item);
+            }
+            self.module.pop();
+        }
+    }
+
+    fn visit_path(&mut self, path: &'ast syn::Path) {
+        if path.leading_colon.is_none()
+            && let Some(first) = path.segments.first()
+        {
+            let segments: Vec<String> = path
+                .segments
+                .iter()
+                .map(|segment| segment.ident.to_string())
+                .collect();
+            self.push(line_of(first.ident.span()), &segments);
+        }
+        syn::visit::visit_path(self, path);
+    }
+
+    // `pub(super)` and `pub(in crate::a)` say who may see an item, not
+    // what it uses.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        self.visit_path(&mac.path);
+        self.tokens(mac.tokens.clone());
+    }
+
+    fn visit_attribute(&mut self, attr: &'ast syn::Attribute) {
+        if attr.path().is_ident("doc") {
+            if let syn::Meta::NameValue(value) = &attr.meta
+                && let syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(text),
+                    ..
+                }) = &value.value
+            {
+                self.docs
+                    .push((self.module.clone(), line_of(text.span()), text.value()));
+            }
+            return;
+        }
+        if let syn::Meta::List(list) = &attr.meta {
+            self.tokens(list.tokens.clone());
+        }
+        self.visit_path(attr.path());
+    }
+}
+
+/// The paths that the intra-doc links of `text` name: inside `[…]`, inside
+/// the `(…)` or `[…]` right after one, and after `[…]:` at the start of a
+/// line; not in fenced code. Each with the line (counted from 0) it is on.
+fn doc_links(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    let mut fenced = false;
+    // Open brackets: '[' and the '(' of a link's destination.
+    let mut open: Vec<char> = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("```") {
+            fenced = !fenced;
+            open.clear();
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if trimmed.is_empty() {
+            open.clear();
+            continue;
+        }
+        // A reference definition: `[name]: crate::path`.
+        let definition = trimmed.starts_with('[')
+            && trimmed
+                .find("]:")
+                .is_some_and(|end| !trimmed[..end].contains(']'));
+        let mut previous = ' ';
+        let mut seen_definition_colon = false;
+        for (at, c) in line.char_indices() {
+            match c {
+                '[' => open.push('['),
+                ']' => {
+                    if let Some(place) = open.iter().rposition(|o| *o == '[') {
+                        open.truncate(place);
+                    }
+                }
+                '(' if previous == ']' => open.push('('),
+                ')' => {
+                    if let Some(place) = open.iter().rposition(|o| *o == '(') {
+                        open.truncate(place);
+                    }
+                }
+                ':' if definition && previous == ']' => seen_definition_colon = true,
+                _ => {}
+            }
+            let starts_path = ["crate::", "super::", "self::"]
+                .iter()
+                .any(|start| line[at..].starts_with(start))
+                && !(previous.is_alphanumeric() || previous == '_' || previous == ':');
+            if starts_path && (!open.is_empty() || seen_definition_colon) {
+                let path: String = line[at..]
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                found.push((number, path.trim_end_matches(':').to_owned()));
+            }
+            previous = c;
+        }
+    }
+    found
+}
+
+/// The names the crate root's `use` items make `crate::Name`, each mapped
+/// to the path it stands for (`Agent` → `agent::Agent`).
+fn root_exports(root: Option<&Source>) -> BTreeMap<String, Vec<String>> {
+    let mut exports = BTreeMap::new();
+    let Some(file) = root.and_then(|root| syn::parse_file(&root.text).ok()) else {
+        return exports;
+    };
+    fn walk(
+        prefix: &mut Vec<String>,
+        tree: &syn::UseTree,
+        exports: &mut BTreeMap<String, Vec<String>>,
+    ) {
+        let with = |prefix: &Vec<String>, name: &syn::Ident| {
+            let mut full: Vec<String> = prefix
+                .iter()
+                .filter(|part| *part != "crate" && *part != "self")
+                .cloned()
+                .collect();
+            if name != "self" {
+                full.push(name.to_string());
+            }
+            full
+        };
+        match tree {
+            syn::UseTree::Path(path) => {
+                prefix.push(path.ident.to_string());
+                walk(prefix, &path.tree, exports);
+                prefix.pop();
+            }
+            syn::UseTree::Name(name) => {
+                let full = with(prefix, &name.ident);
+                if let Some(last) = full.last() {
+                    exports.insert(last.clone(), full);
+                }
+            }
+            syn::UseTree::Rename(rename) => {
+                exports.insert(rename.rename.to_string(), with(prefix, &rename.ident));
+            }
+            // A glob's names would need the module's items; none is used.
+            syn::UseTree::Glob(_) => {}
+            syn::UseTree::Group(group) => {
+                for tree in &group.items {
+                    walk(prefix, tree, exports);
+                }
+            }
+        }
+    }
+    for item in &file.items {
+        if let syn::Item::Use(item) = item
+            && item.leading_colon.is_none()
+        {
+            walk(&mut Vec::new(), &item.tree, &mut exports);
+        }
+    }
+    exports
+}
+
+/// The module (a file of the library) that `path` names: the crate root's
+/// re-exports followed, then its longest prefix that is a module.
+fn owner(
+    path: &[String],
+    modules: &BTreeSet<Vec<String>>,
+    exports: &BTreeMap<String, Vec<String>>,
+) -> Option<Vec<String>> {
+    let mut path = path.to_vec();
+    // A re-export of a re-export: follow a few.
+    for _ in 0..4 {
+        let Some(first) = path.first() else { break };
+        if modules.contains(&vec![first.clone()]) {
+            break;
+        }
+        let Some(real) = exports.get(first) else {
+            break;
+        };
+        let mut real = real.clone();
+        real.extend(path.iter().skip(1).cloned());
+        path = real;
+    }
     (1..=path.len())
         .rev()
         .map(|len| path.get(..len).unwrap_or_default().to_vec())
@@ -165,67 +586,149 @@ fn cycles(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<Vec<S
     found
 }
 
-/// What the library's files import: upward imports and cycles, one line each.
-fn breaches(src: &Path) -> Vec<String> {
-    let files = library_files(src);
-    let modules: BTreeSet<Vec<String>> = files.iter().map(|(_, module)| module.clone()).collect();
+/// Everything wrong with the layering of `sources`, one line each: a file
+/// that does not parse, a top-level module with no layer, an import across
+/// layers, an import cycle.
+fn breaches(sources: &[Source]) -> Vec<String> {
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|s| s.module.clone()).collect();
+    let root = sources.iter().find(|source| source.module.is_empty());
+    let exports = root_exports(root);
     let mut problems = Vec::new();
+
+    // Every top-level module has a layer: the files' and the root's `mod`s.
+    let mut unlayered: BTreeMap<String, String> = BTreeMap::new();
+    for source in sources {
+        if let Some(top) = source.module.first()
+            && rank(top).is_none()
+        {
+            unlayered.entry(top.clone()).or_insert(source.file.clone());
+        }
+    }
+
+    // (from module, to module) → where.
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
-    for (path, module) in &files {
-        let is_mod = path
-            .file_name()
-            .is_some_and(|name| name == "mod.rs" || name == "lib.rs");
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let from_rank = module.first().and_then(|top| rank(top));
-        let shown = path.strip_prefix(src).unwrap_or(path).display().to_string();
-        for (number, line) in text.lines().enumerate() {
-            for named in named(line, module, is_mod) {
-                let Some(target) = owner(&named, &modules) else {
-                    continue;
-                };
-                let top = target.first().map(String::as_str).unwrap_or_default();
-                if let (Some(from), Some(to)) = (from_rank, rank(top)) {
-                    let sibling = from == to && module.first().map(String::as_str) != Some(top);
-                    if to > from || sibling {
-                        problems.push(format!(
-                            "src/{shown}:{}: {} imports {} (`{}`), a layer it may not name",
-                            number + 1,
-                            module.join("::"),
-                            top,
-                            named.join("::")
-                        ));
-                    }
+    let mut places: Vec<(Vec<String>, Vec<String>, String)> = Vec::new();
+    for source in sources {
+        let file = match syn::parse_file(&source.text) {
+            Ok(file) => file,
+            Err(error) => {
+                let line = line_of(error.span());
+                problems.push(format!("{}:{line}: does not parse: {error}", source.file));
+                continue;
+            }
+        };
+        let mut collector = Collector {
+            module: source.module.clone(),
+            named: Vec::new(),
+            docs: Vec::new(),
+            mods: Vec::new(),
+        };
+        collector.visit_file(&file);
+        for (name, line) in &collector.mods {
+            if rank(name).is_none() {
+                unlayered
+                    .entry(name.clone())
+                    .or_insert(format!("{}:{line}", source.file));
+            }
+        }
+        // Doc links, consecutive doc lines (of one module) read as one text.
+        let mut linked = Vec::new();
+        let mut docs = collector.docs.iter().peekable();
+        while let Some((module, first_line, text)) = docs.next() {
+            let mut pieces = vec![(*first_line, text)];
+            while let Some((next_module, next_line, next_text)) = docs.peek() {
+                let (line, text) = pieces[pieces.len() - 1];
+                if next_module != module || *next_line != line + text.matches('\n').count() + 1 {
+                    break;
                 }
-                // A folder's mod.rs declaring its files is not an import.
-                let declares = is_mod && target.starts_with(module) && target.len() > module.len();
-                if target != *module && !declares && !module.is_empty() {
-                    edges.entry(module.clone()).or_default().insert(target);
+                pieces.push((*next_line, next_text));
+                docs.next();
+            }
+            // The text, and the file line of each of its lines.
+            let mut joined = String::new();
+            let mut line_of_text = Vec::new();
+            for (line, text) in &pieces {
+                if !joined.is_empty() {
+                    joined.push('\n');
                 }
+                joined.push_str(text);
+                line_of_text.extend((0..=text.matches('\n').count()).map(|k| line + k));
+            }
+            for (number, written) in doc_links(&joined) {
+                let segments: Vec<String> = written.split("::").map(str::to_owned).collect();
+                if let Some(path) = resolve(module, &segments) {
+                    linked.push(Named {
+                        line: line_of_text.get(number).copied().unwrap_or(*first_line),
+                        path,
+                        written,
+                    });
+                }
+            }
+        }
+        collector.named.extend(linked);
+
+        let from_top = source.module.first().map(String::as_str);
+        let from_rank = from_top.and_then(rank);
+        // A glob of the crate root (`use crate::*`, `use super::*` at the
+        // top) names everything the root re-exports.
+        let everything: Vec<&Vec<String>> = exports.values().collect();
+        let named_paths = collector.named.iter().flat_map(|named| {
+            let paths = if named.path.is_empty() {
+                everything.clone()
+            } else {
+                vec![&named.path]
+            };
+            paths.into_iter().map(move |path| (named, path))
+        });
+        for (named, path) in named_paths {
+            let Some(target) = owner(path, &modules, &exports) else {
+                continue;
+            };
+            let Some(top) = target.first().map(String::as_str) else {
+                continue;
+            };
+            if let (Some(from), Some(to)) = (from_rank, rank(top)) {
+                let sibling = from == to && from_top != Some(top);
+                if to > from || sibling {
+                    problems.push(format!(
+                        "{}:{}: {} names {} (`{}`, in {}), a layer it may not name",
+                        source.file,
+                        named.line,
+                        source.module.join("::"),
+                        top,
+                        named.written,
+                        target.join("::"),
+                    ));
+                }
+            }
+            // Naming one's own items or submodules is not an import.
+            if !source.module.is_empty() && !target.starts_with(&source.module) {
+                edges
+                    .entry(source.module.clone())
+                    .or_default()
+                    .insert(target.clone());
+                places.push((
+                    source.module.clone(),
+                    target,
+                    format!("{}:{}", source.file, named.line),
+                ));
             }
         }
     }
+    for (name, place) in &unlayered {
+        problems.push(format!(
+            "{place}: the top-level module `{name}` has no layer in LAYERS"
+        ));
+    }
     for cycle in cycles(&edges) {
         let names: Vec<String> = cycle.iter().map(|module| module.join("::")).collect();
-        let mut lines = Vec::new();
-        for (path, module) in &files {
-            if !cycle.contains(module) {
-                continue;
-            }
-            let is_mod = path
-                .file_name()
-                .is_some_and(|name| name == "mod.rs" || name == "lib.rs");
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let shown = path.strip_prefix(src).unwrap_or(path).display().to_string();
-            for (number, line) in text.lines().enumerate() {
-                let closes = named(line, module, is_mod).iter().any(|named| {
-                    owner(named, &modules)
-                        .is_some_and(|target| target != *module && cycle.contains(&target))
-                });
-                if closes {
-                    lines.push(format!("src/{shown}:{}", number + 1));
-                }
-            }
-        }
+        let mut lines: Vec<&str> = places
+            .iter()
+            .filter(|(from, to, _)| cycle.contains(from) && cycle.contains(to))
+            .map(|(_, _, place)| place.as_str())
+            .collect();
+        lines.sort();
+        lines.dedup();
         problems.push(format!(
             "an import cycle among {}: {}",
             names.join(", "),
@@ -238,45 +741,202 @@ fn breaches(src: &Path) -> Vec<String> {
 #[test]
 fn layers_import_only_lower_layers_and_no_module_closes_a_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let problems = breaches(&src);
+    let sources = library_files(&src);
+    let mut problems = breaches(&sources);
+    for name in top_level_entries(&src) {
+        if rank(&name).is_none() && !problems.iter().any(|p| p.contains(&format!("`{name}`"))) {
+            problems.push(format!(
+                "src/{name}: the top-level module `{name}` has no layer in LAYERS"
+            ));
+        }
+    }
     assert!(
         problems.is_empty(),
-        "{} problem(s):\n{}",
+        "{} problem(s):\n{}\n\n{NEXT}",
         problems.len(),
         problems.join("\n")
     );
 }
 
-/// The check itself: an upward import and a cycle in a small made-up tree
-/// are found, with file and line.
+/// The crate root of the made-up trees below: every layer a module, and
+/// `Agent` re-exported as the real `lib.rs` does.
+const ROOT: &str = "pub mod core;\npub mod run;\npub mod tools;\npub mod agent;\n\
+                    pub use agent::{Agent, AgentBuilder as Builder};\n";
+
+fn tree(files: &[(&str, &str)]) -> Vec<Source> {
+    let mut sources = vec![Source::new("", ROOT)];
+    sources.extend(files.iter().map(|(module, text)| Source::new(module, text)));
+    sources
+}
+
+/// A grouped import, on one line or spread over several, is read item by
+/// item.
 #[test]
-fn an_upward_import_and_a_cycle_are_found() {
-    let dir = std::env::temp_dir().join(format!("subloop-architecture-{}", std::process::id()));
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).expect("dir");
-        }
-        std::fs::write(path, text).expect("write");
-    };
-    write("lib.rs", "pub mod core;\npub mod record;\n");
-    write("core/mod.rs", "pub mod a;\npub mod b;\n");
-    write("core/a.rs", "use super::b::B;\n");
-    write(
-        "core/b.rs",
-        "use crate::core::a::A;\n/// See [`crate::record::trace`].\n",
-    );
-    write("record/mod.rs", "pub mod trace;\n");
-    write("record/trace.rs", "//! A trace.\n");
-    let problems = breaches(&dir);
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(problems.len(), 2, "{problems:#?}");
+fn a_grouped_import_is_found() {
+    let problems = breaches(&tree(&[
+        ("core", "pub mod a;\npub mod b;\n"),
+        ("core::a", "use crate::{agent::AgentBuilder};\n"),
+        (
+            "core::b",
+            "use crate::{\n    core::a,\n    agent::{self, Agent as A},\n};\n",
+        ),
+        ("agent", "pub struct Agent;\npub struct AgentBuilder;\n"),
+    ]));
     assert_eq!(
-        problems[0],
-        "src/core/b.rs:2: core::b imports record (`record::trace`), a layer it may not name"
+        problems,
+        [
+            "src/core/a.rs:1: core::a names agent (`crate::agent::AgentBuilder`, in agent), \
+             a layer it may not name",
+            "src/core/b.rs:3: core::b names agent (`crate::agent`, in agent), \
+             a layer it may not name",
+            "src/core/b.rs:3: core::b names agent (`crate::agent::Agent`, in agent), \
+             a layer it may not name",
+        ],
     );
+}
+
+/// A path through a name the crate root re-exports counts as the module
+/// the name comes from: in code, in `use`, and in doc links; a glob of the
+/// crate root names all of them.
+#[test]
+fn a_path_through_a_root_re_export_is_found() {
+    let problems = breaches(&tree(&[
+        (
+            "run",
+            "//! Driven by [`Agent`](crate::Agent).\n\
+             use crate::Builder;\n\
+             /// See [crate::Agent] and\n\
+             /// [the agent's run][`crate::Agent::run`].\n\
+             pub fn f(agent: &crate::Agent) -> usize {\n\
+             \x20   let _ = vec![crate::Agent::new()];\n\
+             \x20   0\n\
+             }\n",
+        ),
+        ("core", "use super::*;\n"),
+        ("agent", "pub struct Agent;\npub struct AgentBuilder;\n"),
+    ]));
+    let lines: Vec<&str> = problems
+        .iter()
+        .map(|problem| problem.split(' ').next().unwrap_or_default())
+        .collect();
     assert_eq!(
-        problems[1],
-        "an import cycle among core::a, core::b: src/core/a.rs:1, src/core/b.rs:1"
+        lines,
+        [
+            "src/run.rs:2:",
+            "src/run.rs:5:",
+            "src/run.rs:6:",
+            "src/run.rs:1:",
+            "src/run.rs:3:",
+            "src/run.rs:4:",
+            "src/core.rs:1:",
+            "src/core.rs:1:",
+        ],
+        "{problems:#?}"
+    );
+    assert!(problems.iter().all(|p| p.contains(" names agent (")));
+}
+
+/// A top-level module with no row in LAYERS is reported, as a file or
+/// folder of its own and as a `mod` of the crate root.
+#[test]
+fn a_top_level_module_with_no_layer_is_found() {
+    let mut sources = tree(&[("newthing", "pub struct New;\n")]);
+    let problems = breaches(&sources);
+    assert_eq!(
+        problems,
+        ["src/newthing.rs: the top-level module `newthing` has no layer in LAYERS"]
+    );
+    sources[0].text.push_str("mod other;\n");
+    let problems = breaches(&sources);
+    assert_eq!(
+        problems,
+        [
+            "src/newthing.rs: the top-level module `newthing` has no layer in LAYERS",
+            "src/lib.rs:6: the top-level module `other` has no layer in LAYERS",
+        ]
+    );
+}
+
+/// Paths inside a macro call's tokens, in a macro_rules body (`$crate`
+/// too) and in an attribute's string are read; a sibling layer is refused
+/// as a higher one is.
+#[test]
+fn paths_in_macros_attributes_and_siblings_are_found() {
+    let problems = breaches(&tree(&[
+        (
+            "run",
+            "macro_rules! m { () => { $crate::agent::Agent } }\n\
+             #[derive(serde::Serialize)]\n\
+             struct S(#[serde(serialize_with = \"crate::tools::f\")] u8);\n\
+             fn g() { assert!(matches!(x(), crate::agent::Agent)); }\n",
+        ),
+        ("tools", "pub fn f() {}\n"),
+        ("agent", "pub struct Agent;\npub struct AgentBuilder;\n"),
+    ]));
+    let lines: Vec<&str> = problems
+        .iter()
+        .map(|problem| problem.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        lines,
+        ["src/run.rs:1:", "src/run.rs:3:", "src/run.rs:4:"],
+        "{problems:#?}"
+    );
+}
+
+/// A tree that keeps its layers passes: lower layers named through groups,
+/// renames, `super::`, `self::`, a root re-export and doc links; a test
+/// module's `use super::*`; a doc link in a code block is not a link.
+#[test]
+fn a_clean_tree_passes() {
+    let problems = breaches(&tree(&[
+        ("core", "pub mod a;\npub mod b;\npub use self::a::A;\n"),
+        (
+            "core::a",
+            "pub struct A;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}\n",
+        ),
+        (
+            "core::b",
+            "use super::{a::{self, A as Alias}};\n\
+             /// Made from [`A`](crate::core::a::A).\n\
+             ///\n\
+             /// ```text\n\
+             /// [crate::Agent]\n\
+             /// ```\n\
+             pub struct B(Alias);\n",
+        ),
+        (
+            "run",
+            "use crate::{core::{a::A, b::B}};\n/// [`crate::core::A`]\npub fn f(_: A, _: B) {}\n",
+        ),
+        (
+            "tools",
+            "use crate::run;\npub fn t() { run::f(crate::core::A, todo!()) }\n",
+        ),
+        (
+            "agent",
+            "//! Uses [tools](crate::tools) and [`crate::run::f`].\n\
+             pub struct Agent;\npub struct AgentBuilder;\n\
+             fn a() -> crate::Agent { crate::tools::t(); Agent }\n",
+        ),
+    ]));
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+/// An import cycle between modules of one layer is found, with the lines
+/// that close it.
+#[test]
+fn an_import_cycle_is_found() {
+    let problems = breaches(&tree(&[
+        ("core", "pub mod a;\npub mod b;\n"),
+        ("core::a", "use super::b::B;\npub struct A;\n"),
+        (
+            "core::b",
+            "pub struct B;\n\n/// Next to [`crate::core::a::A`].\nfn f() {}\n",
+        ),
+    ]));
+    assert_eq!(
+        problems,
+        ["an import cycle among core::a, core::b: src/core/a.rs:1, src/core/b.rs:3"]
     );
 }

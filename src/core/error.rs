@@ -31,7 +31,7 @@ pub enum InputError {
     PromptBlocked(String),
 }
 
-/// Raw tool results handed to [`crate::Conversation::submit`] did not match the pending calls.
+/// Raw tool results handed to `Conversation::submit` did not match the pending calls.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum SubmitError {

@@ -110,7 +110,7 @@ pub type ModelFuture<'a> =
 /// A model answered without blocking: an async HTTP client, or anything
 /// else that waits on I/O. For a run spawned on a multi-threaded runtime,
 /// the model is `Send` (`&mut (dyn AsyncModel + Send)`). The agent's async entry points
-/// ([`crate::Agent::run_async`]) drive it; dropping the future abandons the
+/// (`Agent::run_async`) drive it; dropping the future abandons the
 /// request.
 ///
 /// Every blocking [`Model`] can be used where an `AsyncModel` is wanted
@@ -163,7 +163,7 @@ pub trait ChildModels: Send + Sync {
     fn model_for(&self, number: usize) -> Box<dyn Model + Send>;
 
     /// The model for the `number`-th delegation of an async run
-    /// ([`crate::Agent::run_async`]). The default is [`ChildModels::model_for`]'s
+    /// (`Agent::run_async`). The default is [`ChildModels::model_for`]'s
     /// model through [`Blocking`], answered on the run's own task; a host
     /// whose children talk to a server returns an async client here.
     fn async_model_for(&self, number: usize) -> Box<dyn AsyncModel + Send> {
