@@ -14,6 +14,7 @@ use subloop::core::conversation::AwaitingModel;
 use subloop::core::conversation::AwaitingTools;
 use subloop::core::conversation::CONTINUE_PROMPT;
 use subloop::core::conversation::Finished;
+use subloop::core::conversation::Fresh;
 use subloop::core::conversation::ModelError;
 use subloop::core::conversation::ModelStopped;
 use subloop::core::conversation::OnEmptyReply;
@@ -48,6 +49,11 @@ const QUESTION: &str = "What does main.py print?";
 
 fn start(max_calls: u32) -> Conversation<AwaitingModel> {
     Conversation::start(QUESTION, Budget::new(max_calls).unwrap()).unwrap()
+}
+
+/// A conversation not yet begun, to configure.
+fn fresh(max_calls: u32) -> Conversation<Fresh> {
+    Conversation::new(QUESTION, Budget::new(max_calls).unwrap()).unwrap()
 }
 
 fn reply(content: Vec<ReplyBlock>, stop_reason: Option<StopReason>) -> ModelResponse {
@@ -1018,7 +1024,7 @@ fn driver_model_sees_the_history_with_results_of_the_previous_round() {
     ]);
     let mut driven = model.clone();
     let outcome = run(
-        start(4).with_system("be brief"),
+        fresh(4).with_system("be brief").begin(),
         &mut driven,
         &mut Echo::default(),
         &mut Log::default(),
@@ -1157,13 +1163,13 @@ fn an_empty_end_turn_is_a_protocol_error_by_default() {
     let done = expect_protocol_error(next.receive(empty_end_turn()));
     assert_eq!(done.status().violation(), &Violation::EndTurnWithoutText);
     assert_eq!(done.history().len(), 3, "nothing was added");
-    let stop = start(5).on_empty_reply(OnEmptyReply::Stop);
+    let stop = fresh(5).on_empty_reply(OnEmptyReply::Stop).begin();
     expect_protocol_error(stop.receive(empty_end_turn()));
 }
 
 #[test]
 fn continue_answers_an_empty_reply_once_with_a_new_user_message() {
-    let conversation = start(5).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(5).on_empty_reply(OnEmptyReply::Continue).begin();
     let pending = expect_tools(conversation.receive(reply(
         vec![tool_use("toolu_1", "read_file")],
         Some(StopReason::ToolUse),
@@ -1201,7 +1207,7 @@ fn continue_answers_an_empty_reply_once_with_a_new_user_message() {
 
 #[test]
 fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_continue_again() {
-    let conversation = start(8).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(8).on_empty_reply(OnEmptyReply::Continue).begin();
     let next = expect_continued(conversation.receive(empty_end_turn()));
     let done = expect_protocol_error(next.receive(empty_end_turn()));
     assert_eq!(done.status().violation(), &Violation::EndTurnWithoutText);
@@ -1213,7 +1219,7 @@ fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_contin
     assert_eq!(done.calls_made(), 2);
 
     // Once per turn: a reply with tools in between allows another continue.
-    let conversation = start(8).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(8).on_empty_reply(OnEmptyReply::Continue).begin();
     let next = expect_continued(conversation.receive(empty_end_turn()));
     let pending = expect_tools(next.receive(reply(
         vec![tool_use("toolu_1", "read_file")],
@@ -1232,7 +1238,7 @@ fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_contin
 
 #[test]
 fn continue_with_no_call_left_is_a_protocol_error() {
-    let conversation = start(1).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(1).on_empty_reply(OnEmptyReply::Continue).begin();
     let done = expect_protocol_error(conversation.receive(empty_end_turn()));
     assert!(
         done.text().contains("no model call left"),
@@ -1249,7 +1255,7 @@ fn the_driver_reports_a_continued_empty_reply_and_sends_the_prompt_next() {
         Ok(ModelResponse::answer("done")),
     ]);
     let mut log = Log::default();
-    let conversation = start(3).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(3).on_empty_reply(OnEmptyReply::Continue).begin();
     let outcome = run(conversation, &mut model, &mut Echo::default(), &mut log);
     assert_eq!(outcome.status, StatusKind::Answered);
     assert_eq!(outcome.calls, 2);
