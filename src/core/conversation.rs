@@ -697,7 +697,8 @@ pub enum AfterRound {
     Stopped(Interrupted),
 }
 
-/// Raw results were refused; the unchanged state is handed back.
+/// Results were refused ([`Conversation::submit`],
+/// [`Conversation::answer_round`]); the unchanged state is handed back.
 #[derive(Debug)]
 pub struct Rejected<C> {
     /// The conversation, as it was before the call.
@@ -1208,7 +1209,41 @@ impl Conversation<AwaitingTools> {
     /// finishes with the interrupt's status rather than `call_limit`, since
     /// the stop, not the budget, ended it; with budget left it goes on, and
     /// the stop ends it at the next boundary.
-    pub fn answer_round(self, outputs: Vec<ToolOutput>, stopped: Option<Interrupt>) -> AfterRound {
+    ///
+    /// More outputs than pending calls are refused
+    /// ([`SubmitError::TooMany`]) and the unchanged conversation is handed
+    /// back, as [`Conversation::submit`] refuses a mismatch: which output
+    /// answers which call is then unknown, so none is stored.
+    ///
+    /// ```
+    /// use subloop::core::conversation::{Reply, ToolOutput};
+    /// use subloop::core::error::SubmitError;
+    /// use subloop::{Budget, Conversation, ModelResponse};
+    /// use serde_json::json;
+    /// let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
+    /// let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+    /// let Reply::Tools(pending) = conversation.receive(reply) else { unreachable!() };
+    /// let outputs = vec![ToolOutput::ok("a"), ToolOutput::ok("b")];
+    /// let rejected = pending.answer_round(outputs, None).unwrap_err();
+    /// assert_eq!(rejected.error, SubmitError::TooMany { calls: 1, outputs: 2 });
+    /// assert_eq!(rejected.conversation.calls().len(), 1); // still waiting for its result
+    /// ```
+    // The state is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn answer_round(
+        self,
+        outputs: Vec<ToolOutput>,
+        stopped: Option<Interrupt>,
+    ) -> Result<AfterRound, Rejected<Self>> {
+        if outputs.len() > self.state.calls.len() {
+            return Err(Rejected {
+                error: SubmitError::TooMany {
+                    calls: self.state.calls.len(),
+                    outputs: outputs.len(),
+                },
+                conversation: self,
+            });
+        }
         let mut outputs = outputs.into_iter();
         let after = self.answer_with(|call| {
             outputs.next().unwrap_or_else(|| {
@@ -1218,13 +1253,13 @@ impl Conversation<AwaitingTools> {
                 ))
             })
         });
-        match (after, stopped) {
+        Ok(match (after, stopped) {
             (AfterTools::Continue(next), _) => AfterRound::Continue(next),
             (AfterTools::CallLimit(done), None) => AfterRound::CallLimit(done),
             (AfterTools::CallLimit(done), Some(interrupt)) => {
                 AfterRound::Stopped(done.stopped_by(interrupt))
             }
-        }
+        })
     }
 
     /// The raw form, for hosts and fuzzers: results in any order, one per

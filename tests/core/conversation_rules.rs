@@ -9,6 +9,7 @@ use subloop::ModelResponse;
 use subloop::Outcome;
 use subloop::StatusKind;
 use subloop::core::agent_id::AgentId;
+use subloop::core::conversation::AfterRound;
 use subloop::core::conversation::AfterTools;
 use subloop::core::conversation::AwaitingModel;
 use subloop::core::conversation::AwaitingTools;
@@ -40,6 +41,8 @@ use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::run::driver::Event;
 use subloop::run::driver::Executor;
+use subloop::run::driver::Round;
+use subloop::run::driver::RoundFuture;
 use subloop::run::driver::run;
 use subloop::run::monitor::Monitor;
 
@@ -690,6 +693,148 @@ fn submit_reverse_succeeds(pending: Conversation<AwaitingTools>) {
                 result_block("toolu_c", "exit 1", true),
             ],
         }
+    );
+}
+
+// ---------------------------------------------------------------- answer_round
+
+#[test]
+fn answer_round_refuses_more_outputs_than_calls_and_hands_back_the_state() {
+    let pending = three_pending();
+    let calls = pending.calls().to_vec();
+    let history = pending.history().to_vec();
+    let made = pending.calls_made();
+    let outputs = (0..4).map(|n| ToolOutput::ok(format!("out {n}"))).collect();
+    let rejected = match pending.answer_round(outputs, None) {
+        Err(rejected) => rejected,
+        Ok(after) => panic!("expected a rejection, got {after:?}"),
+    };
+    assert_eq!(
+        rejected.error,
+        SubmitError::TooMany {
+            calls: 3,
+            outputs: 4
+        }
+    );
+    assert_eq!(
+        rejected.error.to_string(),
+        "4 outputs for 3 pending call(s)"
+    );
+    let back = rejected.conversation;
+    assert_eq!(back.calls(), calls.as_slice());
+    assert_eq!(back.history(), history.as_slice());
+    assert_eq!(back.calls_made(), made);
+    // One output per call is accepted, stored in call order.
+    let outputs = calls
+        .iter()
+        .map(|call| ToolOutput::ok(format!("out {}", call.id())))
+        .collect();
+    let next = match back.answer_round(outputs, None) {
+        Ok(AfterRound::Continue(next)) => next,
+        other => panic!("expected Continue, got {other:?}"),
+    };
+    assert_eq!(
+        next.history()[2],
+        Message {
+            role: Role::User,
+            content: vec![
+                result_block("toolu_a", "out toolu_a", false),
+                result_block("toolu_b", "out toolu_b", false),
+                result_block("toolu_c", "out toolu_c", false),
+            ],
+        }
+    );
+}
+
+#[test]
+fn answer_round_answers_a_call_without_an_output_as_failed() {
+    let outputs = vec![ToolOutput::ok("out toolu_a")];
+    let next = match three_pending().answer_round(outputs, None) {
+        Ok(AfterRound::Continue(next)) => next,
+        other => panic!("expected Continue, got {other:?}"),
+    };
+    assert_eq!(
+        next.history()[2].content,
+        vec![
+            result_block("toolu_a", "out toolu_a", false),
+            result_block(
+                "toolu_b",
+                "read_file failed: the round gave no result for this call",
+                true
+            ),
+            result_block(
+                "toolu_c",
+                "run_main failed: the round gave no result for this call",
+                true
+            ),
+        ]
+    );
+}
+
+/// An executor whose round gives one output too many.
+struct OneTooMany;
+
+impl Executor for OneTooMany {
+    fn definitions(&self) -> &[ToolDefinition] {
+        &[]
+    }
+
+    fn execute(&mut self, call: &ToolCall) -> ToolOutput {
+        ToolOutput::ok(format!("out {}", call.id()))
+    }
+
+    fn execute_round<'a>(
+        &'a mut self,
+        calls: &'a [ToolCall],
+        _agent: &'a AgentId,
+        _monitor: &'a mut dyn Monitor,
+    ) -> RoundFuture<'a> {
+        let mut outputs: Vec<ToolOutput> = calls.iter().map(|call| self.execute(call)).collect();
+        outputs.push(ToolOutput::ok("for no call"));
+        Box::pin(std::future::ready(Round {
+            outputs,
+            stopped: None,
+        }))
+    }
+}
+
+#[derive(Default)]
+struct Warnings(Vec<String>);
+
+impl Monitor for Warnings {
+    fn event(&mut self, _agent: &AgentId, _event: &Event<'_>) {}
+
+    fn warning(&mut self, _agent: &AgentId, warning: &str) {
+        self.0.push(warning.to_owned());
+    }
+}
+
+#[test]
+fn driver_answers_every_call_as_failed_when_a_round_gives_too_many_outputs() {
+    let mut model = RecordingModel::new(vec![
+        Ok(ModelResponse::tool_calls([
+            ("toolu_a", "read_file", json!({"path": "a"})),
+            ("toolu_b", "read_file", json!({"path": "b"})),
+        ])),
+        Ok(ModelResponse::answer("done")),
+    ]);
+    let mut warnings = Warnings::default();
+    let outcome = run(start(3), &mut model, &mut OneTooMany, &mut warnings);
+    assert_eq!(outcome.status, StatusKind::Answered);
+    let failed = "read_file failed: the round's results could not be matched to its calls";
+    assert_eq!(
+        outcome.messages[2].content,
+        vec![
+            result_block("toolu_a", failed, true),
+            result_block("toolu_b", failed, true),
+        ]
+    );
+    assert_eq!(
+        warnings.0,
+        vec![
+            "the executor's round does not match its calls (3 outputs for 2 pending call(s)); every call of the round is answered as failed"
+                .to_owned()
+        ]
     );
 }
 
