@@ -35,10 +35,12 @@
 //!
 //! ## Invariants, and the tests that guard them
 //!
-//! * A turn is a type: `Conversation<AwaitingModel>`, `Conversation<AwaitingTools>`,
-//!   `Conversation<Finished<S>>` ([`Conversation`]). Transitions consume `self`; a finished
-//!   conversation has no transition, and tools cannot be skipped (the
-//!   `compile_fail` examples in [`core::conversation`]).
+//! * A turn is a type: `Conversation<Fresh>`, `Conversation<AwaitingModel>`,
+//!   `Conversation<AwaitingTools>`, `Conversation<Finished<S>>` ([`Conversation`]).
+//!   Transitions consume `self`; a finished conversation has no transition,
+//!   tools cannot be skipped, and the configuration (system prompt, output
+//!   check, empty-reply policy) is set only before the conversation begins
+//!   (the `compile_fail` examples in [`core::conversation`]).
 //! * A reply is checked once, at [`Conversation::receive`]: known block types,
 //!   non-empty unique tool_use ids, stop reason and content in agreement;
 //!   anything else finishes `protocol_error` naming the [`core::conversation::Violation`], never a
@@ -46,7 +48,8 @@
 //! * The assistant reply is stored before any tool runs; every call gets
 //!   exactly one result, carrying its id, in the next user message, in call
 //!   order ([`Conversation::answer_with`] pairs ids itself; the raw
-//!   [`Conversation::submit`] rejects mismatches and hands the state back).
+//!   [`Conversation::submit`] and [`Conversation::answer_round`] reject
+//!   mismatches and hand the state back).
 //! * At most `max_calls` model requests; budget 0 is an [`core::error::InputError`].
 //! * A tool runs only if the registry that produced the request's tool list
 //!   holds it and its arguments match its schema (`tests/tools/registry_schema.rs`,

@@ -17,7 +17,7 @@ use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::core::agent_id::AgentId;
 use crate::core::conversation::{
-    AwaitingModel, Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind,
+    AwaitingModel, Budget, Conversation, Fresh, OnEmptyReply, Outcome, OutputCheck, StatusKind,
 };
 use crate::core::error::{InputError, SetupError};
 use crate::core::hook::HookEvent;
@@ -385,7 +385,7 @@ impl Agent {
         Conversation::start(question, budget)?;
         let mut agent = self;
         let question = agent.open_session("startup", Some(question))?;
-        let conversation = Conversation::start(&question, budget)?;
+        let conversation = agent.configure(Conversation::new(&question, budget)?);
         let mut model = Blocking(model);
         Ok(block_on(agent.drive(
             conversation,
@@ -420,7 +420,7 @@ impl Agent {
         Conversation::start(question, budget)?;
         let mut agent = self;
         let question = agent.open_session("startup", Some(question))?;
-        let conversation = Conversation::start(&question, budget)?;
+        let conversation = agent.configure(Conversation::new(&question, budget)?);
         Ok(agent.drive(conversation, 0, model, Drive::Async).await)
     }
 
@@ -553,8 +553,21 @@ impl Agent {
         asked
     }
 
+    /// The parent's configuration (system prompt, empty-reply policy,
+    /// output check) set on `fresh`, which then begins.
+    fn configure(&self, fresh: Conversation<Fresh>) -> Conversation<AwaitingModel> {
+        let mut fresh = fresh
+            .with_system(self.system.as_str())
+            .on_empty_reply(self.shared.on_empty);
+        if let Some((check, retries)) = &self.output {
+            fresh = fresh.expect_output(Arc::clone(check), *retries);
+        }
+        fresh.begin()
+    }
+
     /// Charges what the run cut short had spent and restores its plan;
-    /// gives back its conversation and how many messages are on record.
+    /// gives back its conversation, configured as this agent's, and how
+    /// many messages are on record.
     fn restore(&self, point: ResumePoint) -> (Conversation<AwaitingModel>, usize) {
         let ResumePoint {
             conversation,
@@ -567,7 +580,7 @@ impl Agent {
         if let (Some(shared), Some(plan)) = (&self.plan, plan) {
             shared.replace(plan);
         }
-        (conversation, sent)
+        (self.configure(conversation.reopen()), sent)
     }
 
     /// Drives the parent conversation to its end, the first `sent` messages
@@ -582,12 +595,6 @@ impl Agent {
     where
         M: AsyncModel + ?Sized,
     {
-        let mut conversation = conversation
-            .with_system(self.system.as_str())
-            .on_empty_reply(self.shared.on_empty);
-        if let Some((check, retries)) = &self.output {
-            conversation = conversation.expect_output(Arc::clone(check), *retries);
-        }
         let started = Instant::now();
         self.shared.guard.start();
         let agent = AgentId::Parent;

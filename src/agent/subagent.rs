@@ -415,14 +415,15 @@ impl TaskTool {
         let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
         let task_text = Self::subagent_start(shared, &agent, task, &mut toolbox);
-        let outcome = match Conversation::start(&task_text, self.budget.get()) {
-            Ok(conversation) => {
-                let mut conversation = conversation
+        let outcome = match Conversation::new(&task_text, self.budget.get()) {
+            Ok(fresh) => {
+                let mut fresh = fresh
                     .with_system(self.system.as_str())
                     .on_empty_reply(shared.on_empty);
                 if let Some((check, retries)) = &self.output {
-                    conversation = conversation.expect_output(Arc::clone(check), *retries);
+                    fresh = fresh.expect_output(Arc::clone(check), *retries);
                 }
+                let conversation = fresh.begin();
                 match drive {
                     Drive::Blocking => {
                         let mut model = Blocking(self.models.model_for(number));

@@ -1,9 +1,11 @@
 //! The typestate conversation: what may happen next is written in the type.
 //!
 //! ```text
-//!              start(question, budget)
-//!                       │
-//!                       ▼
+//!     new(question, budget) ──► Conversation<Fresh>   with_system, on_empty_reply, expect_output
+//!                                       │ begin
+//!              start(question, budget)  │   (start = new + begin, with the defaults)
+//!                       │               │
+//!                       ▼               ▼
 //!           ┌──► Conversation<AwaitingModel> ── model_failed ──► Finished<ModelError>
 //!           │           │ receive(reply)
 //!           │           ├── end_turn + text, no tool_use ─────────► Finished<Answered>
@@ -42,6 +44,67 @@
 //! if let Reply::Tools(pending) = conversation.receive(reply) {
 //!     pending.receive(ModelResponse::answer("skip the tools")); // no `receive` here
 //! }
+//! ```
+//!
+//! The configuration is fixed when the conversation begins: the setters
+//! exist only on [`Conversation<Fresh>`](Fresh), so the system prompt, the
+//! output check or the empty-reply policy cannot be changed between rounds:
+//!
+//! ```
+//! use subloop::core::conversation::OnEmptyReply;
+//! use subloop::{Budget, Conversation};
+//! let conversation = Conversation::new("hi", Budget::new(3).unwrap())
+//!     .unwrap()
+//!     .with_system("be brief")
+//!     .on_empty_reply(OnEmptyReply::Continue)
+//!     .begin();
+//! assert_eq!(conversation.system(), "be brief");
+//! ```
+//!
+//! ```compile_fail,E0599
+//! use subloop::core::conversation::{AfterTools, Reply, ToolOutput};
+//! use subloop::{Budget, Conversation, ModelResponse};
+//! use serde_json::json;
+//! let conversation = Conversation::new("hi", Budget::new(3).unwrap())
+//!     .unwrap()
+//!     .with_system("be brief")
+//!     .begin();
+//! let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+//! if let Reply::Tools(pending) = conversation.receive(reply) {
+//!     if let AfterTools::Continue(next) = pending.answer_with(|_| ToolOutput::ok("x")) {
+//!         next.with_system("be verbose"); // no `with_system` once it began
+//!     }
+//! }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! use subloop::agent::output::SchemaOutput;
+//! use subloop::core::conversation::{AfterTools, Reply, ToolOutput};
+//! use subloop::{Budget, Conversation, ModelResponse};
+//! use serde_json::json;
+//! let conversation = Conversation::start("hi", Budget::new(3).unwrap()).unwrap();
+//! let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+//! if let Reply::Tools(pending) = conversation.receive(reply) {
+//!     if let AfterTools::Continue(next) = pending.answer_with(|_| ToolOutput::ok("x")) {
+//!         // no `expect_output` once it began (nor a retry count to reset)
+//!         next.expect_output(SchemaOutput::shared(json!({"type": "integer"})), 1);
+//!     }
+//! }
+//! ```
+//!
+//! ```compile_fail,E0599
+//! use subloop::core::conversation::OnEmptyReply;
+//! use subloop::{Budget, Conversation};
+//! let conversation = Conversation::start("hi", Budget::new(3).unwrap()).unwrap();
+//! conversation.on_empty_reply(OnEmptyReply::Continue); // not after `start` either
+//! ```
+//!
+//! And a conversation that has not begun cannot be sent to the model:
+//!
+//! ```compile_fail,E0599
+//! use subloop::{Budget, Conversation, ModelResponse};
+//! let fresh = Conversation::new("hi", Budget::new(3).unwrap()).unwrap();
+//! fresh.receive(ModelResponse::answer("hello")); // `begin` first
 //! ```
 //!
 //! And nobody outside the crate can conjure a state:
@@ -453,6 +516,13 @@ statuses! {
     Cancelled => Cancelled,
 }
 
+/// State: not started; the configuration may still be set
+/// ([`Conversation::new`], then [`Conversation::begin`]).
+#[derive(Debug)]
+pub struct Fresh {
+    _private: (),
+}
+
 /// State: the next step is a model request.
 #[derive(Debug)]
 pub struct AwaitingModel {
@@ -570,7 +640,7 @@ impl Core {
     }
 }
 
-/// A conversation in state `S`: [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
+/// A conversation in state `S`: [`Fresh`], [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
 #[derive(Debug)]
 pub struct Conversation<S> {
     core: Core,
@@ -627,7 +697,8 @@ pub enum AfterRound {
     Stopped(Interrupted),
 }
 
-/// Raw results were refused; the unchanged state is handed back.
+/// Results were refused ([`Conversation::submit`],
+/// [`Conversation::answer_round`]); the unchanged state is handed back.
 #[derive(Debug)]
 pub struct Rejected<C> {
     /// The conversation, as it was before the call.
@@ -714,9 +785,12 @@ impl<S> Conversation<S> {
     }
 }
 
-impl Conversation<AwaitingModel> {
-    /// Starts a conversation whose history is one user message, `question`.
-    pub fn start(question: &str, budget: Budget) -> Result<Self, InputError> {
+impl Conversation<Fresh> {
+    /// A conversation not yet started, whose history is one user message,
+    /// `question`: its configuration (system prompt, empty-reply policy,
+    /// output check) is set here, then [`Conversation::begin`] starts it.
+    /// [`Conversation::start`] does both with the defaults.
+    pub fn new(question: &str, budget: Budget) -> Result<Self, InputError> {
         if question.trim().is_empty() {
             return Err(InputError::EmptyQuestion);
         }
@@ -732,14 +806,67 @@ impl Conversation<AwaitingModel> {
                 continued: false,
                 output: None,
             },
-            state: AwaitingModel { _private: () },
+            state: Fresh { _private: () },
         })
+    }
+
+    /// Sets the system prompt sent with every request (default: none).
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.core.system = system.into();
+        self
     }
 
     /// Sets what an empty `end_turn` reply leads to (default: [`OnEmptyReply::Stop`]).
     pub fn on_empty_reply(mut self, policy: OnEmptyReply) -> Self {
         self.core.on_empty = policy;
         self
+    }
+
+    /// Checks every answer with `check`: an answer whose text it refuses is
+    /// sent back to the model with the reason, as a user message
+    /// ([`output_retry_prompt`]), up to `retries` times per question while
+    /// calls are left ([`Reply::InvalidAnswer`]); after that the
+    /// conversation finishes [`InvalidOutput`]. An answer it accepts
+    /// finishes [`Answered`] with the value
+    /// ([`Conversation::<Finished<Answered>>::output`]). Default: no check.
+    pub fn expect_output(mut self, check: Arc<dyn OutputCheck>, retries: u32) -> Self {
+        self.core.output = Some(Expected {
+            check,
+            retries,
+            failed: 0,
+        });
+        self
+    }
+
+    /// Starts the conversation: it waits for the model, and its
+    /// configuration is fixed from here on.
+    pub fn begin(self) -> Conversation<AwaitingModel> {
+        Conversation {
+            core: self.core,
+            state: AwaitingModel { _private: () },
+        }
+    }
+}
+
+impl Conversation<AwaitingModel> {
+    /// Starts a conversation whose history is one user message, `question`,
+    /// with the default configuration: no system prompt,
+    /// [`OnEmptyReply::Stop`], no output check. To set any of them, start
+    /// with [`Conversation::new`] instead.
+    pub fn start(question: &str, budget: Budget) -> Result<Self, InputError> {
+        Conversation::new(question, budget).map(Conversation::begin)
+    }
+
+    /// A rebuilt conversation (a resumed run's, rebuilt from its trace with
+    /// the configuration the trace implies) configured again by the run
+    /// that resumes it: its history and counts are kept, and what the
+    /// resuming run sets replaces what the rebuild set (an output check set
+    /// again starts its failures at zero).
+    pub(crate) fn reopen(self) -> Conversation<Fresh> {
+        Conversation {
+            core: self.core,
+            state: Fresh { _private: () },
+        }
     }
 
     /// Gives the current question the call budget `budget` (a resumed run:
@@ -752,28 +879,6 @@ impl Conversation<AwaitingModel> {
         }
         self.core.budget = budget;
         Ok(self)
-    }
-
-    /// Checks every answer with `check`: an answer whose text it refuses is
-    /// sent back to the model with the reason, as a user message
-    /// ([`output_retry_prompt`]), up to `retries` times per question while
-    /// calls are left ([`Reply::InvalidAnswer`]); after that the
-    /// conversation finishes [`InvalidOutput`]. An answer it accepts
-    /// finishes [`Answered`] with the value
-    /// ([`Conversation::<Finished<Answered>>::output`]).
-    pub fn expect_output(mut self, check: Arc<dyn OutputCheck>, retries: u32) -> Self {
-        self.core.output = Some(Expected {
-            check,
-            retries,
-            failed: 0,
-        });
-        self
-    }
-
-    /// Sets the system prompt sent with every request.
-    pub fn with_system(mut self, system: impl Into<String>) -> Self {
-        self.core.system = system.into();
-        self
     }
 
     /// The next request, borrowing the history (nothing is copied).
@@ -1104,7 +1209,41 @@ impl Conversation<AwaitingTools> {
     /// finishes with the interrupt's status rather than `call_limit`, since
     /// the stop, not the budget, ended it; with budget left it goes on, and
     /// the stop ends it at the next boundary.
-    pub fn answer_round(self, outputs: Vec<ToolOutput>, stopped: Option<Interrupt>) -> AfterRound {
+    ///
+    /// More outputs than pending calls are refused
+    /// ([`SubmitError::TooMany`]) and the unchanged conversation is handed
+    /// back, as [`Conversation::submit`] refuses a mismatch: which output
+    /// answers which call is then unknown, so none is stored.
+    ///
+    /// ```
+    /// use subloop::core::conversation::{Reply, ToolOutput};
+    /// use subloop::core::error::SubmitError;
+    /// use subloop::{Budget, Conversation, ModelResponse};
+    /// use serde_json::json;
+    /// let conversation = Conversation::start("hi", Budget::new(2).unwrap()).unwrap();
+    /// let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+    /// let Reply::Tools(pending) = conversation.receive(reply) else { unreachable!() };
+    /// let outputs = vec![ToolOutput::ok("a"), ToolOutput::ok("b")];
+    /// let rejected = pending.answer_round(outputs, None).unwrap_err();
+    /// assert_eq!(rejected.error, SubmitError::TooMany { calls: 1, outputs: 2 });
+    /// assert_eq!(rejected.conversation.calls().len(), 1); // still waiting for its result
+    /// ```
+    // The state is handed back by value, as `submit` does.
+    #[allow(clippy::result_large_err)]
+    pub fn answer_round(
+        self,
+        outputs: Vec<ToolOutput>,
+        stopped: Option<Interrupt>,
+    ) -> Result<AfterRound, Rejected<Self>> {
+        if outputs.len() > self.state.calls.len() {
+            return Err(Rejected {
+                error: SubmitError::TooMany {
+                    calls: self.state.calls.len(),
+                    outputs: outputs.len(),
+                },
+                conversation: self,
+            });
+        }
         let mut outputs = outputs.into_iter();
         let after = self.answer_with(|call| {
             outputs.next().unwrap_or_else(|| {
@@ -1114,13 +1253,13 @@ impl Conversation<AwaitingTools> {
                 ))
             })
         });
-        match (after, stopped) {
+        Ok(match (after, stopped) {
             (AfterTools::Continue(next), _) => AfterRound::Continue(next),
             (AfterTools::CallLimit(done), None) => AfterRound::CallLimit(done),
             (AfterTools::CallLimit(done), Some(interrupt)) => {
                 AfterRound::Stopped(done.stopped_by(interrupt))
             }
-        }
+        })
     }
 
     /// The raw form, for hosts and fuzzers: results in any order, one per

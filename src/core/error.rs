@@ -1,7 +1,7 @@
 //! The crate's error enums, one per boundary.
 //!
 //! * [`InputError`]: a conversation cannot start (empty question, zero budget).
-//! * [`SubmitError`]: raw tool results do not match the pending calls.
+//! * [`SubmitError`]: tool results do not match the pending calls.
 //! * [`ModelFailure`]: a model request failed; the conversation finishes `model_error`.
 //! * [`ScriptError`]: a replay script cannot be read or parsed.
 //! * [`SetupError`]: an agent cannot be assembled (registry, whitelist, workspace).
@@ -31,7 +31,8 @@ pub enum InputError {
     PromptBlocked(String),
 }
 
-/// Raw tool results handed to `Conversation::submit` did not match the pending calls.
+/// Tool results handed to `Conversation::submit` or
+/// `Conversation::answer_round` did not match the pending calls.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum SubmitError {
@@ -44,6 +45,14 @@ pub enum SubmitError {
     /// Two results name the same id.
     #[error("two results for tool_use id `{0}`")]
     Duplicate(ToolUseId),
+    /// A round gave more outputs than there are pending calls.
+    #[error("{outputs} outputs for {calls} pending call(s)")]
+    TooMany {
+        /// The pending calls.
+        calls: usize,
+        /// The outputs given.
+        outputs: usize,
+    },
 }
 
 /// A model request failed (network, API error, exhausted script, ...).

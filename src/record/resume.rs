@@ -167,15 +167,15 @@ impl ResumePoint {
         // The recorded calls are rebuilt without a budget; the current
         // question's is checked at the end.
         let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
-        let mut conversation = Conversation::start(&question, unbounded)?.on_empty_reply(on_empty);
+        let mut fresh = Conversation::new(&question, unbounded)?.on_empty_reply(on_empty);
         // Answers are checked as the recorded run checked them, so an answer
         // that was sent back is rebuilt as one (the number of retries the
         // run allowed is not recorded: the rebuild allows any; the resumed
         // run applies its own).
         if let Some(schema) = run.output_schema(agent) {
-            conversation =
-                conversation.expect_output(SchemaOutput::shared(schema.clone()), u32::MAX);
+            fresh = fresh.expect_output(SchemaOutput::shared(schema.clone()), u32::MAX);
         }
+        let mut conversation = fresh.begin();
         let recorded_calls = run.calls(agent);
         let mut interrupted = Vec::new();
         let mut kept = 0;

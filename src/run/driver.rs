@@ -136,7 +136,9 @@ pub type RoundFuture<'a> = Pin<Box<dyn Future<Output = Round> + Send + 'a>>;
 /// What a round of tool calls gave ([`Executor::execute_round`]).
 #[derive(Debug, Default)]
 pub struct Round {
-    /// One output per call, in call order.
+    /// One output per call, in call order. A call without one is answered
+    /// as failed; more outputs than calls is a broken round: the monitor is
+    /// warned and every call of the round is answered as failed.
     pub outputs: Vec<ToolOutput>,
     /// The interrupt that stopped the round, if one did.
     pub stopped: Option<Interrupt>,
@@ -258,7 +260,8 @@ impl<E: Executor + ?Sized> Drop for Live<'_, E> {
         let stage = std::mem::take(&mut self.stage);
         let outcome = if let Some(pending) = stage.tools {
             let outputs = self.executor.abandon_round(pending.calls(), &interrupt);
-            match pending.answer_round(outputs, Some(interrupt.clone())) {
+            let stopped = Some(interrupt.clone());
+            match answer_round(self.agent, &mut *self.monitor, pending, outputs, stopped) {
                 AfterRound::Continue(next) => next.interrupt(interrupt).into_outcome(),
                 AfterRound::CallLimit(done) => done.into_outcome(),
                 AfterRound::Stopped(done) => done.into_outcome(),
@@ -439,10 +442,56 @@ where
         let Some(pending) = live.stage.tools.take() else {
             unreachable!("the round's conversation is kept in the stage while the round runs");
         };
-        match pending.answer_round(round.outputs, round.stopped) {
+        let after = answer_round(
+            agent,
+            &mut *live.monitor,
+            pending,
+            round.outputs,
+            round.stopped,
+        );
+        match after {
             AfterRound::Continue(next) => live.stage.ask(next),
             AfterRound::CallLimit(done) => return live.finish(done.into_outcome()),
             AfterRound::Stopped(done) => return live.finish(done.into_outcome()),
+        }
+    }
+}
+
+/// Answers a round with the executor's `outputs`. An executor that gave
+/// more outputs than the round has calls broke its contract, and which
+/// output answers which call is unknown: the monitor is warned, and every
+/// call is answered as an error saying so.
+fn answer_round(
+    agent: &AgentId,
+    monitor: &mut dyn Monitor,
+    pending: Conversation<AwaitingTools>,
+    outputs: Vec<ToolOutput>,
+    stopped: Option<Interrupt>,
+) -> AfterRound {
+    let mut pending = pending;
+    let mut outputs = outputs;
+    // At most twice: the second time there is one output per call.
+    loop {
+        match pending.answer_round(outputs, stopped.clone()) {
+            Ok(after) => return after,
+            Err(rejected) => {
+                let text = format!(
+                    "the executor's round does not match its calls ({}); every call of the round is answered as failed",
+                    rejected.error
+                );
+                monitor.warning(agent, &text);
+                pending = rejected.conversation;
+                outputs = pending
+                    .calls()
+                    .iter()
+                    .map(|call| {
+                        ToolOutput::error(format!(
+                            "{} failed: the round's results could not be matched to its calls",
+                            call.name()
+                        ))
+                    })
+                    .collect();
+            }
         }
     }
 }

@@ -95,7 +95,8 @@ pub trait Monitor: Send {
         let _ = (agent, record);
     }
 
-    /// A hook of `agent` raised a warning.
+    /// A warning about `agent`'s run: a hook's, or the driver's (an executor
+    /// whose round did not match its calls).
     fn warning(&mut self, agent: &AgentId, warning: &str) {
         let _ = (agent, warning);
     }

@@ -760,7 +760,10 @@ mod tests {
         for path in walk(&base).into_iter().chain([base.clone()]) {
             std::os::unix::fs::lchown(&path, Some(nobody), Some(nobody)).unwrap();
         }
-        let path = std::ffi::CString::new(tree.to_str().unwrap()).unwrap();
+        // The suite's TMPDIR may be root's alone (mode 0700): the child
+        // enters `base` while still root and names the tree from there.
+        let base_path = std::ffi::CString::new(base.to_str().unwrap()).unwrap();
+        let path = c"tree";
         let started = Instant::now();
         // SAFETY: the child makes only async-signal-safe calls (system
         // calls, and `remove_tree`, which the forked cleaner calls too).
@@ -769,6 +772,9 @@ mod tests {
         if child == 0 {
             // SAFETY: in the forked child, which only exits after.
             unsafe {
+                if libc::chdir(base_path.as_ptr()) != 0 {
+                    libc::_exit(3);
+                }
                 let dropped =
                     libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
                         && libc::syscall(libc::SYS_setresgid, nobody, nobody, nobody) == 0

@@ -9,11 +9,13 @@ use subloop::ModelResponse;
 use subloop::Outcome;
 use subloop::StatusKind;
 use subloop::core::agent_id::AgentId;
+use subloop::core::conversation::AfterRound;
 use subloop::core::conversation::AfterTools;
 use subloop::core::conversation::AwaitingModel;
 use subloop::core::conversation::AwaitingTools;
 use subloop::core::conversation::CONTINUE_PROMPT;
 use subloop::core::conversation::Finished;
+use subloop::core::conversation::Fresh;
 use subloop::core::conversation::ModelError;
 use subloop::core::conversation::ModelStopped;
 use subloop::core::conversation::OnEmptyReply;
@@ -39,6 +41,8 @@ use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::run::driver::Event;
 use subloop::run::driver::Executor;
+use subloop::run::driver::Round;
+use subloop::run::driver::RoundFuture;
 use subloop::run::driver::run;
 use subloop::run::monitor::Monitor;
 
@@ -48,6 +52,11 @@ const QUESTION: &str = "What does main.py print?";
 
 fn start(max_calls: u32) -> Conversation<AwaitingModel> {
     Conversation::start(QUESTION, Budget::new(max_calls).unwrap()).unwrap()
+}
+
+/// A conversation not yet begun, to configure.
+fn fresh(max_calls: u32) -> Conversation<Fresh> {
+    Conversation::new(QUESTION, Budget::new(max_calls).unwrap()).unwrap()
 }
 
 fn reply(content: Vec<ReplyBlock>, stop_reason: Option<StopReason>) -> ModelResponse {
@@ -687,6 +696,148 @@ fn submit_reverse_succeeds(pending: Conversation<AwaitingTools>) {
     );
 }
 
+// ---------------------------------------------------------------- answer_round
+
+#[test]
+fn answer_round_refuses_more_outputs_than_calls_and_hands_back_the_state() {
+    let pending = three_pending();
+    let calls = pending.calls().to_vec();
+    let history = pending.history().to_vec();
+    let made = pending.calls_made();
+    let outputs = (0..4).map(|n| ToolOutput::ok(format!("out {n}"))).collect();
+    let rejected = match pending.answer_round(outputs, None) {
+        Err(rejected) => rejected,
+        Ok(after) => panic!("expected a rejection, got {after:?}"),
+    };
+    assert_eq!(
+        rejected.error,
+        SubmitError::TooMany {
+            calls: 3,
+            outputs: 4
+        }
+    );
+    assert_eq!(
+        rejected.error.to_string(),
+        "4 outputs for 3 pending call(s)"
+    );
+    let back = rejected.conversation;
+    assert_eq!(back.calls(), calls.as_slice());
+    assert_eq!(back.history(), history.as_slice());
+    assert_eq!(back.calls_made(), made);
+    // One output per call is accepted, stored in call order.
+    let outputs = calls
+        .iter()
+        .map(|call| ToolOutput::ok(format!("out {}", call.id())))
+        .collect();
+    let next = match back.answer_round(outputs, None) {
+        Ok(AfterRound::Continue(next)) => next,
+        other => panic!("expected Continue, got {other:?}"),
+    };
+    assert_eq!(
+        next.history()[2],
+        Message {
+            role: Role::User,
+            content: vec![
+                result_block("toolu_a", "out toolu_a", false),
+                result_block("toolu_b", "out toolu_b", false),
+                result_block("toolu_c", "out toolu_c", false),
+            ],
+        }
+    );
+}
+
+#[test]
+fn answer_round_answers_a_call_without_an_output_as_failed() {
+    let outputs = vec![ToolOutput::ok("out toolu_a")];
+    let next = match three_pending().answer_round(outputs, None) {
+        Ok(AfterRound::Continue(next)) => next,
+        other => panic!("expected Continue, got {other:?}"),
+    };
+    assert_eq!(
+        next.history()[2].content,
+        vec![
+            result_block("toolu_a", "out toolu_a", false),
+            result_block(
+                "toolu_b",
+                "read_file failed: the round gave no result for this call",
+                true
+            ),
+            result_block(
+                "toolu_c",
+                "run_main failed: the round gave no result for this call",
+                true
+            ),
+        ]
+    );
+}
+
+/// An executor whose round gives one output too many.
+struct OneTooMany;
+
+impl Executor for OneTooMany {
+    fn definitions(&self) -> &[ToolDefinition] {
+        &[]
+    }
+
+    fn execute(&mut self, call: &ToolCall) -> ToolOutput {
+        ToolOutput::ok(format!("out {}", call.id()))
+    }
+
+    fn execute_round<'a>(
+        &'a mut self,
+        calls: &'a [ToolCall],
+        _agent: &'a AgentId,
+        _monitor: &'a mut dyn Monitor,
+    ) -> RoundFuture<'a> {
+        let mut outputs: Vec<ToolOutput> = calls.iter().map(|call| self.execute(call)).collect();
+        outputs.push(ToolOutput::ok("for no call"));
+        Box::pin(std::future::ready(Round {
+            outputs,
+            stopped: None,
+        }))
+    }
+}
+
+#[derive(Default)]
+struct Warnings(Vec<String>);
+
+impl Monitor for Warnings {
+    fn event(&mut self, _agent: &AgentId, _event: &Event<'_>) {}
+
+    fn warning(&mut self, _agent: &AgentId, warning: &str) {
+        self.0.push(warning.to_owned());
+    }
+}
+
+#[test]
+fn driver_answers_every_call_as_failed_when_a_round_gives_too_many_outputs() {
+    let mut model = RecordingModel::new(vec![
+        Ok(ModelResponse::tool_calls([
+            ("toolu_a", "read_file", json!({"path": "a"})),
+            ("toolu_b", "read_file", json!({"path": "b"})),
+        ])),
+        Ok(ModelResponse::answer("done")),
+    ]);
+    let mut warnings = Warnings::default();
+    let outcome = run(start(3), &mut model, &mut OneTooMany, &mut warnings);
+    assert_eq!(outcome.status, StatusKind::Answered);
+    let failed = "read_file failed: the round's results could not be matched to its calls";
+    assert_eq!(
+        outcome.messages[2].content,
+        vec![
+            result_block("toolu_a", failed, true),
+            result_block("toolu_b", failed, true),
+        ]
+    );
+    assert_eq!(
+        warnings.0,
+        vec![
+            "the executor's round does not match its calls (3 outputs for 2 pending call(s)); every call of the round is answered as failed"
+                .to_owned()
+        ]
+    );
+}
+
 // ---------------------------------------------------------------- usage and Outcome
 
 fn with_usage(mut reply: ModelResponse, input: u64, output: u64, cache_read: u64) -> ModelResponse {
@@ -1018,7 +1169,7 @@ fn driver_model_sees_the_history_with_results_of_the_previous_round() {
     ]);
     let mut driven = model.clone();
     let outcome = run(
-        start(4).with_system("be brief"),
+        fresh(4).with_system("be brief").begin(),
         &mut driven,
         &mut Echo::default(),
         &mut Log::default(),
@@ -1157,13 +1308,13 @@ fn an_empty_end_turn_is_a_protocol_error_by_default() {
     let done = expect_protocol_error(next.receive(empty_end_turn()));
     assert_eq!(done.status().violation(), &Violation::EndTurnWithoutText);
     assert_eq!(done.history().len(), 3, "nothing was added");
-    let stop = start(5).on_empty_reply(OnEmptyReply::Stop);
+    let stop = fresh(5).on_empty_reply(OnEmptyReply::Stop).begin();
     expect_protocol_error(stop.receive(empty_end_turn()));
 }
 
 #[test]
 fn continue_answers_an_empty_reply_once_with_a_new_user_message() {
-    let conversation = start(5).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(5).on_empty_reply(OnEmptyReply::Continue).begin();
     let pending = expect_tools(conversation.receive(reply(
         vec![tool_use("toolu_1", "read_file")],
         Some(StopReason::ToolUse),
@@ -1201,7 +1352,7 @@ fn continue_answers_an_empty_reply_once_with_a_new_user_message() {
 
 #[test]
 fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_continue_again() {
-    let conversation = start(8).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(8).on_empty_reply(OnEmptyReply::Continue).begin();
     let next = expect_continued(conversation.receive(empty_end_turn()));
     let done = expect_protocol_error(next.receive(empty_end_turn()));
     assert_eq!(done.status().violation(), &Violation::EndTurnWithoutText);
@@ -1213,7 +1364,7 @@ fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_contin
     assert_eq!(done.calls_made(), 2);
 
     // Once per turn: a reply with tools in between allows another continue.
-    let conversation = start(8).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(8).on_empty_reply(OnEmptyReply::Continue).begin();
     let next = expect_continued(conversation.receive(empty_end_turn()));
     let pending = expect_tools(next.receive(reply(
         vec![tool_use("toolu_1", "read_file")],
@@ -1232,7 +1383,7 @@ fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_contin
 
 #[test]
 fn continue_with_no_call_left_is_a_protocol_error() {
-    let conversation = start(1).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(1).on_empty_reply(OnEmptyReply::Continue).begin();
     let done = expect_protocol_error(conversation.receive(empty_end_turn()));
     assert!(
         done.text().contains("no model call left"),
@@ -1249,7 +1400,7 @@ fn the_driver_reports_a_continued_empty_reply_and_sends_the_prompt_next() {
         Ok(ModelResponse::answer("done")),
     ]);
     let mut log = Log::default();
-    let conversation = start(3).on_empty_reply(OnEmptyReply::Continue);
+    let conversation = fresh(3).on_empty_reply(OnEmptyReply::Continue).begin();
     let outcome = run(conversation, &mut model, &mut Echo::default(), &mut log);
     assert_eq!(outcome.status, StatusKind::Answered);
     assert_eq!(outcome.calls, 2);

@@ -44,9 +44,10 @@ fn budget(n: u32) -> Budget {
 
 #[test]
 fn a_matching_answer_finishes_answered_with_its_value() {
-    let conversation = Conversation::start("q", budget(3))
+    let conversation = Conversation::new("q", budget(3))
         .unwrap()
-        .expect_output(TypedOutput::<Verdict>::shared(), 1);
+        .expect_output(TypedOutput::<Verdict>::shared(), 1)
+        .begin();
     let request = conversation.request(&[], None);
     let schema = request.output.expect("the schema goes with the request");
     assert_eq!(schema["properties"]["matches"]["type"], "boolean");
@@ -69,9 +70,10 @@ fn a_matching_answer_finishes_answered_with_its_value() {
 
 #[test]
 fn a_mismatch_is_sent_back_then_finishes_invalid_output() {
-    let conversation = Conversation::start("q", budget(5))
+    let conversation = Conversation::new("q", budget(5))
         .unwrap()
-        .expect_output(TypedOutput::<Verdict>::shared(), 1);
+        .expect_output(TypedOutput::<Verdict>::shared(), 1)
+        .begin();
     let Reply::InvalidAnswer { next, error } =
         conversation.receive(ModelResponse::answer(WRONG_TYPE))
     else {
@@ -98,17 +100,19 @@ fn a_mismatch_is_sent_back_then_finishes_invalid_output() {
 #[test]
 fn no_retry_is_given_without_a_call_left_and_a_follow_up_gets_its_own() {
     // A budget of one call: the mismatch cannot be sent back.
-    let conversation = Conversation::start("q", budget(1))
+    let conversation = Conversation::new("q", budget(1))
         .unwrap()
-        .expect_output(SchemaOutput::shared(json!({"type": "integer"})), 3);
+        .expect_output(SchemaOutput::shared(json!({"type": "integer"})), 3)
+        .begin();
     assert!(matches!(
         conversation.receive(ModelResponse::answer("\"seven\"")),
         Reply::InvalidOutput(_)
     ));
     // Retries are per question: a follow-up starts with all of them.
-    let conversation = Conversation::start("q", budget(4))
+    let conversation = Conversation::new("q", budget(4))
         .unwrap()
-        .expect_output(SchemaOutput::shared(json!({"type": "integer"})), 1);
+        .expect_output(SchemaOutput::shared(json!({"type": "integer"})), 1)
+        .begin();
     let Reply::InvalidAnswer { next, .. } = conversation.receive(ModelResponse::answer("x")) else {
         panic!("sent back");
     };
