@@ -2,14 +2,6 @@
 //! `read_file`, `run_main` behind a terminal prompt, the plan, and `task`.
 //! Run with `cargo run --example library` from the repository.
 
-// An example may unwrap, expect, panic and index, to stay short (the library may not).
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::path::Path;
 use std::sync::Arc;
 

@@ -680,6 +680,35 @@ unsafe fn exit_as(status: libc::c_int) -> ! {
     }
 }
 
+/// Closes every descriptor from 3 on but `one` and `two`.
+unsafe fn close_all_but_two(one: libc::c_int, two: libc::c_int) {
+    let (low, high) = (one.min(two), one.max(two));
+    let mut from: libc::c_int = 3;
+    for keep in [low, high] {
+        if keep > from {
+            // SAFETY: closes descriptors of this process only.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_close_range,
+                    from as libc::c_uint,
+                    (keep - 1) as libc::c_uint,
+                    0u32,
+                );
+            }
+        }
+        from = from.max(keep + 1);
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            from as libc::c_uint,
+            libc::c_uint::MAX,
+            0u32,
+        );
+    }
+}
+
 /// Closes every descriptor from 3 on but `keep`.
 unsafe fn close_all_but(keep: libc::c_int) {
     // SAFETY: closes descriptors of this process only.
@@ -744,10 +773,12 @@ fn make_userns(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
     if child == 0 {
         // SAFETY: in the forked child: unshare, tell, wait, exit.
         unsafe {
-            // The parent's ends are closed here, so the wait below ends
-            // when the parent closes its end.
-            libc::close(done_write.as_raw_fd());
-            libc::close(ready_read.as_raw_fd());
+            // Every descriptor but its two ends is closed: the parent's
+            // ends, so the wait below ends when the parent closes its own,
+            // and those of other threads (another run making its namespace
+            // at the same moment waits for the end of a pipe this process
+            // would otherwise hold).
+            close_all_but_two(ready_write.as_raw_fd(), done_read.as_raw_fd());
             let ok = libc::unshare(libc::CLONE_NEWUSER) == 0;
             let byte = u8::from(ok);
             libc::write(ready_write.as_raw_fd(), (&raw const byte).cast(), 1);
