@@ -202,11 +202,18 @@ impl SandboxPolicy {
             } else {
                 workspace.join(path)
             };
-            // The real path of what exists (a symlink in the workspace is
-            // resolved: what it leads to is what a reader gets).
-            let path = std::fs::canonicalize(&path).unwrap_or(path);
-            if path.starts_with(workspace) && path != workspace && !paths.contains(&path) {
-                paths.push(path);
+            // The path as named (a symbolic link on it then refuses the
+            // run: the program could replace the link) and the real path
+            // of what exists (what a reader gets).
+            let named = (!path
+                .components()
+                .any(|part| part == std::path::Component::ParentDir))
+            .then(|| path.clone());
+            let real = std::fs::canonicalize(&path).ok();
+            for path in named.into_iter().chain(real) {
+                if path.starts_with(workspace) && path != workspace && !paths.contains(&path) {
+                    paths.push(path);
+                }
             }
         }
         paths
@@ -737,6 +744,30 @@ mod tests {
         assert_eq!(
             none.first(),
             Some(&(OsString::from("PATH"), OsString::from(DEFAULT_PATH)))
+        );
+    }
+
+    #[test]
+    fn a_protected_link_is_kept_as_named_and_where_it_leads() {
+        let dir = std::env::temp_dir().join(format!("subloop-protect-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("hooks")).unwrap();
+        let dir = std::fs::canonicalize(&dir).unwrap();
+        std::fs::write(dir.join("hooks/real.sh"), "").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("real.sh", dir.join("hooks/guard.sh")).unwrap();
+        let paths = SandboxPolicy::default()
+            .protect("./hooks/guard.sh")
+            .protect("../outside")
+            .protected_paths(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(paths.contains(&dir.join("hooks/guard.sh")), "{paths:?}");
+        #[cfg(unix)]
+        assert!(paths.contains(&dir.join("hooks/real.sh")), "{paths:?}");
+        assert!(paths.contains(&dir.join(".git/config")));
+        assert!(
+            !paths.iter().any(|path| !path.starts_with(&dir)),
+            "{paths:?}"
         );
     }
 
