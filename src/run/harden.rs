@@ -262,6 +262,20 @@ unsafe fn mirror(pid: libc::pid_t) -> ! {
                 libc::_exit(127);
             }
         }
+        exit_as(status)
+    }
+}
+
+/// Exits as the wait status `status` says: with its exit code, or killed
+/// by the same signal (falling back to `128 + signal`). Async-signal-safe.
+///
+/// # Safety
+///
+/// Ends the calling process: only in a forked child.
+#[cfg(target_os = "linux")]
+pub(crate) unsafe fn exit_as(status: libc::c_int) -> ! {
+    // SAFETY: plain system calls in a process that is ending.
+    unsafe {
         if libc::WIFEXITED(status) {
             libc::_exit(libc::WEXITSTATUS(status));
         }
@@ -356,24 +370,23 @@ const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Async-signal-safe.
 #[cfg(target_os = "linux")]
 pub(crate) fn drop_privileges() -> io::Result<()> {
-    let header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let none = [CapData {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    // SAFETY: plain system calls on this process; `header` and `none` are
-    // the structures capset(2) reads.
+    // SAFETY: prctl(2) with integer arguments, on this process.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop_bounding_set();
+    clear_capabilities()
+}
+
+/// Empties the capability bounding set where this process may change it
+/// (it needs `CAP_SETPCAP`; `EINVAL` past the last capability: best
+/// effort, as with `no_new_privs` the emptied sets of
+/// [`clear_capabilities`] are what counts) and the ambient set.
+/// Async-signal-safe.
+#[cfg(target_os = "linux")]
+pub(crate) fn drop_bounding_set() {
+    // SAFETY: prctl(2) with integer arguments, on this process.
     unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // The bounding set, where this process may change it (it needs
-        // CAP_SETPCAP; EINVAL past the last capability): best effort, as
-        // with `no_new_privs` the emptied sets below are what counts.
         for capability in 0..64 {
             libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
         }
@@ -384,9 +397,25 @@ pub(crate) fn drop_privileges() -> io::Result<()> {
             0,
             0,
         );
-        if libc::syscall(libc::SYS_capset, &raw const header, none.as_ptr()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
+    }
+}
+
+/// capset(2): the effective, permitted and inheritable sets emptied.
+/// Async-signal-safe.
+#[cfg(target_os = "linux")]
+pub(crate) fn clear_capabilities() -> io::Result<()> {
+    let header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let none = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset(2) reads `header` and the two `none` halves we own.
+    if unsafe { libc::syscall(libc::SYS_capset, &raw const header, none.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }

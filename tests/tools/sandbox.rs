@@ -107,6 +107,41 @@ fn stdout(text: &str) -> String {
     report["stdout"].as_str().unwrap_or_default().to_owned()
 }
 
+/// A script whose parent calls `run_main` once and then answers, written
+/// to `script.json` in `dir`; its path.
+fn run_main_script(dir: &Path) -> PathBuf {
+    let script = json!({"parent": [
+        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
+        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
+    ]});
+    let path = dir.join("script.json");
+    std::fs::write(&path, script.to_string()).unwrap();
+    path
+}
+
+/// `subloop run --quiet --decision allow --run-timeout 120` on `ws` with
+/// `script`, its standard streams closed.
+fn subloop_run(ws: &Path, script: &Path) -> Command {
+    let mut command = Command::new(common::bin());
+    command
+        .args([
+            "run",
+            "--quiet",
+            "--decision",
+            "allow",
+            "--run-timeout",
+            "120",
+            "--workspace",
+        ])
+        .arg(ws)
+        .arg("--script")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
 /// Python that defines `attempt(name, f)`: prints `OK name: <value>` when
 /// `f()` gets through, `BLOCKED name: <error>` when it raises `OSError`.
 const ATTEMPT: &str = "\
@@ -766,29 +801,7 @@ fn start_sleeping(place: &Place) -> (std::process::Child, PathBuf) {
         ),
     )
     .unwrap();
-    let script = json!({"parent": [
-        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
-        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
-    ]});
-    let script_path = place.outside.join("script.json");
-    std::fs::write(&script_path, script.to_string()).unwrap();
-    let mut command = Command::new(common::bin());
-    command
-        .args([
-            "run",
-            "--quiet",
-            "--decision",
-            "allow",
-            "--run-timeout",
-            "120",
-            "--workspace",
-        ])
-        .arg(&place.ws)
-        .arg("--script")
-        .arg(&script_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut command = subloop_run(&place.ws, &run_main_script(&place.outside));
     let child = common::default_signals(&mut command).spawn().unwrap();
     let marker = place.ws.join("tmpdir");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -878,29 +891,7 @@ fn start_deep(place: &Place) -> (std::process::Child, PathBuf) {
         ),
     )
     .unwrap();
-    let script = json!({"parent": [
-        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
-        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
-    ]});
-    let script_path = place.outside.join("script.json");
-    std::fs::write(&script_path, script.to_string()).unwrap();
-    let mut command = Command::new(common::bin());
-    command
-        .args([
-            "run",
-            "--quiet",
-            "--decision",
-            "allow",
-            "--run-timeout",
-            "120",
-            "--workspace",
-        ])
-        .arg(&place.ws)
-        .arg("--script")
-        .arg(&script_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut command = subloop_run(&place.ws, &run_main_script(&place.outside));
     common::default_signals(&mut command);
     // A session of its own: every process subloop starts (the watchdog, its
     // cleaner, the program) can be found by it afterwards.
@@ -1434,11 +1425,7 @@ attempt('write', lambda: open('written.txt', 'w').write('x'))
         pid = bystander.pid()
     );
     std::fs::write(root.join("ws/main.py"), &main).unwrap();
-    let script = json!({"parent": [
-        {"content": [{"type": "tool_use", "id": "r1", "name": "run_main", "input": {}}], "stop_reason": "tool_use"},
-        {"content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"},
-    ]});
-    std::fs::write(root.join("script.json"), script.to_string()).unwrap();
+    run_main_script(&root);
     for path in [
         root.clone(),
         root.join("ws"),

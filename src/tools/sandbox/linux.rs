@@ -317,25 +317,6 @@ pub(super) fn close_inherited(command: &mut Command) {
     }
 }
 
-/// `struct __user_cap_header_struct`.
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-/// `struct __user_cap_data_struct`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-/// `_LINUX_CAPABILITY_VERSION_3`: two `CapData`, 64 capabilities.
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
 impl Rules {
     /// The namespaces and the new root ([`Plan::enter`]; from here on
     /// this is the namespace's init); the capability bounding set emptied
@@ -351,35 +332,14 @@ impl Rules {
             len: u16::try_from(self.filter.len()).unwrap_or(u16::MAX),
             filter: self.filter.as_ptr().cast_mut(),
         };
-        let header = CapHeader {
-            version: CAPABILITY_VERSION_3,
-            pid: 0,
-        };
-        let none = [CapData {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
         // SAFETY: plain system calls on this process; `program` points to
-        // the filter, which lives as long as `self`; `header` and `none`
-        // are the structures capset(2) reads; `enter` and `run_program`
-        // run in the forked child, as they require.
+        // the filter, which lives as long as `self`; `enter` and
+        // `run_program` run in the forked child, as they require.
         unsafe {
             let init = self.plan.enter(self.ruleset.as_raw_fd())?;
-            // The bounding set (it needs CAP_SETPCAP, which root and the
-            // user namespace's owner have here; EINVAL past the last
-            // capability): with `no_new_privs` the emptied sets below are
-            // what counts.
-            for capability in 0..64 {
-                libc::prctl(libc::PR_CAPBSET_DROP, capability, 0, 0, 0);
-            }
-            libc::prctl(
-                libc::PR_CAP_AMBIENT,
-                libc::PR_CAP_AMBIENT_CLEAR_ALL,
-                0,
-                0,
-                0,
-            );
+            // The bounding set while root's (or the user namespace
+            // owner's) CAP_SETPCAP still allows it.
+            crate::run::harden::drop_bounding_set();
             self.plan.become_program_user()?;
             // The init still holds a copy of subloop's memory and
             // environment (the API keys) and runs as the program's user:
@@ -389,9 +349,7 @@ impl Rules {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if libc::syscall(libc::SYS_capset, &raw const header, none.as_ptr()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            crate::run::harden::clear_capabilities()?;
             if libc::syscall(
                 libc::SYS_landlock_restrict_self,
                 self.ruleset.as_raw_fd(),

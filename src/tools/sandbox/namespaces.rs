@@ -632,7 +632,7 @@ unsafe fn outer(init: libc::pid_t, read_end: libc::c_int, write_end: libc::c_int
         let mut status = 0;
         while libc::waitpid(init, &mut status, 0) < 0 && *libc::__errno_location() == libc::EINTR {}
         // The program's own status when the init reported it, else the init's.
-        exit_as(if got == 4 { reported } else { status });
+        crate::run::harden::exit_as(if got == 4 { reported } else { status });
     }
 }
 
@@ -655,28 +655,6 @@ unsafe fn init(program: libc::pid_t, status_fd: libc::c_int) -> ! {
                 libc::_exit(127);
             }
         }
-    }
-}
-
-/// Exits with the wait status `status`: its code, or killed by its signal.
-unsafe fn exit_as(status: libc::c_int) -> ! {
-    // SAFETY: system calls in a process that is ending.
-    unsafe {
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            libc::signal(signal, libc::SIG_DFL);
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, signal);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::kill(libc::getpid(), signal);
-            libc::_exit(128 + signal);
-        }
-        libc::_exit(if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else {
-            127
-        });
     }
 }
 
