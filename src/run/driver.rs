@@ -29,7 +29,7 @@ use crate::core::conversation::{
 use crate::core::error::ModelFailure;
 use crate::core::protocol::ToolDefinition;
 use crate::run::model::{AsyncModel, Blocking, Model, Received};
-pub use crate::run::monitor::{Event, Monitor, Silent};
+use crate::run::monitor::{Event, Monitor};
 use crate::run::telemetry::{self, Telemetry};
 use tracing::Instrument;
 

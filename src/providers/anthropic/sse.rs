@@ -1,5 +1,5 @@
 //! The assembler that turns the Messages API event stream (read by the
-//! shared [`SseReader`]) into the same [`ModelResponse`] a non-streaming
+//! shared [`SseReader`](crate::providers::http::sse::SseReader)) into the same [`ModelResponse`] a non-streaming
 //! call returns.
 //!
 //! Deltas: `text_delta`, `thinking_delta` and `signature_delta` are appended
@@ -16,7 +16,7 @@ use crate::core::error::ModelFailure;
 use crate::core::protocol::ModelResponse;
 use crate::run::model::Received;
 
-pub use crate::providers::http::sse::{SseEvent, SseReader};
+use crate::providers::http::sse::SseEvent;
 use crate::providers::http::stream::{StreamParser, read_events};
 
 struct BlockState {
