@@ -18,7 +18,7 @@
 
 #[cfg(feature = "async")]
 mod async_client;
-pub mod sse;
+pub(crate) mod sse;
 
 #[cfg(feature = "async")]
 pub use async_client::{AsyncAnthropicModel, AsyncClient};

@@ -12,12 +12,12 @@
 //! error's kind and message in it.
 
 #[cfg(feature = "async")]
-pub mod async_client;
+pub(crate) mod async_client;
 #[cfg(feature = "async")]
 pub mod async_transport;
 pub mod retry;
-pub mod sse;
-pub mod stream;
+pub(crate) mod sse;
+pub(crate) mod stream;
 pub mod transport;
 
 use std::io::{BufReader, Read};
@@ -553,7 +553,7 @@ impl<'s> Shown<'s> {
 /// Reads a blocking event stream into a reply with `parser`, showing its
 /// text on `sink` (see [`Shown`]) with `redactor`'s secrets hidden. A
 /// hostile stream cannot grow without bound: past 64 MiB it just ends.
-pub fn read_stream<P: stream::StreamParser>(
+pub(crate) fn read_stream<P: stream::StreamParser>(
     response: HttpResponse,
     sink: Option<&TextSink>,
     whole_lines: bool,
