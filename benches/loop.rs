@@ -51,7 +51,7 @@ use subloop::policy::permission::DenyAll;
 use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::run::driver::Event;
+use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
 

@@ -19,7 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use subloop::tools::sandbox::Support;
-use subloop::tools::{RunMain, RunSettings, Sandbox, SandboxPolicy};
+use subloop::tools::sandbox::{Sandbox, SandboxPolicy};
+use subloop::tools::{RunMain, RunSettings};
 
 /// Median and mean of `samples`, in microseconds.
 fn summary(samples: &mut [Duration]) -> (f64, f64) {

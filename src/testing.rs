@@ -40,8 +40,9 @@ use crate::core::protocol::{
     Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition, Usage,
 };
 use crate::providers::scripted::ScriptedReply;
-use crate::run::driver::{self, Executor, Silent};
+use crate::run::driver::{self, Executor};
 use crate::run::model::Model;
+use crate::run::monitor::Silent;
 
 /// Arbitrary JSON values, a few levels deep.
 pub fn json_value() -> impl Strategy<Value = Value> {

@@ -29,10 +29,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::DenyAll;
-use subloop::providers::anthropic::retry::RetryPolicy;
-use subloop::providers::anthropic::transport::Timeouts;
-use subloop::providers::anthropic::{ApiKey, LiveConfig};
+use subloop::providers::anthropic::LiveConfig;
 use subloop::providers::demo::DEMO_QUESTION;
+use subloop::providers::http::ApiKey;
+use subloop::providers::http::retry::RetryPolicy;
+use subloop::providers::http::transport::Timeouts;
 use subloop::providers::openai::OpenAiConfig;
 use subloop::run::model::ChildModels;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
@@ -717,7 +718,8 @@ mod blocking {
     use std::sync::Arc;
 
     use subloop::Model;
-    use subloop::providers::anthropic::{self, AnthropicModel, StopSlot};
+    use subloop::providers::anthropic::{self, AnthropicModel};
+    use subloop::providers::http::StopSlot;
     use subloop::providers::openai::{self, OpenAiModel};
 
     use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings, Tools};

@@ -11,11 +11,12 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::agent::executor::run_command_hooks;
-use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning};
+use crate::agent::executor::{Drive, Gate, Toolbox};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::core::agent_id::AgentId;
+use crate::core::call::{ToolRecord, Warning};
 use crate::core::conversation::{
     AwaitingModel, Budget, Conversation, Fresh, OnEmptyReply, Outcome, OutputCheck, StatusKind,
 };

@@ -16,15 +16,16 @@ use crate::core::redact::Redactor;
 use crate::policy::command_hooks::{CommandHooks, HookInput, HookOutcome, HookVerdict};
 use crate::policy::hooks::{AuditEntry, AuditLog, HookCall, Hooks, Phase, Verdict};
 use crate::policy::permission::{ApprovalRequest, Approver, Decision};
-use crate::run::driver::{Event, Executor, Monitor, Round, RoundFuture, block_on, stopped_output};
+use crate::run::driver::{Executor, Round, RoundFuture, block_on, stopped_output};
 use crate::run::join::CatchUnwind;
 use crate::run::limits::RunGuard;
 use crate::run::monitor::SharedMonitor;
+use crate::run::monitor::{Event, Monitor};
 use crate::run::telemetry::{self, Telemetry};
 use crate::tools::{Capability, Registry, Tool, ToolContext, refusal};
 use tracing::{Instrument, Span};
 
-pub use crate::core::call::{CallDecision, ToolRecord, Warning};
+use crate::core::call::{CallDecision, ToolRecord, Warning};
 
 /// What an agent's tool pipeline needs; shared by reference for one conversation.
 #[derive(Clone, Copy)]

@@ -26,9 +26,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::agent::executor::{Drive, Gate, ToolRecord, Toolbox, Warning, run_command_hooks};
+use crate::agent::executor::{Drive, Gate, Toolbox, run_command_hooks};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::core::agent_id::AgentId;
+use crate::core::call::{ToolRecord, Warning};
 use crate::core::conversation::{
     Budget, Conversation, OnEmptyReply, Outcome, OutputCheck, StatusKind, ToolOutput,
 };

@@ -1,6 +1,6 @@
 //! `subloop doctor`: what this machine can enforce of `run_main`'s sandbox.
 
-use subloop::tools::Sandbox;
+use subloop::tools::sandbox::Sandbox;
 use subloop::tools::sandbox::{NEEDED_LANDLOCK_ABI, Support};
 
 /// The report, for `support` (what [`Support::probe`] found).

@@ -8,10 +8,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use subloop::agent::subagent::ChildBudget;
+use subloop::core::error::MAX_READ_LIMIT;
 use subloop::core::error::SetupError;
 use subloop::host::{DecisionMode, Settings};
 use subloop::policy::command_hooks::CommandHooks;
-use subloop::tools::{MAX_READ_LIMIT, Sandbox, split_command};
+use subloop::tools::sandbox::Sandbox;
+use subloop::tools::split_command;
 
 use super::{Command, LiveFlags};
 

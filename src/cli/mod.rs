@@ -415,7 +415,7 @@ fn mcp_servers_of(
     files: &[PathBuf],
     flags: &[String],
     read_only: &[String],
-) -> Result<Vec<subloop::tools::mcp::ServerConfig>, String> {
+) -> Result<Vec<subloop::tools::mcp::config::ServerConfig>, String> {
     use subloop::tools::mcp::config;
     let mut servers = Vec::new();
     for file in files {

@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 use subloop::core::agent_id::AgentId;
 use subloop::host::chat::Moment;
 use subloop::host::{ApprovalWatch, EventWatch, Watch};
-use subloop::run::driver::Event;
 use subloop::run::limits::CancelHandle;
+use subloop::run::monitor::Event;
 use subloop::run::shutdown::{Shutdown, Termination};
 use subloop::tools::{ProcessGroups, Programs};
 

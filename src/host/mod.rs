@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::agent::ResumePoint;
 use crate::agent::subagent::{ChildBudget, SubagentConfig};
 use crate::agent::{Agent, AgentBuilder, RunReport};
 use crate::core::agent_id::AgentId;
@@ -36,17 +37,18 @@ use crate::providers::scripted::{Script, ScriptedModel};
 use crate::record::compare::{Difference, Divergence, ReplayReport, compare_tools_run};
 use crate::record::invariants::Policy;
 use crate::record::recorded::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, ReplayModel};
-use crate::record::resume::{ResumeError, ResumePoint};
+use crate::record::resume::ResumeError;
 use crate::record::target::{self, TraceTargetError};
 use crate::record::trace::{TraceStatus, TraceWriter};
 use crate::record::view_html::{PageOutput, PageTrace};
-use crate::run::driver::Event;
 use crate::run::limits::{CancelHandle, Limits};
 use crate::run::model::ChildModels;
 use crate::run::model::Model;
+use crate::run::monitor::Event;
 use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown};
-use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, SandboxPolicy};
+use crate::tools::sandbox::SandboxPolicy;
+use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 
 mod protect;
 pub use protect::PlantableHook;
@@ -149,7 +151,7 @@ pub struct Settings {
     /// like the trace file). Without a trace the run writes a temporary one.
     pub view: Option<PathBuf>,
     /// MCP servers whose tools join the run (`--mcp-config`, `--mcp`).
-    pub mcp: Vec<crate::tools::mcp::ServerConfig>,
+    pub mcp: Vec<crate::tools::mcp::config::ServerConfig>,
     /// An MCP server's start timeout, also each MCP call's (`--mcp-timeout`).
     pub mcp_timeout: Duration,
     /// The tools a child may hold (`--child-tools`): read-only ones only.
@@ -506,7 +508,8 @@ fn mcp_tools(
     settings: &Settings,
     mut builder: AgentBuilder,
 ) -> Result<(AgentBuilder, McpSetup), AppError> {
-    use crate::tools::mcp::{ExitNotice, McpSettings, McpTools};
+    use crate::tools::mcp::server::ExitNotice;
+    use crate::tools::mcp::tool::{McpSettings, McpTools};
     if settings.mcp.is_empty() {
         return Ok((builder, McpSetup::default()));
     }
@@ -553,7 +556,7 @@ struct McpSetup {
     lines: Vec<String>,
     servers: Vec<(String, Vec<String>)>,
     #[cfg(feature = "mcp")]
-    notice: Option<crate::tools::mcp::ExitNotice>,
+    notice: Option<crate::tools::mcp::server::ExitNotice>,
 }
 
 impl McpSetup {
@@ -784,7 +787,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         .map_or(0, |(_, point)| point.spent.delegations);
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
-    let stop_slot: crate::providers::anthropic::StopSlot = Arc::default();
+    let stop_slot: crate::providers::http::StopSlot = Arc::default();
     // The secrets the models hold are hidden from every tool result and trace line.
     let redactor = models.redactor();
     let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {

@@ -6,7 +6,7 @@ use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
 use crate::core::hook::{HookDecision, HookRecord};
 use crate::core::text::printable;
-use crate::run::driver::Event;
+use crate::run::monitor::Event;
 use crate::run::monitor::Monitor;
 
 /// Prints progress to stderr.

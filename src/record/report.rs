@@ -7,9 +7,9 @@
 use serde::Serialize;
 
 use crate::agent::RunReport;
-use crate::agent::executor::{ToolRecord, Warning};
 use crate::agent::subagent::ChildRecord;
 use crate::core::agent_id::AgentId;
+use crate::core::call::{ToolRecord, Warning};
 use crate::core::conversation::{Outcome, StatusKind};
 use crate::core::hook::HookRecord;
 use crate::core::protocol::{ToolUseId, Usage};

@@ -98,7 +98,7 @@ pub enum ResumeError {
     Input(#[from] InputError),
 }
 
-pub use crate::agent::{ResumePoint, Spent};
+use crate::agent::{ResumePoint, Spent};
 
 impl ResumePoint {
     /// Rebuilds the parent of `run` with `budget` (the whole run's budget,

@@ -49,7 +49,7 @@ use crate::core::call::ToolRecord;
 use crate::core::hook::HookRecord;
 use crate::core::protocol::{Message, ToolDefinition, Usage};
 use crate::core::redact::Redactor;
-use crate::run::driver::Event;
+use crate::run::monitor::Event;
 use crate::run::monitor::Monitor;
 use crate::run::shutdown::{Registration, Shutdown, Termination};
 use crate::tools::sandbox::Sandbox;

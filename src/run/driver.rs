@@ -29,7 +29,7 @@ use crate::core::conversation::{
 use crate::core::error::ModelFailure;
 use crate::core::protocol::ToolDefinition;
 use crate::run::model::{AsyncModel, Blocking, Model, Received};
-pub use crate::run::monitor::{Event, Monitor, Silent};
+use crate::run::monitor::{Event, Monitor};
 use crate::run::telemetry::{self, Telemetry};
 use tracing::Instrument;
 
@@ -145,7 +145,7 @@ pub struct Round {
 }
 
 /// The answer to a call that was not run because the run was stopped.
-pub fn stopped_output(interrupt: &Interrupt) -> ToolOutput {
+pub(crate) fn stopped_output(interrupt: &Interrupt) -> ToolOutput {
     ToolOutput::error(format!(
         "not executed: the run was stopped ({})",
         interrupt.text
@@ -188,7 +188,7 @@ pub fn run_from(
 }
 
 /// The interrupt of a run whose future was dropped before it finished.
-pub fn dropped_interrupt() -> Interrupt {
+pub(crate) fn dropped_interrupt() -> Interrupt {
     Interrupt {
         kind: InterruptKind::Cancelled,
         text: "the run was dropped before it finished; what was done so far is kept".to_owned(),

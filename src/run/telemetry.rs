@@ -47,7 +47,7 @@ fn agent_name(agent: &AgentId) -> &'static str {
 }
 
 /// The `invoke_agent` span of `agent`, a child of the current span.
-pub fn agent_span(agent: &AgentId) -> Span {
+pub(crate) fn agent_span(agent: &AgentId) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         "invoke_agent",
@@ -79,7 +79,7 @@ pub fn agent_span(agent: &AgentId) -> Span {
 /// The subscriber `span` reports to, or else this thread's default: a
 /// subagent on another thread reports to its parent's subscriber even when
 /// that one is only a thread's default.
-pub fn dispatch_of(span: &Span) -> Dispatch {
+pub(crate) fn dispatch_of(span: &Span) -> Dispatch {
     span.with_subscriber(|(_, dispatch)| dispatch.clone())
         .unwrap_or_else(|| tracing::dispatcher::get_default(Dispatch::clone))
 }
@@ -87,7 +87,7 @@ pub fn dispatch_of(span: &Span) -> Dispatch {
 /// The `invoke_agent` span of a subagent, a child of `parent` (the
 /// `execute_tool` span of the `task` call that started it), reported to
 /// `dispatch` (see [`dispatch_of`]).
-pub fn child_agent_span(parent: &Span, dispatch: &Dispatch, agent: &AgentId) -> Span {
+pub(crate) fn child_agent_span(parent: &Span, dispatch: &Dispatch, agent: &AgentId) -> Span {
     tracing::dispatcher::with_default(dispatch, || {
         let _entered = parent.enter();
         agent_span(agent)
@@ -95,7 +95,7 @@ pub fn child_agent_span(parent: &Span, dispatch: &Dispatch, agent: &AgentId) -> 
 }
 
 /// Says on an agent's span which provider and model it asks.
-pub fn record_identity(span: &Span, identity: Option<&ModelIdentity>) {
+pub(crate) fn record_identity(span: &Span, identity: Option<&ModelIdentity>) {
     if span.is_disabled() {
         return;
     }
@@ -108,12 +108,12 @@ pub fn record_identity(span: &Span, identity: Option<&ModelIdentity>) {
 }
 
 /// Records an agent's call budget (model requests it may make).
-pub fn record_budget(span: &Span, budget: u32) {
+pub(crate) fn record_budget(span: &Span, budget: u32) {
     span.record("subloop.budget", i64::from(budget));
 }
 
 /// Records the task or question an agent was given, when content is captured.
-pub fn record_agent_input(span: &Span, telemetry: Telemetry, text: &str) {
+pub(crate) fn record_agent_input(span: &Span, telemetry: Telemetry, text: &str) {
     if span.is_disabled() || !telemetry.capture_content {
         return;
     }
@@ -124,7 +124,7 @@ pub fn record_agent_input(span: &Span, telemetry: Telemetry, text: &str) {
 
 /// Records how an agent's run ended: its status, calls made and budget,
 /// its own usage and its total (`total` includes its children's).
-pub fn record_outcome(span: &Span, outcome: &Outcome, total: &Usage) {
+pub(crate) fn record_outcome(span: &Span, outcome: &Outcome, total: &Usage) {
     if span.is_disabled() {
         return;
     }
@@ -181,7 +181,7 @@ fn record_usage(span: &Span, usage: &Usage) {
 
 /// The `chat` span of model request `call` of `agent`, a child of the
 /// current span (the agent's).
-pub fn chat_span(identity: Option<&ModelIdentity>, agent: &AgentId, call: u32) -> Span {
+pub(crate) fn chat_span(identity: Option<&ModelIdentity>, agent: &AgentId, call: u32) -> Span {
     let model = identity.and_then(|identity| identity.model.as_deref());
     tracing::info_span!(
         target: TARGET,
@@ -211,7 +211,7 @@ pub fn chat_span(identity: Option<&ModelIdentity>, agent: &AgentId, call: u32) -
 }
 
 /// Records the request's messages on its `chat` span, when content is captured.
-pub fn record_request(span: &Span, telemetry: Telemetry, request: &Request<'_>) {
+pub(crate) fn record_request(span: &Span, telemetry: Telemetry, request: &Request<'_>) {
     if span.is_disabled() || !telemetry.capture_content {
         return;
     }
@@ -230,7 +230,7 @@ struct OutputMessage<'a> {
 /// Records the reply on its `chat` span: the response's id and model (from
 /// the wire form, when there is one), the finish reason, the usage, and
 /// with content captured, the reply itself.
-pub fn record_response(span: &Span, telemetry: Telemetry, received: &Received) {
+pub(crate) fn record_response(span: &Span, telemetry: Telemetry, received: &Received) {
     if span.is_disabled() {
         return;
     }
@@ -260,7 +260,7 @@ pub fn record_response(span: &Span, telemetry: Telemetry, received: &Received) {
 }
 
 /// Records a failed request on its `chat` span.
-pub fn record_failure(span: &Span, failure: &ModelFailure) {
+pub(crate) fn record_failure(span: &Span, failure: &ModelFailure) {
     if span.is_disabled() {
         return;
     }
@@ -273,7 +273,7 @@ pub fn record_failure(span: &Span, failure: &ModelFailure) {
 
 /// The `execute_tool` span of `call`, a child of the current span (the
 /// calling agent's).
-pub fn tool_span(call: &ToolCall, telemetry: Telemetry) -> Span {
+pub(crate) fn tool_span(call: &ToolCall, telemetry: Telemetry) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         "execute_tool",
@@ -299,7 +299,7 @@ pub fn tool_span(call: &ToolCall, telemetry: Telemetry) -> Span {
 /// Records how a tool call ended on its `execute_tool` span: the gate's
 /// decision (`not_required`, `allowed`, `denied`…), whether the result is
 /// an error, and with content captured, the result.
-pub fn record_tool(
+pub(crate) fn record_tool(
     span: &Span,
     telemetry: Telemetry,
     decision: &str,

@@ -18,12 +18,9 @@ mod todo;
 mod typed;
 
 pub use read_file::Resolution;
-pub use read_file::{
-    DEFAULT_READ_LIMIT, MAX_PATH_BYTES, MAX_READ_LIMIT, ReadError, ReadFile, ReadFileArgs,
-};
+pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, ReadError, ReadFile, ReadFileArgs};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
-pub use sandbox::{Confinement, Sandbox, SandboxError, SandboxPolicy};
 pub use todo::TodoWrite;
 pub use typed::{TypedTool, input_schema_for};
 

@@ -191,7 +191,7 @@ impl RunMain {
     }
 
     /// Starts programs in the sandbox `policy` describes (the default is
-    /// [`super::Sandbox::WorkspaceWrite`]).
+    /// [`super::sandbox::Sandbox::WorkspaceWrite`]).
     pub fn with_sandbox(mut self, policy: SandboxPolicy) -> Self {
         self.sandbox = policy;
         self

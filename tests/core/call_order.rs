@@ -19,9 +19,9 @@ use subloop::Model;
 use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
-use subloop::agent::executor::{CallDecision, ToolRecord};
 use subloop::agent::subagent::SubagentConfig;
 use subloop::core::agent_id::AgentId;
+use subloop::core::call::{CallDecision, ToolRecord};
 use subloop::core::conversation::ToolOutput;
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Request;
@@ -29,9 +29,9 @@ use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
-use subloop::run::driver::Event;
 use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
+use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
 use subloop::tools::{
     Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,

@@ -39,11 +39,11 @@ use subloop::core::protocol::ToolUseId;
 use subloop::core::protocol::Usage;
 use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::run::driver::Event;
 use subloop::run::driver::Executor;
 use subloop::run::driver::Round;
 use subloop::run::driver::RoundFuture;
 use subloop::run::driver::run;
+use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
 
 use common::RecordingModel;

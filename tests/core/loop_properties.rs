@@ -38,7 +38,7 @@ use subloop::core::protocol::Usage;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::run::driver::Executor;
-use subloop::run::driver::Silent;
+use subloop::run::monitor::Silent;
 
 const QUESTION: &str = "What does main.py print?";
 

@@ -20,12 +20,13 @@ use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
 use subloop::core::protocol::ToolDefinition;
 use subloop::host::{self, DecisionMode, Models};
-use subloop::providers::anthropic::transport::{
-    HttpResponse, Timeouts, Transport, TransportError, TransportErrorKind,
-};
-use subloop::providers::anthropic::{API_VERSION, ApiKey, LiveConfig, LiveError};
+use subloop::providers::anthropic::{API_VERSION, LiveConfig, LiveError};
+use subloop::providers::http::ApiKey;
 use subloop::providers::http::async_transport::{
     AsyncBody, AsyncResponse, AsyncTransport, ChunkFuture, ResponseFuture,
+};
+use subloop::providers::http::transport::{
+    HttpResponse, Timeouts, Transport, TransportError, TransportErrorKind,
 };
 
 use crate::clients::{Anthropic, Taps};

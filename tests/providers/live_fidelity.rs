@@ -15,8 +15,8 @@ use subloop::StatusKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::host::{self, DecisionMode, Models};
-use subloop::providers::anthropic::transport::Timeouts;
 use subloop::providers::anthropic::{Client, LiveConfig};
+use subloop::providers::http::transport::Timeouts;
 
 const KEY: &str = "sk-test-SECRET-0123456789";
 
@@ -401,7 +401,7 @@ fn a_password_holding_url_delimiters_is_never_printed_either() {
         let config = env_config(KEY, &url);
         assert_eq!(config.display_base_url(), "http://***@127.0.0.1:1/");
         assert!(!format!("{config:?}").contains(secret), "{config:?}");
-        let shown = subloop::providers::anthropic::redact_url(&url);
+        let shown = subloop::providers::http::redact_url(&url);
         assert!(!shown.contains(secret), "{shown}");
     }
 }

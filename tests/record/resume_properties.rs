@@ -10,13 +10,14 @@ use serde_json::{Value, json};
 
 use common::TempDir;
 use subloop::Budget;
+use subloop::agent::ResumePoint;
 use subloop::core::conversation::OnEmptyReply;
 use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Role;
 use subloop::host::{self, DecisionMode, Models, Settings};
 use subloop::record::recorded::RecordedRun;
-use subloop::record::resume::{INTERRUPTED, ResumePoint};
+use subloop::record::resume::INTERRUPTED;
 
 /// One tool call of a generated reply.
 fn call() -> impl Strategy<Value = Value> {

@@ -710,7 +710,8 @@ fn a_relisting_that_never_answers_keeps_the_tools_and_stderr_noise_is_harmless()
 #[test]
 fn a_changed_tool_list_holds_for_the_next_agent_on_the_same_servers() {
     use std::sync::Arc;
-    use subloop::tools::mcp::{McpSettings, McpTools, config};
+    use subloop::tools::mcp::config;
+    use subloop::tools::mcp::tool::{McpSettings, McpTools};
     if !have_python() {
         return;
     }
@@ -867,7 +868,8 @@ fn threads() -> usize {
 #[test]
 fn in_async_runs_servers_are_tasks_and_a_dropped_call_is_cancelled() {
     use std::sync::Arc;
-    use subloop::tools::mcp::{McpSettings, McpTools, config};
+    use subloop::tools::mcp::config;
+    use subloop::tools::mcp::tool::{McpSettings, McpTools};
     if !have_python() {
         return;
     }

@@ -26,7 +26,8 @@ use subloop::Budget;
 use subloop::ModelResponse;
 use subloop::policy::permission::AllowAll;
 use subloop::tools::sandbox::Support;
-use subloop::tools::{RunMain, RunSettings, Sandbox, SandboxPolicy};
+use subloop::tools::sandbox::{Sandbox, SandboxPolicy};
+use subloop::tools::{RunMain, RunSettings};
 
 /// Whether this kernel enforces the default level; says `skipped` when not.
 fn enforced() -> bool {

@@ -13,19 +13,18 @@
 //! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
 //! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
 //! from every error text and every reply, streamed text included (when at
-//! least [`MIN_SCRUBBED_CHARS`] long); the userinfo of the base URL is
+//! least [`MIN_SCRUBBED_CHARS`](crate::providers::http::MIN_SCRUBBED_CHARS) long); the userinfo of the base URL is
 //! never printed.
 
 #[cfg(feature = "async")]
 mod async_client;
-pub mod sse;
+pub(crate) mod sse;
 
 #[cfg(feature = "async")]
 pub use async_client::{AsyncAnthropicModel, AsyncClient};
 
-pub use crate::providers::http::{ApiKey, MIN_SCRUBBED_CHARS, StopProbe, StopSlot, redact_url};
-/// The shared retry policy and transport, under their former paths.
-pub use crate::providers::http::{retry, transport};
+use crate::providers::http::{ApiKey, StopProbe, StopSlot, redact_url};
+use crate::providers::http::{retry, transport};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The assembler that turns the Messages API event stream (read by the
-//! shared [`SseReader`]) into the same [`ModelResponse`] a non-streaming
+//! shared [`SseReader`](crate::providers::http::sse::SseReader)) into the same [`ModelResponse`] a non-streaming
 //! call returns.
 //!
 //! Deltas: `text_delta`, `thinking_delta` and `signature_delta` are appended
@@ -8,16 +8,14 @@
 //! stop, parsed as the block's `input`, whatever the block's type (`tool_use`,
 //! `server_tool_use`, `mcp_tool_use`, …: a block's start carries `input: {}`).
 
-use std::io::BufRead;
-
 use serde_json::{Map, Value};
 
 use crate::core::error::ModelFailure;
 use crate::core::protocol::ModelResponse;
 use crate::run::model::Received;
 
-pub use crate::providers::http::sse::{SseEvent, SseReader};
-use crate::providers::http::stream::{StreamParser, read_events};
+use crate::providers::http::sse::SseEvent;
+use crate::providers::http::stream::StreamParser;
 
 struct BlockState {
     block: Value,
@@ -212,11 +210,6 @@ impl StreamAssembler {
             })
     }
 
-    /// The assembled reply; a stream that ended before `message_stop` is a failure.
-    pub fn finish(self) -> Result<ModelResponse, ModelFailure> {
-        self.finish_received().map(|received| received.response)
-    }
-
     /// The assembled reply and the message it was parsed from: `message_start`'s
     /// message with every `message_delta` applied, its blocks and its usage.
     pub fn finish_received(self) -> Result<Received, ModelFailure> {
@@ -253,11 +246,12 @@ impl StreamParser for StreamAssembler {
 }
 
 /// Reads a whole event stream into a reply and the message assembled from it.
-pub fn read_stream(
-    input: impl BufRead,
+#[cfg(test)]
+fn read_stream(
+    input: impl std::io::BufRead,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Received, ModelFailure> {
-    read_events(input, StreamAssembler::new(), on_text)
+    crate::providers::http::stream::read_events(input, StreamAssembler::new(), on_text)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! webpki roots — the TLS setup the blocking client has).
 //!
 //! What is decided about a response (retries, waits, error texts) is not
-//! here: it is [`super::Attempts`], shared with the blocking client.
+//! here: it is the HTTP layer's retry decisions, shared with the blocking client.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -4,7 +4,7 @@
 //! from every reply.
 //!
 //! A provider (`anthropic`, `openai`) builds its request body and headers,
-//! hands them to [`HttpClient::post`], and reads what comes back: a whole
+//! hands them to the send loop, and reads what comes back: a whole
 //! body (read inside the retry loop, so a timeout or a reset while reading
 //! it is retried like one before the headers) or an event stream (read by
 //! the provider, never retried once the headers arrived). How an error body
@@ -12,12 +12,12 @@
 //! error's kind and message in it.
 
 #[cfg(feature = "async")]
-pub mod async_client;
+pub(crate) mod async_client;
 #[cfg(feature = "async")]
 pub mod async_transport;
 pub mod retry;
-pub mod sse;
-pub mod stream;
+pub(crate) mod sse;
+pub(crate) mod stream;
 pub mod transport;
 
 use std::io::{BufReader, Read};
@@ -91,7 +91,7 @@ impl std::fmt::Debug for ApiKey {
 /// What is hidden from every error text and every reply: the API key (if
 /// any) and the base URL's userinfo.
 #[derive(Clone)]
-pub struct Secrets {
+pub(crate) struct Secrets {
     key: Option<ApiKey>,
     base_url: String,
     /// The key and the base URL's password, for texts that are not errors.
@@ -120,13 +120,6 @@ impl Secrets {
             base_url: base_url.to_owned(),
             redactor,
         }
-    }
-
-    /// The key and the base URL's password (when at least
-    /// [`MIN_SCRUBBED_CHARS`] long) as a [`Redactor`], for everything else
-    /// a host records or prints: a tool's result, the trace.
-    pub fn redactor(&self) -> Redactor {
-        self.redactor.clone()
     }
 
     /// Hides the secrets from an error text: the API key and the password
@@ -161,11 +154,11 @@ type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
 
 /// Finds an error's kind and message in an error body (`status`, body
 /// text); `None` when the body is not the provider's error shape.
-pub type ErrorReader<'a> = &'a (dyn Fn(u16, &str) -> Option<(String, String)> + Sync);
+pub(crate) type ErrorReader<'a> = &'a (dyn Fn(u16, &str) -> Option<(String, String)> + Sync);
 
 /// A successful (2xx) response.
 #[derive(Debug)]
-pub enum Success {
+pub(crate) enum Success {
     /// A whole body, already read.
     Body(String),
     /// An event stream (`content-type: text/event-stream`), to be read by the provider.
@@ -179,7 +172,7 @@ pub enum Success {
 /// it, so they retry the same statuses, wait the same delays and fail with
 /// the same texts.
 #[derive(Clone)]
-pub struct Attempts {
+pub(crate) struct Attempts {
     policy: RetryPolicy,
     secrets: Secrets,
 }
@@ -204,11 +197,6 @@ impl Attempts {
     /// Attempts under `policy`, hiding `secrets` from every failure text.
     pub fn new(policy: RetryPolicy, secrets: Secrets) -> Self {
         Self { policy, secrets }
-    }
-
-    /// The retry policy.
-    pub fn policy(&self) -> RetryPolicy {
-        self.policy
     }
 
     /// A failure of `kind` whose message has the secrets scrubbed.
@@ -362,7 +350,7 @@ impl Attempts {
 }
 
 /// The first value of header `name` (case-insensitive) among `headers`.
-pub fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
+pub(crate) fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
     headers
         .iter()
         .find(|(key, _)| key.eq_ignore_ascii_case(name))
@@ -370,12 +358,12 @@ pub fn find_header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'
 }
 
 /// Whether `headers` announce an event stream (`content-type: text/event-stream`).
-pub fn is_event_stream(headers: &[(String, String)]) -> bool {
+pub(crate) fn is_event_stream(headers: &[(String, String)]) -> bool {
     find_header(headers, "content-type").is_some_and(|kind| kind.starts_with("text/event-stream"))
 }
 
 /// The sending half every provider shares: transport, retries, waits and secrets.
-pub struct HttpClient {
+pub(crate) struct HttpClient {
     transport: Arc<dyn Transport>,
     sleep: Sleeper,
     attempts: Attempts,
@@ -475,7 +463,7 @@ pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How streamed text reaches a [`TextSink`]: as it arrives, or by whole
 /// lines, and in both cases ending its line once the stream is over.
-pub struct Shown<'s> {
+pub(crate) struct Shown<'s> {
     sink: Option<&'s TextSink>,
     /// Hides the secrets, holding back what may be the start of one.
     redact: StreamRedactor,
@@ -553,7 +541,7 @@ impl<'s> Shown<'s> {
 /// Reads a blocking event stream into a reply with `parser`, showing its
 /// text on `sink` (see [`Shown`]) with `redactor`'s secrets hidden. A
 /// hostile stream cannot grow without bound: past 64 MiB it just ends.
-pub fn read_stream<P: stream::StreamParser>(
+pub(crate) fn read_stream<P: stream::StreamParser>(
     response: HttpResponse,
     sink: Option<&TextSink>,
     whole_lines: bool,
@@ -569,7 +557,7 @@ pub fn read_stream<P: stream::StreamParser>(
 
 /// How waiting for a request on a worker thread ended.
 #[derive(Debug)]
-pub enum Waited<T> {
+pub(crate) enum Waited<T> {
     /// The work finished with this.
     Done(T),
     /// The run was stopped first; the worker is left to its own timeouts.
@@ -580,7 +568,7 @@ pub enum Waited<T> {
 
 /// Runs `work` on a worker thread while this one checks `probe` every
 /// 20 ms, so cancelling or a deadline does not wait for the HTTP timeouts.
-pub fn until_stopped<T: Send + 'static>(
+pub(crate) fn until_stopped<T: Send + 'static>(
     probe: &StopProbe,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Waited<T> {

@@ -28,12 +28,12 @@ impl Default for RetryPolicy {
 }
 
 /// Whether a status is worth retrying, absent an `x-should-retry` header.
-pub fn retryable_status(status: u16) -> bool {
+pub(crate) fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 409 | 429) || status >= 500
 }
 
 /// The server's explicit say: `x-should-retry: true|false`.
-pub fn should_retry_header(value: Option<&str>) -> Option<bool> {
+pub(crate) fn should_retry_header(value: Option<&str>) -> Option<bool> {
     match value.map(str::trim) {
         Some("true") => Some(true),
         Some("false") => Some(false),
@@ -63,7 +63,7 @@ impl RetryPolicy {
 
 /// A delay the server asked for, when it is more than 0 and at most 60 s
 /// (as the official SDKs do; anything else falls back to backoff).
-pub fn server_delay(
+pub(crate) fn server_delay(
     retry_after_ms: Option<&str>,
     retry_after: Option<&str>,
     now: SystemTime,
@@ -102,7 +102,7 @@ fn jitter() -> f64 {
 }
 
 /// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
-pub fn parse_http_date(text: &str) -> Option<SystemTime> {
+pub(crate) fn parse_http_date(text: &str) -> Option<SystemTime> {
     let mut parts = text.split_whitespace();
     let _weekday = parts.next()?;
     let day: u64 = parts.next()?.parse().ok()?;

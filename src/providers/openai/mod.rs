@@ -3,7 +3,7 @@
 //! llama.cpp's server, LM Studio, OpenRouter, …).
 //!
 //! The mapping between the crate's wire types and Chat Completions,
-//! [`request`] and [`reply`], is plain data and always built, so a trace's
+//! [`request`] and the reading of replies, is plain data and always built, so a trace's
 //! `chat.completion` replies read back without an HTTP crate. Behind the
 //! `live` cargo feature, the client (`Client`, `OpenAiModel`, a [`Model`])
 //! and the stream assembler (`stream`) sit on the same `http` layer as the
@@ -15,10 +15,10 @@
 //!
 //! [`Model`]: crate::Model
 
-pub mod reply;
+pub(crate) mod reply;
 pub mod request;
 #[cfg(feature = "live")]
-pub mod stream;
+pub(crate) mod stream;
 
 #[cfg(feature = "async")]
 mod async_client;

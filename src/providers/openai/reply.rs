@@ -152,6 +152,7 @@ pub fn parse_completion(value: &Value) -> Result<ModelResponse, String> {
 /// The kind and message of an error body, if it holds one: `{"error":
 /// {"message", "type", "code"}}`, `{"error": "text"}`, or a bare
 /// `{"message", "type"}` object as some servers send.
+#[cfg(any(feature = "live", test))]
 pub fn error_parts(body: &Value) -> Option<(Option<String>, String)> {
     let error = match body.get("error") {
         Some(Value::String(message)) => return Some((None, message.clone())),

@@ -15,14 +15,13 @@
 //! Every chunk costs time in its own size: the assembler is linear.
 
 use std::collections::HashMap;
-use std::io::BufRead;
 
 use serde_json::{Map, Value, json};
 
 use super::reply::{error_parts, parse_completion};
 use crate::core::error::ModelFailure;
 use crate::providers::http::sse::SseEvent;
-use crate::providers::http::stream::{StreamParser, read_events};
+use crate::providers::http::stream::StreamParser;
 use crate::run::model::Received;
 
 fn failure(message: impl Into<String>) -> ModelFailure {
@@ -73,11 +72,6 @@ fn append_piece(target: &mut String, piece: Option<&Value>) {
 }
 
 impl ChunkAssembler {
-    /// A fresh assembler.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Whether `[DONE]` arrived.
     pub fn is_done(&self) -> bool {
         self.done
@@ -268,11 +262,12 @@ impl ChunkAssembler {
 }
 
 /// Reads a whole stream into a reply and the `chat.completion` assembled from it.
-pub fn read_stream(
-    input: impl BufRead,
+#[cfg(test)]
+fn read_stream(
+    input: impl std::io::BufRead,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Received, ModelFailure> {
-    read_events(input, ChunkStream::default(), on_text)
+    crate::providers::http::stream::read_events(input, ChunkStream::default(), on_text)
 }
 
 /// A Chat Completions stream as a [`StreamParser`]: the chunks assembled,

@@ -21,9 +21,3 @@ pub mod content;
 pub mod server;
 #[cfg(feature = "mcp")]
 pub mod tool;
-
-pub use config::{McpConfigError, ServerConfig};
-#[cfg(feature = "mcp")]
-pub use server::{ExitNotice, McpServer, RemoteTool, StartError, Starting, StartingAsync};
-#[cfg(feature = "mcp")]
-pub use tool::{McpReadOnlyTool, McpSettings, McpSource, McpTool, McpTools};

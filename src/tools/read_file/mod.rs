@@ -32,7 +32,7 @@ use confine::Workspace;
 pub const DEFAULT_READ_LIMIT: usize = 64 * 1024;
 
 /// The largest read limit accepted: 1 GiB.
-pub use crate::core::error::MAX_READ_LIMIT;
+use crate::core::error::MAX_READ_LIMIT;
 
 /// The longest path accepted, in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;

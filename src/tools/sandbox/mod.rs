@@ -153,7 +153,7 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// environment variables passed through besides [`PASSED_ENV`].
 ///
 /// ```
-/// use subloop::tools::{Sandbox, SandboxPolicy};
+/// use subloop::tools::sandbox::{Sandbox, SandboxPolicy};
 /// let policy = SandboxPolicy::new(Sandbox::ReadOnly).pass_env("PYTHONPATH");
 /// assert_eq!(policy.level(), Sandbox::ReadOnly);
 /// assert_eq!(SandboxPolicy::default().level(), Sandbox::WorkspaceWrite);
