@@ -373,3 +373,29 @@ pub fn marked_gone_soon(marker: &str) -> bool {
     }
     true
 }
+
+/// What a process subloop started (a hook, an MCP server) wrote about
+/// itself: `fds` the listing of `/proc/self/fd` by `ls` (only 0, 1, 2 and
+/// `ls`'s own 3), `status` its `CapEff`, `CapPrm` and `NoNewPrivs` lines
+/// (no capability, no new privileges); `outside` the file subloop held
+/// open on a descriptor it inherited, which nothing reached.
+pub fn assert_started_hardened(fds: &Path, outside: &Path, status: &Path) {
+    let listed = std::fs::read_to_string(fds).expect("fds.txt");
+    let mut listed: Vec<&str> = listed.split_whitespace().collect();
+    listed.sort_unstable();
+    // `ls` holds the directory it lists open: 3.
+    assert_eq!(listed, ["0", "1", "2", "3"]);
+    assert_eq!(std::fs::read_to_string(outside).expect("outside.txt"), "");
+    let status = std::fs::read_to_string(status).expect("status.txt");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_eq!(field("CapPrm:"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+}

@@ -1003,22 +1003,5 @@ fn a_server_starts_with_no_inherited_descriptor_no_capability_and_no_new_privile
     drop(file);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(tools(&parsed(&out))[0].3, "looked: hi");
-    let listed = std::fs::read_to_string(&fds).expect("fds.txt");
-    let mut listed: Vec<&str> = listed.split_whitespace().collect();
-    listed.sort_unstable();
-    // `ls` holds the directory it lists open: 3.
-    assert_eq!(listed, ["0", "1", "2", "3"]);
-    assert_eq!(std::fs::read_to_string(&outside).expect("outside.txt"), "");
-    let status = std::fs::read_to_string(&status).expect("status.txt");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .map(str::trim)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
-    assert_eq!(field("CapPrm:"), "0000000000000000", "{status}");
-    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    common::assert_started_hardened(&fds, &outside, &status);
 }
