@@ -86,22 +86,6 @@ impl PidNamespace {
         })
     }
 
-    /// Call in a pre_exec closure, in the forked child. unshare(2)s, then
-    /// fork(2)s: the new child (pid 1 of the namespace) sets
-    /// `PR_SET_PDEATHSIG(SIGKILL)` and returns `Ok(())` so the rest of
-    /// pre_exec and the exec happen in it; the original forked process
-    /// (outside the namespace) never returns: it closes every descriptor
-    /// from 3 on (so std's exec-error pipe is held only by the inner child),
-    /// waits for the inner child (retrying `EINTR`) and exits mirroring its
-    /// status: `_exit(code)` for an exit, and for a death by signal S it
-    /// resets S to `SIG_DFL`, unblocks it and `kill(getpid(), S)` (falling
-    /// back to `_exit(128+S)`). Errors before the fork are returned as
-    /// `io::Error` from errno. Only async-signal-safe calls.
-    ///
-    /// # Safety
-    ///
-    /// Only in a freshly forked child about to exec (a `pre_exec` closure):
-    /// in any other process the caller's process would exit in it.
     /// `unshare(2)`, then the maps of a new user namespace.
     unsafe fn unshare_and_map(&self) -> io::Result<()> {
         // SAFETY: plain system calls on this process, on strings allocated
@@ -123,14 +107,23 @@ impl PidNamespace {
         Ok(())
     }
 
-    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
+    /// Unshares the namespaces (and, when not root, writes the user
+    /// namespace's maps) in this process, without forking: the first step
+    /// of [`PidNamespace::enter`], for a caller that forks its own way.
+    /// Async-signal-safe.
+    ///
+    /// # Safety
+    ///
+    /// Only in a forked child (a `pre_exec` closure): it changes the
+    /// namespaces of the calling process.
+    pub(crate) unsafe fn unshare(&self) -> io::Result<()> {
         // SAFETY: plain system calls on this process; the strings were
         // allocated before the fork and live as long as `self`.
         unsafe {
             // A process that is not dumpable (the CLI makes itself so) has
             // /proc/self owned by root and could not write its own maps:
             // dumpable just for that, then not again (this process still
-            // holds a copy of subloop's memory until it forks the hook).
+            // holds a copy of subloop's memory).
             let maps = self.maps.is_some();
             if maps {
                 libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
@@ -139,7 +132,31 @@ impl PidNamespace {
             if maps {
                 libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             }
-            entered?;
+            entered
+        }
+    }
+
+    /// Call in a pre_exec closure, in the forked child. unshare(2)s, then
+    /// fork(2)s: the new child (pid 1 of the namespace) sets
+    /// `PR_SET_PDEATHSIG(SIGKILL)` and returns `Ok(())` so the rest of
+    /// pre_exec and the exec happen in it; the original forked process
+    /// (outside the namespace) never returns: it closes every descriptor
+    /// from 3 on (so std's exec-error pipe is held only by the inner child),
+    /// waits for the inner child (retrying `EINTR`) and exits mirroring its
+    /// status: `_exit(code)` for an exit, and for a death by signal S it
+    /// resets S to `SIG_DFL`, unblocks it and `kill(getpid(), S)` (falling
+    /// back to `_exit(128+S)`). Errors before the fork are returned as
+    /// `io::Error` from errno. Only async-signal-safe calls.
+    ///
+    /// # Safety
+    ///
+    /// Only in a freshly forked child about to exec (a `pre_exec` closure):
+    /// in any other process the caller's process would exit in it.
+    pub(crate) unsafe fn enter(&self) -> io::Result<()> {
+        // SAFETY: plain system calls on this process; the strings were
+        // allocated before the fork and live as long as `self`.
+        unsafe {
+            self.unshare()?;
             let pid = libc::fork();
             if pid < 0 {
                 return Err(io::Error::last_os_error());

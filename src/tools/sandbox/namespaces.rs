@@ -30,6 +30,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::run::harden::PidNamespace;
+
 /// `OPEN_TREE_CLONE`: a detached copy of a mount tree.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 /// `AT_RECURSIVE`: with the mounts beneath.
@@ -119,14 +121,17 @@ enum Identity {
     /// Root: `setresuid`/`setresgid` to [`SANDBOX_UID`]; the user namespace
     /// that maps the workspace's owner to it.
     Root { idmap: Arc<OwnedFd> },
-    /// Another user: the maps written for the new user namespace.
-    User { uid_map: CString, gid_map: CString },
+    /// Another user: the user namespace maps that user to itself.
+    User,
 }
 
 /// Everything the forked processes need, prepared before the fork.
 #[derive(Debug)]
 pub struct Plan {
     identity: Identity,
+    /// The namespaces to unshare (with a user namespace and its maps when
+    /// subloop is not root).
+    namespace: PidNamespace,
     /// Where the new root's tmpfs is mounted (an empty directory of ours).
     staging: CString,
     /// Directories to create in the new root, parents first.
@@ -194,15 +199,11 @@ impl Plan {
                     idmap: idmap_userns(owner.uid(), owner.gid())?,
                 }
             }
-            Mode::User => {
-                // SAFETY: getuid(2) and getgid(2) cannot fail.
-                let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-                Identity::User {
-                    uid_map: CString::new(format!("{uid} {uid} 1\n")).unwrap_or_default(),
-                    gid_map: CString::new(format!("{gid} {gid} 1\n")).unwrap_or_default(),
-                }
-            }
+            Mode::User => Identity::User,
         };
+        // CLONE_NEWPID and these, and CLONE_NEWUSER when not root.
+        let namespace =
+            PidNamespace::prepare(libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWNET)?;
         let idmap = mode == Mode::Root;
         let read_only = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
         // (path, kind) in the new root: parents are bound before children.
@@ -346,6 +347,7 @@ impl Plan {
         .collect::<std::io::Result<Vec<_>>>()?;
         Ok(Self {
             identity,
+            namespace,
             staging: cstring(staging)?,
             dirs: dirs
                 .iter()
@@ -374,7 +376,7 @@ impl Plan {
     pub unsafe fn enter(&self, ruleset: libc::c_int) -> std::io::Result<Init> {
         // SAFETY: system calls on memory prepared before the fork.
         unsafe {
-            self.unshare()?;
+            self.namespace.unshare()?;
             let mut status_pipe = [0 as libc::c_int; 2];
             check(libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC))?;
             let [read_end, write_end] = status_pipe;
@@ -393,28 +395,6 @@ impl Plan {
             Ok(Init {
                 status_fd: write_end,
             })
-        }
-    }
-
-    unsafe fn unshare(&self) -> std::io::Result<()> {
-        // SAFETY: system calls on memory prepared before the fork.
-        unsafe {
-            match &self.identity {
-                Identity::Root { .. } => check(libc::unshare(NAMESPACES)).map(drop),
-                Identity::User { uid_map, gid_map } => {
-                    // A process that is not dumpable (subloop makes itself
-                    // so) has /proc/self owned by root, and could not write
-                    // its own maps: dumpable just for that, then not again,
-                    // since this process still holds a copy of subloop's memory.
-                    libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-                    let written = check(libc::unshare(libc::CLONE_NEWUSER | NAMESPACES))
-                        .and_then(|_| write_file(c"/proc/self/setgroups", c"deny"))
-                        .and_then(|()| write_file(c"/proc/self/uid_map", uid_map))
-                        .and_then(|()| write_file(c"/proc/self/gid_map", gid_map));
-                    libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-                    written
-                }
-            }
         }
     }
 
@@ -705,22 +685,6 @@ unsafe fn close_all_but(keep: libc::c_int) {
             libc::c_uint::MAX,
             0u32,
         );
-    }
-}
-
-unsafe fn write_file(path: &std::ffi::CStr, text: &std::ffi::CStr) -> std::io::Result<()> {
-    // SAFETY: open, write, close on NUL-terminated paths and text.
-    unsafe {
-        let fd = check(libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC))?;
-        let bytes = text.to_bytes();
-        let written = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        let err = std::io::Error::last_os_error();
-        libc::close(fd);
-        if written == bytes.len() as isize {
-            Ok(())
-        } else {
-            Err(err)
-        }
     }
 }
 
