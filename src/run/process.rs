@@ -262,11 +262,18 @@ unsafe fn watch(read_fd: libc::c_int, highest_fd: libc::c_int, cleanup: *const l
     }
 }
 
-/// The cleaner's whole life: waits (at most a second) for the killed
-/// `group` to be gone, removes `dir`, exits. Async-signal-safe.
+/// The cleaner's whole life: removes `dir` at once, waits (at most a
+/// second) for the killed `group` to be gone, removes what a dying process
+/// may have added meanwhile, exits. Async-signal-safe.
+///
+/// Removing first means the directory does not wait on the group: a killed
+/// group's processes can linger as zombies for as long as nobody reaps
+/// them (an orphan's new parent may be a subreaper that never does), and a
+/// killed process writes nothing new but the one call it was making.
 unsafe fn clean(group: libc::pid_t, dir: *const libc::c_char) -> ! {
     // SAFETY: plain system calls; `dir` is NUL-terminated.
     unsafe {
+        remove_tree(dir);
         let pause = libc::timespec {
             tv_sec: 0,
             tv_nsec: 10_000_000,
