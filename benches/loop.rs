@@ -37,6 +37,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use subloop::AgentBuilder;
+// The CLI's host (the binary's own module): runs wired as `subloop run` wires them.
+#[allow(dead_code, unused_imports)]
+#[path = "../src/host/mod.rs"]
+mod host;
+
+use host::{DecisionMode, Settings};
 use subloop::Budget;
 use subloop::Conversation;
 use subloop::Hooks;
@@ -46,7 +52,6 @@ use subloop::core::agent_id::AgentId;
 use subloop::core::conversation::AfterTools;
 use subloop::core::conversation::Reply;
 use subloop::core::conversation::ToolOutput;
-use subloop::host::{self, DecisionMode, Settings};
 use subloop::policy::permission::DenyAll;
 use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedChildren;

@@ -11,7 +11,7 @@
 //! layers below it (an architecture test in `tests/` keeps it so):
 //!
 //! ```text
-//! core ← run ← {policy, tools, providers} ← agent ← record ← host
+//! core ← run ← {policy, tools, providers} ← agent ← record
 //! ```
 //!
 //! | layer | what it holds |
@@ -22,15 +22,15 @@
 //! | [`tools`] | the [`tools::Tool`] trait, the registry and its schema checks, `read_file`, `run_main`, `todo_write`, MCP servers |
 //! | [`providers`] | models: Anthropic and OpenAI-compatible clients, scripted replies, the demo's offline models |
 //! | [`agent`] | [`AgentBuilder`], [`Agent`], [`RunReport`], the gated executor, subagents (`task`) |
-//! | [`record`] | the JSON Lines trace, a trace read back, replay, resume, the loop's invariants, the JSON report, the views |
-//! | [`host`] | a run configured as the CLI configures one: settings, models, prepare/execute, replay, chat |
+//! | [`record`] | the JSON Lines trace, a trace read back, [`record::replay`], resume, the loop's invariants, the JSON report, the views |
 //!
 //! The course's six lessons map onto them: the loop (layer 1) is [`core`]
 //! and [`run`]; tools (2) are [`tools`]; permissions (3) and hooks (4) are
 //! [`policy`]; the plan (5) is [`core::plan`] and `todo_write`; the
 //! subagent (6) is [`agent::subagent`]. The command line is the binary's
-//! own (`src/main.rs`, `src/cli/`): it parses flags, wires Ctrl-C,
-//! `SIGTERM` and `SIGHUP` to the library's handles, and prints. The library
+//! own (`src/main.rs`; `src/cli/` parses flags, wires Ctrl-C, `SIGTERM` and
+//! `SIGHUP` to the library's handles, and prints; `src/host/` configures a
+//! run from the flags), built with the default `cli` feature. The library
 //! installs no signal handler and keeps no process-wide state.
 //!
 //! ## Invariants, and the tests that guard them
@@ -101,7 +101,6 @@
 
 pub mod agent;
 pub mod core;
-pub mod host;
 pub mod policy;
 pub mod providers;
 pub mod record;

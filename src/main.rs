@@ -1,12 +1,13 @@
-//! The `subloop` command line: parses flags, wires [`subloop::host`], prints.
+//! The `subloop` command line: parses flags, wires [`crate::host`], prints.
 
 mod cli;
+mod host;
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use crate::cli::{CliError, Command, Invocation, LiveFlags};
-use subloop::host::{self, Models};
+use crate::host::Models;
 
 /// The live models, and the `[live]` line to print once the run will go ahead.
 #[cfg(feature = "live")]
@@ -40,7 +41,10 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
     match flags.provider {
         Provider::Anthropic => {
             let mut config =
-                anthropic::LiveConfig::from_env(env, flags.model).map_err(|err| err.to_string())?;
+                anthropic::LiveConfig::from_env(env, flags.model).map_err(|err| match err {
+                    anthropic::LiveError::MissingKey => format!("{err} (--live)"),
+                    _ => err.to_string(),
+                })?;
             if let Some(n) = flags.max_tokens {
                 config.max_tokens = n;
             }
@@ -58,7 +62,10 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
         }
         Provider::OpenAi => {
             let mut config =
-                openai::OpenAiConfig::from_env(env, flags.model).map_err(|err| err.to_string())?;
+                openai::OpenAiConfig::from_env(env, flags.model).map_err(|err| match err {
+                    openai::OpenAiError::MissingModel => format!("{err} with --model"),
+                    _ => err.to_string(),
+                })?;
             if let Some(n) = flags.max_tokens {
                 config.max_tokens = n;
             }
@@ -95,7 +102,16 @@ fn replay(cli: &cli::Cli, trace: &std::path::Path, command: Command) -> ExitCode
     let text = if cli.json {
         report.to_json().to_string()
     } else {
-        report.lines(cli.keep_going).join("\n")
+        let mut lines = report.lines(cli.keep_going);
+        // The count of divergences not shown names the flag that shows them.
+        let hidden = report.divergences.len().saturating_sub(1);
+        if !cli.keep_going
+            && hidden > 0
+            && let Some(last) = lines.last_mut()
+        {
+            *last = format!("({hidden} more divergence(s); --keep-going lists them all)");
+        }
+        lines.join("\n")
     };
     if let Err(err) = crate::cli::output::print_stdout(&text, cli.json) {
         let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
@@ -141,7 +157,7 @@ fn chat(settings: host::Settings, models: Models, live_line: Option<String>) -> 
     let terminal = std::sync::Arc::clone(&settings.input);
     let at_terminal = terminal.is_terminal();
     let mut input = subloop::policy::terminal::TerminalLines::new(terminal);
-    let mut session = subloop::host::chat::Chat::new(settings, models, trace.clone())
+    let mut session = crate::host::chat::Chat::new(settings, models, trace.clone())
         .watched(crate::cli::signals::chat_moment);
     let mut say = |text: &str| {
         let _ = crate::cli::output::print_stdout(text, false);

@@ -25,7 +25,7 @@ use syn::visit::Visit;
 
 /// The library's layers, lowest first; a layer may name only lower ones
 /// (the siblings `policy`, `tools` and `providers` not each other).
-const LAYERS: [(&str, u8); 9] = [
+const LAYERS: [(&str, u8); 8] = [
     ("core", 0),
     ("run", 1),
     ("policy", 2),
@@ -33,14 +33,13 @@ const LAYERS: [(&str, u8); 9] = [
     ("providers", 2),
     ("agent", 3),
     ("record", 4),
-    ("host", 5),
-    ("testing", 6),
+    ("testing", 5),
 ];
 
 /// What a failure tells the reader to do next.
 const NEXT: &str = "\
 A layer may name only the layers below it:
-    core ← run ← {policy, tools, providers} ← agent ← record ← host ← testing
+    core ← run ← {policy, tools, providers} ← agent ← record ← testing
 (the siblings policy, tools and providers not each other). To fix an import
 across layers, move the item down to a layer both sides may name, or pass it
 in from above (a trait, a parameter, a callback defined in the lower layer);
@@ -86,8 +85,12 @@ impl Source {
     }
 }
 
-/// Every `.rs` file of the library under `src` (the binary's `main.rs` and
-/// `cli/` are not the library), with its module path.
+/// The binary's own folders under `src`: not the library (which cannot
+/// name them: the compiler sees to that).
+const BINARY_FOLDERS: [&str; 2] = ["cli", "host"];
+
+/// Every `.rs` file of the library under `src` (the binary's `main.rs`,
+/// `cli/` and `host/` are not the library), with its module path.
 fn library_files(src: &Path) -> Vec<Source> {
     let mut found = Vec::new();
     let mut stack = vec![src.to_path_buf()];
@@ -98,7 +101,11 @@ fn library_files(src: &Path) -> Vec<Source> {
         for entry in entries.flatten() {
             let path = entry.path();
             let relative = path.strip_prefix(src).unwrap_or(&path).to_path_buf();
-            if relative.starts_with("cli") || relative == Path::new("main.rs") {
+            if BINARY_FOLDERS
+                .iter()
+                .any(|folder| relative.starts_with(folder))
+                || relative == Path::new("main.rs")
+            {
                 continue;
             }
             if path.is_dir() {
@@ -126,14 +133,14 @@ fn library_files(src: &Path) -> Vec<Source> {
 }
 
 /// The top-level entries of `src` that are modules of the library: each
-/// folder and `.rs` file but `lib.rs`, `main.rs` and `cli/`.
+/// folder and `.rs` file but `lib.rs`, `main.rs` and the binary's folders.
 fn top_level_entries(src: &Path) -> Vec<String> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(src).into_iter().flatten().flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
         if path.is_dir() {
-            if name != "cli" {
+            if !BINARY_FOLDERS.contains(&name.as_str()) {
                 names.push(name);
             }
         } else if let Some(stem) = name.strip_suffix(".rs")
@@ -938,5 +945,51 @@ fn an_import_cycle_is_found() {
     assert_eq!(
         problems,
         ["an import cycle among core::a, core::b: src/core/a.rs:1, src/core/b.rs:3"]
+    );
+}
+
+/// In the binary, `host` (a run configured from settings) sits below `cli`
+/// (flags, signals, printing): nothing under `src/host` names `crate::cli`,
+/// so the host could serve another front end as it is.
+#[test]
+fn the_binarys_host_does_not_name_its_cli() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut problems = Vec::new();
+    let mut stack = vec![src.join("host")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|ext| ext != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let file = syn::parse_file(&text).unwrap();
+            let mut collector = Collector {
+                module: vec!["host".to_owned()],
+                named: Vec::new(),
+                docs: Vec::new(),
+                mods: Vec::new(),
+            };
+            collector.visit_file(&file);
+            for named in &collector.named {
+                if named.path.first().is_some_and(|top| top == "cli") {
+                    problems.push(format!(
+                        "{}:{}: `{}`",
+                        path.display(),
+                        named.line,
+                        named.written
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the binary's host names its cli:\n{}",
+        problems.join("\n")
     );
 }

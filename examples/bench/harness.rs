@@ -384,7 +384,10 @@ impl Workspace {
         let dir =
             std::env::temp_dir().join(format!("subloop-bench-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        for (name, text) in subloop::host::DEMO_FILES {
+        for (name, text) in [
+            ("main.py", include_str!("../workspace/main.py")),
+            ("expected.txt", include_str!("../workspace/expected.txt")),
+        ] {
             std::fs::write(dir.join(name), text)?;
         }
         Ok(Self(dir))

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::host::{DecisionMode, Settings};
 use subloop::agent::subagent::ChildBudget;
 use subloop::core::error::MAX_READ_LIMIT;
 use subloop::core::error::SetupError;
-use subloop::host::{DecisionMode, Settings};
 use subloop::policy::command_hooks::CommandHooks;
 use subloop::tools::sandbox::Sandbox;
 use subloop::tools::split_command;

@@ -6,7 +6,7 @@
 //! accepts exactly those flags and the help texts ([`help`]) are rendered
 //! from the same table. Every usage error is one [`CliError`] line that ends
 //! with the same hint, `(see `subloop run --help`)`. `main.rs` only calls
-//! [`parse`], wires [`subloop::host`] and prints.
+//! [`parse`], wires [`crate::host`] and prints.
 
 mod doctor;
 mod flags;
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use subloop::host::{self, Settings};
+use crate::host::{self, Settings};
 
 pub use help::{help, version};
 
@@ -426,11 +426,12 @@ fn mcp_servers_of(
         config::merge(&mut servers, more).map_err(|err| err.to_string())?;
     }
     for flag in flags {
-        let server = config::parse_server_flag(flag).map_err(|err| err.to_string())?;
+        let server = config::parse_server_flag(flag).map_err(|err| format!("--mcp: {err}"))?;
         config::merge(&mut servers, vec![server]).map_err(|err| err.to_string())?;
     }
     for marks in read_only {
-        config::apply_read_only(&mut servers, marks).map_err(|err| err.to_string())?;
+        config::apply_read_only(&mut servers, marks)
+            .map_err(|err| format!("--mcp-read-only: {err}"))?;
     }
     Ok(servers)
 }

@@ -110,10 +110,10 @@ pub fn terminal_safe(text: &str, json: bool) -> std::borrow::Cow<'_, str> {
 
 /// Prints a run's answer (or, with `json`, its JSON object) on stdout and
 /// says how the process exits: 0 when the run succeeded
-/// ([`subloop::host::Run::succeeded`]), else 1; an output that cannot be
+/// ([`crate::host::Run::succeeded`]), else 1; an output that cannot be
 /// written is one line on stderr and 1, a reader that went away is not an
 /// error.
-pub fn finish(run: &subloop::host::Run, json: bool) -> std::process::ExitCode {
+pub fn finish(run: &crate::host::Run, json: bool) -> std::process::ExitCode {
     use std::io::Write as _;
     let printed = if json && !run.mcp_servers.is_empty() {
         #[derive(serde::Serialize)]
@@ -149,6 +149,15 @@ pub fn finish(run: &subloop::host::Run, json: bool) -> std::process::ExitCode {
             std::io::stderr(),
             "subloop: the answer does not match the output schema: {}",
             subloop::core::text::printable(error)
+        );
+    }
+    // A model that did not answer in time: the flags that help.
+    if run.report.outcome.status == subloop::StatusKind::ModelError
+        && run.report.outcome.text.contains("no response in time")
+    {
+        let _ = writeln!(
+            std::io::stderr(),
+            "subloop: for a slow server (a local model), try --stream, a smaller --max-tokens, or a longer --timeout-read"
         );
     }
     if let Err(err) = printed {

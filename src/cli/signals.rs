@@ -32,9 +32,9 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::host::chat::Moment;
+use crate::host::{ApprovalWatch, EventWatch, Watch};
 use subloop::core::agent_id::AgentId;
-use subloop::host::chat::Moment;
-use subloop::host::{ApprovalWatch, EventWatch, Watch};
 use subloop::run::limits::CancelHandle;
 use subloop::run::monitor::Event;
 use subloop::run::shutdown::{Shutdown, Termination};
@@ -122,7 +122,6 @@ pub fn chat_moment(moment: Moment) {
         Moment::Waiting => PROMPT.store(CHAT, Ordering::SeqCst),
         Moment::Read => PROMPT.store(NOTHING, Ordering::SeqCst),
         Moment::Asking | Moment::Asked => rearm(),
-        _ => {}
     }
 }
 

@@ -2,8 +2,8 @@
 //! session's history, all in one trace.
 //!
 //! The first line starts a run; each later line is a follow-up question
-//! ([`crate::Conversation::follow_up`]) asked by resuming the session's
-//! trace ([`crate::record::resume`]), so the session's trace is exactly what `run
+//! ([`subloop::Conversation::follow_up`]) asked by resuming the session's
+//! trace ([`subloop::record::resume`]), so the session's trace is exactly what `run
 //! --resume` and `replay` read, and a history rebuilt for each question is
 //! checked by the conversation's rules. A question that ends other than
 //! answered (Ctrl-C, its call budget, a model error) leaves the session
@@ -16,8 +16,8 @@ use std::io::{BufRead, Write};
 pub type Say<'a> = &'a mut dyn FnMut(&str);
 use std::path::PathBuf;
 
-use crate::core::conversation::StatusKind;
 use crate::host::{AppError, Models, Settings};
+use subloop::core::conversation::StatusKind;
 
 /// What one line of the session led to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +96,7 @@ impl Chat {
     }
 
     /// The lines handled so far.
+    #[allow(dead_code)] // the tests that include this module read it
     pub fn turns(&self) -> &[Turn] {
         &self.turns
     }
@@ -208,7 +209,7 @@ impl Chat {
                 // Said and refused like any line that cannot run; the session goes on.
                 let text = format!(
                     "this line is not UTF-8 text ({}): nothing was asked; type it again in UTF-8",
-                    crate::core::text::printable(&String::from_utf8_lossy(&line))
+                    subloop::core::text::printable(&String::from_utf8_lossy(&line))
                 );
                 say(&text);
                 self.turns.push(Turn {
@@ -231,7 +232,7 @@ impl Chat {
     }
 
     /// Drops the script replies a question used.
-    fn consumed(&mut self, report: &crate::RunReport) {
+    fn consumed(&mut self, report: &subloop::RunReport) {
         if let Models::Script(script) = &self.models {
             let used = report.outcome.calls.saturating_sub(self.calls_before);
             let used = usize::try_from(used).unwrap_or(usize::MAX);

@@ -4,51 +4,52 @@
 //! re-runs a trace and compares; [`chat`] is a session of questions. The
 //! binary only parses flags, wires signals and prints.
 //!
-//! May import: every layer below ([`crate::record`] and down).
+//! May import: every layer below ([`subloop::record`] and down).
 pub mod chat;
 pub mod progress;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use thiserror::Error;
 
-use crate::agent::ResumePoint;
-use crate::agent::subagent::{ChildBudget, SubagentConfig};
-use crate::agent::{Agent, AgentBuilder, RunReport};
-use crate::core::agent_id::AgentId;
-use crate::core::call::Warning;
-use crate::core::conversation::{Budget, OnEmptyReply};
-use crate::core::error::{InputError, ScriptError, SetupError};
-use crate::core::hook::HookEvent;
-use crate::core::redact::Redactor;
 use crate::host::progress::StderrProgress;
-use crate::policy::command_hooks::{CommandHooks, HookSettingsError};
-use crate::policy::hooks::Hooks;
-use crate::policy::permission::PromptWatch;
-use crate::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
-use crate::policy::terminal::TerminalInput;
-use crate::providers::demo::DemoChildren;
-use crate::providers::demo::{DEMO_QUESTION, DemoParent};
-use crate::providers::scripted::ScriptedChildren;
-use crate::providers::scripted::{Script, ScriptedModel};
-use crate::record::compare::{Difference, Divergence, ReplayReport, compare_tools_run};
-use crate::record::invariants::Policy;
-use crate::record::recorded::{RecordedRun, ReplayChildren, ReplayError, ReplayLog, ReplayModel};
-use crate::record::resume::ResumeError;
-use crate::record::target::{self, TraceTargetError};
-use crate::record::trace::{TraceStatus, TraceWriter};
-use crate::record::view_html::{PageOutput, PageTrace};
-use crate::run::limits::{CancelHandle, Limits};
-use crate::run::model::ChildModels;
-use crate::run::model::Model;
-use crate::run::monitor::Event;
-use crate::run::monitor::Monitor;
-use crate::run::shutdown::{Registration, Shutdown};
-use crate::tools::sandbox::SandboxPolicy;
-use crate::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::agent::ResumePoint;
+use subloop::agent::subagent::{ChildBudget, SubagentConfig};
+use subloop::agent::{Agent, AgentBuilder, RunReport};
+use subloop::core::agent_id::AgentId;
+use subloop::core::call::Warning;
+use subloop::core::conversation::{Budget, OnEmptyReply};
+use subloop::core::error::{InputError, ScriptError, SetupError};
+use subloop::core::hook::HookEvent;
+use subloop::core::redact::Redactor;
+use subloop::policy::command_hooks::{CommandHooks, HookSettingsError};
+use subloop::policy::hooks::Hooks;
+use subloop::policy::permission::PromptWatch;
+use subloop::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
+use subloop::policy::terminal::TerminalInput;
+use subloop::providers::demo::DemoChildren;
+use subloop::providers::demo::{DEMO_QUESTION, DemoParent};
+use subloop::providers::scripted::ScriptedChildren;
+use subloop::providers::scripted::{Script, ScriptedModel};
+use subloop::record::invariants::Policy;
+use subloop::record::recorded::{RecordedRun, ReplayError};
+use subloop::record::replay::Replay;
+use subloop::record::replay::ReplayReport;
+use subloop::record::resume::{ResumeError, ResumeFile};
+use subloop::record::target::{self, TraceTargetError};
+use subloop::record::trace::{TraceStatus, TraceWriter};
+use subloop::record::view_html::{PageOutput, PageTrace};
+use subloop::run::limits::{CancelHandle, Limits};
+use subloop::run::model::ChildModels;
+use subloop::run::model::Model;
+use subloop::run::monitor::Event;
+use subloop::run::monitor::Monitor;
+use subloop::run::shutdown::{Registration, Shutdown};
+use subloop::tools::sandbox::SandboxPolicy;
+use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 
 mod protect;
 pub use protect::PlantableHook;
@@ -97,7 +98,9 @@ impl DecisionMode {
             Self::Allow => Arc::new(AllowAll),
             Self::Deny => Arc::new(DenyAll),
             Self::Ask => Arc::new(
-                AskTerminal::with_input(Arc::clone(input), cancel.clone()).watched(watch.cloned()),
+                AskTerminal::with_input(Arc::clone(input), cancel.clone())
+                    .watched(watch.cloned())
+                    .how_to_allow("use --decision allow to allow"),
             ),
         }
     }
@@ -123,7 +126,7 @@ pub struct Settings {
     /// The child's call budget.
     pub child_budget: u32,
     /// Where to write the JSON Lines trace, if anywhere (never the script,
-    /// never inside the workspace, never a FIFO: see [`crate::record::target`]).
+    /// never inside the workspace, never a FIFO: see [`subloop::record::target`]).
     pub trace: Option<PathBuf>,
     /// The script file the run replays, if any: the trace may not overwrite it.
     pub script: Option<PathBuf>,
@@ -142,7 +145,7 @@ pub struct Settings {
     /// How many answers that do not match it are sent back (`--output-retries`).
     pub output_retries: u32,
     /// A trace to resume (`--resume`): the run continues where it ends, and
-    /// its lines are appended to it (see [`crate::record::resume`]).
+    /// its lines are appended to it (see [`subloop::record::resume`]).
     pub resume: Option<PathBuf>,
     /// With `resume`: a follow-up question for the answered run it records
     /// (`--resume TRACE --question TEXT`), with `max_calls` of its own.
@@ -151,7 +154,7 @@ pub struct Settings {
     /// like the trace file). Without a trace the run writes a temporary one.
     pub view: Option<PathBuf>,
     /// MCP servers whose tools join the run (`--mcp-config`, `--mcp`).
-    pub mcp: Vec<crate::tools::mcp::config::ServerConfig>,
+    pub mcp: Vec<subloop::tools::mcp::config::ServerConfig>,
     /// An MCP server's start timeout, also each MCP call's (`--mcp-timeout`).
     pub mcp_timeout: Duration,
     /// The tools a child may hold (`--child-tools`): read-only ones only.
@@ -169,7 +172,7 @@ pub struct Settings {
     pub watch: Option<EventWatch>,
     /// Where `run_main` keeps the process groups it runs (a host's, which
     /// it can kill on its way out).
-    pub programs: crate::tools::Programs,
+    pub programs: subloop::tools::Programs,
     /// Told when an approval prompt opens and closes (`--decision ask`).
     pub prompt_watch: Option<ApprovalWatch>,
     /// Files the host read its configuration from (`--settings`,
@@ -181,7 +184,7 @@ pub struct Settings {
     /// host's [`Settings::programs`].
     pub hooks: CommandHooks,
     /// What the run's spans may record (message content or not).
-    pub telemetry: crate::run::telemetry::Telemetry,
+    pub telemetry: subloop::run::telemetry::Telemetry,
 }
 
 /// A host's callback, shared (its `Debug` shows only that it is there).
@@ -235,7 +238,7 @@ impl Settings {
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
             output_schema: None,
-            output_retries: crate::agent::output::DEFAULT_OUTPUT_RETRIES,
+            output_retries: subloop::agent::output::DEFAULT_OUTPUT_RETRIES,
             resume: None,
             follow_up: None,
             view: None,
@@ -246,18 +249,12 @@ impl Settings {
             other_workspace: false,
             shutdown: None,
             watch: None,
-            programs: crate::tools::Programs::new(),
+            programs: subloop::tools::Programs::new(),
             prompt_watch: None,
             config_files: Vec::new(),
             hooks: CommandHooks::none(),
-            telemetry: crate::run::telemetry::Telemetry::default(),
+            telemetry: subloop::run::telemetry::Telemetry::default(),
         }
-    }
-
-    /// Sets `run_main`'s timeout in seconds.
-    pub fn run_timeout(mut self, secs: f64) -> Self {
-        self.run.timeout = Duration::from_secs_f64(secs);
-        self
     }
 }
 
@@ -270,10 +267,10 @@ pub enum Models {
     Demo,
     /// The Anthropic Messages API, one shared client for the parent and every child.
     #[cfg(feature = "live")]
-    Live(Arc<crate::providers::anthropic::Client>),
+    Live(Arc<subloop::providers::anthropic::Client>),
     /// An OpenAI-compatible Chat Completions server, one shared client.
     #[cfg(feature = "live")]
-    OpenAi(Arc<crate::providers::openai::Client>),
+    OpenAi(Arc<subloop::providers::openai::Client>),
 }
 
 impl Models {
@@ -311,7 +308,7 @@ pub enum AppError {
     #[error(transparent)]
     Trace(#[from] TraceTargetError),
     /// The trace to resume cannot be continued.
-    #[error("cannot resume {path}: {error}")]
+    #[error("cannot resume {path}: {error}{}", resume_flags(error))]
     Resume {
         /// The trace.
         path: PathBuf,
@@ -340,12 +337,24 @@ pub enum AppError {
     },
 }
 
+/// The flags that do what a resume refusal asks for, as the CLI names them.
+fn resume_flags(error: &ResumeError) -> String {
+    match error {
+        ResumeError::OtherWorkspace { recorded, .. } => {
+            format!(" (--workspace {recorded}, or --other-workspace)")
+        }
+        ResumeError::BudgetSpent { made } => format!(" (--max-calls above {made})"),
+        _ => String::new(),
+    }
+}
+
 /// The default `--mcp-timeout`.
 pub const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Builds the full agent: `read_file`, `run_main`, the MCP servers' tools,
 /// `todo_write` and `task` (children get the `child_tools`), with the
 /// settings' gate.
+#[allow(dead_code)] // the tests and benches that include this module call it
 pub fn build_agent(settings: &Settings, children: Arc<dyn ChildModels>) -> Result<Agent, AppError> {
     let approver = settings.decision.approver(
         &settings.input,
@@ -508,8 +517,8 @@ fn mcp_tools(
     settings: &Settings,
     mut builder: AgentBuilder,
 ) -> Result<(AgentBuilder, McpSetup), AppError> {
-    use crate::tools::mcp::server::ExitNotice;
-    use crate::tools::mcp::tool::{McpSettings, McpTools};
+    use subloop::tools::mcp::server::ExitNotice;
+    use subloop::tools::mcp::tool::{McpSettings, McpTools};
     if settings.mcp.is_empty() {
         return Ok((builder, McpSetup::default()));
     }
@@ -527,13 +536,13 @@ fn mcp_tools(
     let mut lines: Vec<String> = tools
         .warnings
         .iter()
-        .map(|warning| format!("[mcp] {}", crate::core::text::printable(warning)))
+        .map(|warning| format!("[mcp] {}", subloop::core::text::printable(warning)))
         .collect();
     for (server, names) in &tools.servers {
         lines.push(format!(
             "[mcp] server {server}: {} tool(s): {}",
             names.len(),
-            crate::core::text::printable(&names.join(", "))
+            subloop::core::text::printable(&names.join(", "))
         ));
     }
     for source in tools.sources {
@@ -556,13 +565,13 @@ struct McpSetup {
     lines: Vec<String>,
     servers: Vec<(String, Vec<String>)>,
     #[cfg(feature = "mcp")]
-    notice: Option<crate::tools::mcp::server::ExitNotice>,
+    notice: Option<subloop::tools::mcp::server::ExitNotice>,
 }
 
 impl McpSetup {
     /// Records the servers in the trace (`notes`): a `started` line each
     /// now, an `exited` line when one exits mid-run.
-    fn record(&self, notes: &crate::record::trace::TraceNotes) {
+    fn record(&self, notes: &subloop::record::trace::TraceNotes) {
         for (server, tools) in &self.servers {
             notes.line(
                 "mcp_server",
@@ -614,77 +623,14 @@ impl Run {
     /// Whether the run succeeded as the CLI counts it: the status is
     /// `answered` and the trace and the page (if any) were written whole.
     pub fn succeeded(&self) -> bool {
-        self.report.outcome.status == crate::StatusKind::Answered
+        self.report.outcome.status == subloop::StatusKind::Answered
             && self.trace_error.is_none()
             && self.page_error.is_none()
     }
 }
 
-/// The approver of a replay: the host's approver decides each call as
-/// usual, and its decision is compared with the recorded one before the call
-/// can run. A call the recorded run denied is not run now, whatever the
-/// host's approver says: the replay files the divergence first (and stops
-/// there unless it keeps going), and answers the call as denied.
-struct ReplayApprover {
-    inner: Arc<dyn Approver>,
-    recorded: Arc<RecordedRun>,
-    log: Arc<ReplayLog>,
-    /// How often each agent's call id was asked about (ids may come again
-    /// in a later question).
-    asked: Mutex<std::collections::HashMap<(String, String), usize>>,
-}
-
-impl Approver for ReplayApprover {
-    fn decide(
-        &self,
-        request: &crate::policy::permission::ApprovalRequest<'_>,
-    ) -> crate::policy::permission::Decision {
-        use crate::policy::permission::Decision;
-        let agent = request.agent.to_string();
-        let id = request.call.id().as_str();
-        let nth = {
-            let mut asked = self
-                .asked
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner());
-            let count = asked.entry((agent.clone(), id.to_owned())).or_insert(0);
-            *count += 1;
-            *count - 1
-        };
-        let recorded = self
-            .recorded
-            .tools(&agent)
-            .iter()
-            .filter(|line| {
-                line.get("id").and_then(serde_json::Value::as_str) == Some(id)
-                    && line.get("name").and_then(serde_json::Value::as_str)
-                        == Some(request.call.name())
-            })
-            .nth(nth)
-            .and_then(|line| line.get("decision").and_then(serde_json::Value::as_str))
-            .map(str::to_owned);
-        let now = self.inner.decide(request);
-        // A call denied now is not run either way; its result shows the
-        // difference in the next request.
-        if recorded.as_deref() != Some("denied") || now == Decision::Deny {
-            return now;
-        }
-        self.log.diverged(Divergence {
-            call: Some(self.log.made(&agent)),
-            agent,
-            difference: Difference::Tool {
-                id: id.to_owned(),
-                field: "decision".to_owned(),
-                recorded: "denied".to_owned(),
-                now: "allowed".to_owned(),
-            },
-        });
-        // Nothing the recorded run did not run runs in its replay.
-        Decision::Deny
-    }
-}
-
 /// Runs the parent on `models` and returns the report: [`prepare`], then [`Prepared::run`].
+#[allow(dead_code)] // the tests and benches that include this module call it
 pub fn execute(settings: &Settings, models: Models) -> Result<RunReport, AppError> {
     prepare(settings, models)?.run().map(|run| run.report)
 }
@@ -755,7 +701,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
                 settings.trace.as_deref().or(settings.resume.as_deref()),
                 settings.shutdown.as_ref(),
             )
-            .map_err(AppError::View)?;
+            .map_err(|error| AppError::View(format!("{error} (--trace)")))?;
             let mut protected = script_of(settings);
             if let Some(resumed) = &settings.resume {
                 protected.push((resumed.as_path(), "trace file"));
@@ -787,7 +733,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         .map_or(0, |(_, point)| point.spent.delegations);
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
-    let stop_slot: crate::providers::http::StopSlot = Arc::default();
+    let stop_slot: subloop::providers::http::StopSlot = Arc::default();
     // The secrets the models hold are hidden from every tool result and trace line.
     let redactor = models.redactor();
     let (parent, children): (Box<dyn Model>, Arc<dyn ChildModels>) = match models {
@@ -812,7 +758,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         Models::Demo => (Box::new(DemoParent), Arc::new(DemoChildren)),
         #[cfg(feature = "live")]
         Models::OpenAi(client) => {
-            use crate::providers::openai::OpenAiModel;
+            use subloop::providers::openai::OpenAiModel;
             let children = Arc::clone(&client);
             let child_slot = Arc::clone(&stop_slot);
             let child_models = move |_number: usize| -> Box<dyn Model + Send> {
@@ -828,7 +774,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         }
         #[cfg(feature = "live")]
         Models::Live(client) => {
-            use crate::providers::anthropic::AnthropicModel;
+            use subloop::providers::anthropic::AnthropicModel;
             let children = Arc::clone(&client);
             let child_slot = Arc::clone(&stop_slot);
             let child_models = move |_number: usize| -> Box<dyn Model + Send> {
@@ -886,58 +832,30 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     })
 }
 
-/// A trace read for `--resume`: the run it records, how many of its bytes
-/// are whole lines (a last line a crash cut short is dropped), and the file
-/// it was read from, locked before it was read.
+/// A trace read for `--resume`, through its locked file.
 struct Resuming {
-    file: std::fs::File,
+    file: ResumeFile,
     run: RecordedRun,
-    keep: u64,
 }
 
 impl Resuming {
     /// Takes the trace's lock, then reads it: what is read is what this
     /// run (and no other) goes on from.
     fn load(path: &Path, settings: &Settings) -> Result<Self, AppError> {
-        use std::io::Read as _;
-        let read_error = |source| ReplayError::Read {
+        // A trace that cannot be read says so, as before any other check.
+        std::fs::metadata(path).map_err(|source| ReplayError::Read {
             path: path.to_owned(),
             source,
-        };
-        // A trace that cannot be read says so, as before any other check.
-        std::fs::metadata(path).map_err(read_error)?;
-        let mut file = target::open_to_resume(path, &settings.workspace, &script_of(settings))?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(read_error)?;
-        let text = String::from_utf8(bytes).map_err(|_| {
-            read_error(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "stream did not contain valid UTF-8",
-            ))
         })?;
-        let whole = match text.rfind('\n') {
-            Some(end) => text.get(..=end).unwrap_or_default(),
-            None => "",
-        };
-        let run = RecordedRun::parse(whole).map_err(|message| ReplayError::Invalid {
-            path: path.to_owned(),
-            message,
-        })?;
-        Ok(Self {
-            file,
-            run,
-            keep: u64::try_from(whole.len()).unwrap_or(u64::MAX),
-        })
+        let file = target::open_to_resume(path, &settings.workspace, &script_of(settings))?;
+        let file = ResumeFile::read(file, path)?;
+        let run = file.run().clone();
+        Ok(Self { file, run })
     }
 
-    /// The trace file cut to its whole lines and positioned at its end,
-    /// for the resumed run's lines (the lock goes with it).
+    /// The trace file cut to its whole lines and positioned at its end.
     fn append(&self) -> std::io::Result<std::fs::File> {
-        use std::io::Seek as _;
-        let file = self.file.try_clone()?;
-        file.set_len(self.keep)?;
-        (&file).seek(std::io::SeekFrom::End(0))?;
-        Ok(file)
+        self.file.append()
     }
 }
 
@@ -995,7 +913,7 @@ impl Prepared {
             let _ = writeln!(
                 std::io::stderr(),
                 "subloop: {}",
-                crate::core::text::printable(&text)
+                subloop::core::text::printable(&text)
             );
             report.warnings.push(Warning {
                 agent: AgentId::Parent,
@@ -1028,13 +946,10 @@ pub fn replay(
     keep_going: bool,
 ) -> Result<ReplayReport, AppError> {
     let _cleanup = TemporaryWorkspace::for_settings(settings);
-    let recorded = Arc::new(RecordedRun::load(trace)?);
-    let question = recorded.question().ok_or_else(|| ReplayError::Invalid {
-        path: trace.to_owned(),
-        message: "the parent's first request holds no question".to_owned(),
-    })?;
+    let replay = Replay::load(trace)?
+        .keep_going(keep_going)
+        .on_empty_reply(settings.on_empty_reply);
     let mut settings = settings.clone();
-    settings.question = question;
     // The recorded question is asked as recorded: context that SessionStart
     // or UserPromptSubmit hooks added to it is already in it.
     settings.hooks = settings
@@ -1043,142 +958,25 @@ pub fn replay(
         .without(&[HookEvent::SessionStart, HookEvent::UserPromptSubmit]);
     // The answer is checked as the recorded run checked it.
     if settings.output_schema.is_none() {
-        settings.output_schema = recorded.output_schema("parent").cloned();
+        settings.output_schema = replay.output_schema().cloned();
     }
     let budget = Budget::new(settings.max_calls)?;
-    let log = Arc::new(ReplayLog::new(keep_going));
-    let mut parent = ReplayModel::new(Arc::clone(&recorded), "parent", Arc::clone(&log));
-    let children = Arc::new(ReplayChildren::new(Arc::clone(&recorded), Arc::clone(&log)));
-    let replay_agent = || -> Result<Agent, AppError> {
-        let approver = Arc::new(ReplayApprover {
-            inner: settings.decision.approver(
-                &settings.input,
-                &settings.cancel,
-                settings.prompt_watch.as_ref().map(|watch| &watch.0),
-            ),
-            recorded: Arc::clone(&recorded),
-            log: Arc::clone(&log),
-            asked: Mutex::default(),
-        });
+    let approver = settings.decision.approver(
+        &settings.input,
+        &settings.cancel,
+        settings.prompt_watch.as_ref().map(|watch| &watch.0),
+    );
+    replay.run(approver, budget, |approver, children| {
         assemble(
             &settings,
             approver,
-            children.clone(),
+            children,
             None,
             settings.trace.as_deref(),
             Redactor::default(),
         )
         .map(|(agent, _, _)| agent)
-    };
-    let agent = replay_agent()?;
-    let mut run = agent.run(&settings.question, budget, &mut parent)?;
-    // Follow-up questions (`run --resume --question`, `chat`): each is asked
-    // as it was, on the history replayed so far, as long as nothing diverged.
-    while !log.halted() && log.divergences().is_empty() {
-        let made = log.made("parent");
-        let recorded_messages = recorded.messages("parent");
-        let next = match recorded_messages.get(run.outcome.messages.len()) {
-            Some(message)
-                if run.outcome.status == crate::StatusKind::Answered
-                    && made < recorded.calls("parent")
-                    && message.role == crate::core::protocol::Role::User =>
-            {
-                message.text()
-            }
-            _ => break,
-        };
-        let prefix = recorded.parent_prefix(made);
-        let Ok(mut point) = ResumePoint::follow_up(&prefix, &next, budget, settings.on_empty_reply)
-        else {
-            break;
-        };
-        point.spent.tokens = run.total_usage().billed();
-        point.spent.delegations = run.children.len();
-        let agent = replay_agent()?;
-        let next_run = agent.resume(point, &mut parent);
-        run = merge_reports(run, next_run);
-    }
-    if !log.halted() {
-        let diverged = log.divergences();
-        for (name, recorded_calls) in recorded.agents() {
-            let now = log.made(name);
-            if now != recorded_calls && !diverged.iter().any(|found| found.agent == name) {
-                log.push(Divergence {
-                    agent: name.to_owned(),
-                    call: None,
-                    difference: Difference::CallCount {
-                        recorded: recorded_calls,
-                        now,
-                    },
-                });
-            }
-        }
-        // Tool records: the results of a last round no request carried.
-        let mut agents_now = vec![("parent".to_owned(), run.tools.as_slice())];
-        agents_now.extend(
-            run.children
-                .iter()
-                .map(|child| (child.agent.to_string(), child.tools.as_slice())),
-        );
-        let diverged = log.divergences();
-        for (name, tools) in agents_now {
-            if diverged.iter().any(|found| found.agent == name) {
-                continue;
-            }
-            if let Some(difference) = compare_tools_run(recorded.tools(&name), tools) {
-                log.push(Divergence {
-                    agent: name,
-                    call: None,
-                    difference,
-                });
-            }
-        }
-        let now = format!("{} {:?}", run.outcome.status, run.outcome.text);
-        let same = recorded.outcome().map(|outcome| {
-            (
-                outcome.status == run.outcome.status && outcome.text == run.outcome.text,
-                format!("{} {:?}", outcome.status, outcome.text),
-            )
-        });
-        let difference = match same {
-            Some((true, _)) => None,
-            Some((false, recorded)) => Some(Difference::Outcome { recorded, now }),
-            None => Some(Difference::Outcome {
-                recorded: "no outcome (the recorded run did not finish)".to_owned(),
-                now,
-            }),
-        };
-        if let Some(difference) = difference {
-            log.push(Divergence {
-                agent: "parent".to_owned(),
-                call: None,
-                difference,
-            });
-        }
-    }
-    Ok(ReplayReport {
-        run,
-        recorded_status: recorded.outcome().map(|outcome| outcome.status),
-        recorded_requests: recorded.request_count(),
-        divergences: log.divergences(),
     })
-}
-
-/// One report for a replayed run and its follow-up `next`: the last
-/// outcome (its history holds both), every call, child, warning and entry.
-fn merge_reports(mut run: RunReport, next: RunReport) -> RunReport {
-    run.usage_per_call.extend(next.usage_per_call);
-    run.empty_replies_continued += next.empty_replies_continued;
-    run.tools.extend(next.tools);
-    run.children.extend(next.children);
-    run.warnings.extend(next.warnings);
-    run.audit.extend(next.audit);
-    run.elapsed += next.elapsed;
-    let mut usage = run.outcome.usage;
-    usage.add(&next.outcome.usage);
-    run.outcome = next.outcome;
-    run.outcome.usage = usage;
-    run
 }
 
 /// Settings for `subloop demo`: the demo question, and the workspace given,

@@ -2,12 +2,12 @@
 
 use std::io::Write;
 
-use crate::core::agent_id::AgentId;
-use crate::core::call::ToolRecord;
-use crate::core::hook::{HookDecision, HookRecord};
-use crate::core::text::printable;
-use crate::run::monitor::Event;
-use crate::run::monitor::Monitor;
+use subloop::core::agent_id::AgentId;
+use subloop::core::call::ToolRecord;
+use subloop::core::hook::{HookDecision, HookRecord};
+use subloop::core::text::printable;
+use subloop::run::monitor::Event;
+use subloop::run::monitor::Monitor;
 
 /// Prints progress to stderr.
 #[derive(Debug, Default, Clone, Copy)]
@@ -77,7 +77,9 @@ impl Monitor for StderrProgress {
                     outcome.status, outcome.calls
                 )
             }
-            Event::Response { .. } => return,
+            // A reply is shown by the stream, if at all; an event added
+            // later prints nothing until this host learns it.
+            Event::Response { .. } | _ => return,
         };
         let _ = writeln!(std::io::stderr(), "{line}");
     }

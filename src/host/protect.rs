@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use super::Settings;
-use crate::tools::sandbox::{Sandbox, SandboxPolicy};
+use subloop::tools::sandbox::{Sandbox, SandboxPolicy};
 
 /// A hook or MCP server command that would run code a confined program can
 /// plant: refused when a run starts at `workspace-write`.

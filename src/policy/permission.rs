@@ -72,6 +72,8 @@ pub struct AskTerminal {
     input: Arc<TerminalInput>,
     cancel: CancelHandle,
     watch: Option<PromptWatch>,
+    /// What the denial without a terminal adds: how the host allows calls.
+    how_to_allow: Option<String>,
 }
 
 /// Told when an approval prompt opens (with the tool it asks about) and
@@ -109,7 +111,15 @@ impl AskTerminal {
             input,
             cancel,
             watch: None,
+            how_to_allow: None,
         }
+    }
+
+    /// Says `how` (the host's own way to allow calls, such as a flag) when
+    /// a call is denied because stdin is not a terminal.
+    pub fn how_to_allow(mut self, how: impl Into<String>) -> Self {
+        self.how_to_allow = Some(how.into());
+        self
     }
 
     /// Tells `watch` when each prompt opens and closes.
@@ -128,9 +138,13 @@ impl Approver for AskTerminal {
         let mut stderr = std::io::stderr().lock();
         if !self.input.is_terminal() {
             // Denied either way; a broken stderr only loses the explanation.
+            let how = match &self.how_to_allow {
+                Some(how) => format!(" ({})", crate::core::text::printable(how)),
+                None => String::new(),
+            };
             let _ = writeln!(
                 stderr,
-                "[permission] {} wants to run `{}`: denied, stdin is not a terminal (use --decision allow to allow)",
+                "[permission] {} wants to run `{}`: denied, stdin is not a terminal{how}",
                 request.agent,
                 crate::core::text::printable(request.action)
             );

@@ -19,7 +19,7 @@ use crate::core::conversation::StatusKind;
 use crate::core::protocol::{Block, Message, Request, ToolDefinition, ToolResultContent};
 
 /// The most characters of a text a [`Difference`] keeps on each side.
-pub const PREVIEW_CHARS: usize = 80;
+pub(crate) const PREVIEW_CHARS: usize = 80;
 
 /// Which part of a request differs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -226,7 +226,8 @@ impl fmt::Display for Divergence {
 }
 
 /// The first difference between a recorded request and the one built now, if any.
-pub fn compare(recorded: &Request<'_>, now: &Request<'_>) -> Option<Difference> {
+#[cfg(test)]
+fn compare(recorded: &Request<'_>, now: &Request<'_>) -> Option<Difference> {
     differences(recorded, now, 0).into_iter().next()
 }
 
@@ -235,7 +236,11 @@ pub fn compare(recorded: &Request<'_>, now: &Request<'_>) -> Option<Difference> 
 /// message from message `from` on (0-based; a history only grows, so the
 /// messages an earlier request of the same agent carried need no second
 /// look), the number of messages, the plan attachment.
-pub fn differences(recorded: &Request<'_>, now: &Request<'_>, from: usize) -> Vec<Difference> {
+pub(crate) fn differences(
+    recorded: &Request<'_>,
+    now: &Request<'_>,
+    from: usize,
+) -> Vec<Difference> {
     let mut found = Vec::new();
     if recorded.system != now.system {
         found.push(texts(Part::System, recorded.system, now.system));
@@ -419,7 +424,7 @@ fn compare_blocks(message: usize, block: usize, old: &Block, new: &Block) -> Opt
 
 /// The first difference between an agent's recorded `tool` lines and its
 /// tool records now: a field of a call, else the number of calls.
-pub fn compare_tools_run(recorded: &[Value], now: &[ToolRecord]) -> Option<Difference> {
+pub(crate) fn compare_tools_run(recorded: &[Value], now: &[ToolRecord]) -> Option<Difference> {
     for (old, new) in recorded.iter().zip(now) {
         let new = json!(new);
         for field in ["id", "name", "decision", "is_error", "content"] {
@@ -465,7 +470,7 @@ fn texts(part: Part, recorded: &str, now: &str) -> Difference {
 
 /// Both texts, quoted, each cut to a window of at most [`PREVIEW_CHARS`]
 /// characters starting a little before their first differing character.
-pub fn previews(recorded: &str, now: &str) -> (String, String) {
+pub(crate) fn previews(recorded: &str, now: &str) -> (String, String) {
     let first_difference = recorded
         .chars()
         .zip(now.chars())
@@ -541,7 +546,7 @@ impl ReplayReport {
         let rest = self.divergences.len().saturating_sub(shown);
         if rest > 0 {
             lines.push(format!(
-                "({rest} more divergence(s); --keep-going lists them all)"
+                "({rest} more divergence(s); a replay that keeps going lists them all)"
             ));
         }
         lines

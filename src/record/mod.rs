@@ -1,6 +1,6 @@
 //! Runs on disk: the JSON Lines [`trace`] (where it may be written:
 //! [`target`]; each line's shape is checked when it is read), a trace read back
-//! ([`recorded`]), a replay compared with it ([`compare`]), a run resumed
+//! ([`recorded`]), a replay compared with it ([`replay`]), a run resumed
 //! from it ([`resume`]), the loop's [`invariants`] checked over it, the JSON
 //! [`report`] of a run, and the run shown on a terminal ([`view`]) or as a
 //! page ([`view_html`]).
@@ -8,10 +8,11 @@
 //! May import: every layer below: [`crate::core`], [`crate::run`],
 //! [`crate::policy`], [`crate::tools`], [`crate::providers`], [`crate::agent`].
 
-pub mod compare;
+mod compare;
 pub mod invariants;
 pub(crate) mod lines;
 pub mod recorded;
+pub mod replay;
 pub mod report;
 pub mod resume;
 pub mod target;

@@ -1,13 +1,12 @@
-//! A model that answers from a recorded trace, checking each request
-//! against the recorded one.
+//! A trace read back, and the models that answer from it in a replay.
 //!
 //! [`RecordedRun::parse`] reads a trace (see `record::trace`): for every
 //! agent (`parent`, `child-1`, ...) its requests in call order, each with the
-//! reply the trace holds for it (`response` or `model_failed`). A
-//! [`ReplayModel`] for one agent answers its `n`-th request with the recorded
-//! reply to call `n`, after comparing the request it is given with the
-//! recorded one ([`crate::record::compare::differences`]); differences go to a
-//! shared [`ReplayLog`]. Without `keep_going`, the first difference stops the
+//! reply the trace holds for it (`response` or `model_failed`). In a replay
+//! (`record::replay`) the model of one agent answers its `n`-th
+//! request with the recorded reply to call `n`, after comparing the request
+//! it is given with the recorded one; differences go to a log the replay's
+//! models share. Without `keep_going`, the first difference stops the
 //! replay: that request and every later one of any agent fails
 //! (`replay_diverged`), so no further tool runs. With it, the recorded
 //! replies keep coming as long as the trace has one for the request asked,
@@ -668,7 +667,7 @@ fn recorded_reply(kind: &str, value: &Value) -> Result<ScriptedReply, String> {
 /// What every [`ReplayModel`] of one replay shares: the divergences found and
 /// the requests each agent made.
 #[derive(Debug, Default)]
-pub struct ReplayLog {
+pub(crate) struct ReplayLog {
     keep_going: bool,
     state: Mutex<LogState>,
 }
@@ -729,7 +728,7 @@ impl ReplayLog {
 
 /// Answers one agent's requests from its recorded calls.
 #[derive(Debug)]
-pub struct ReplayModel {
+pub(crate) struct ReplayModel {
     agent: String,
     run: Arc<RecordedRun>,
     log: Arc<ReplayLog>,
@@ -813,7 +812,7 @@ impl Model for ReplayModel {
 
 /// Child models of a replay: delegation `n` replays `child-n`'s recorded calls.
 #[derive(Debug)]
-pub struct ReplayChildren {
+pub(crate) struct ReplayChildren {
     run: Arc<RecordedRun>,
     log: Arc<ReplayLog>,
 }

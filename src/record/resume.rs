@@ -34,7 +34,70 @@ use crate::core::conversation::{
 use crate::core::error::InputError;
 use crate::core::plan::{Plan, PlanItem};
 use crate::core::protocol::{Block, Message, Role, ToolUseId};
-use crate::record::recorded::RecordedRun;
+use crate::record::recorded::{RecordedRun, ReplayError};
+
+/// A trace about to be resumed, read through its file: the run it records
+/// (its whole lines: a last line a crash cut short is dropped) and the file,
+/// for the resumed run's lines.
+///
+/// Open the file with [`crate::record::target::open_to_resume`], which
+/// checks where it is and takes its lock before a byte is read, so two
+/// resumes of one trace cannot both go on from the same point.
+#[derive(Debug)]
+pub struct ResumeFile {
+    file: std::fs::File,
+    run: RecordedRun,
+    keep: u64,
+}
+
+impl ResumeFile {
+    /// Reads the trace from `file`, opened from `path` (named in errors).
+    pub fn read(mut file: std::fs::File, path: &std::path::Path) -> Result<Self, ReplayError> {
+        use std::io::Read as _;
+        let read_error = |source| ReplayError::Read {
+            path: path.to_owned(),
+            source,
+        };
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(read_error)?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            ))
+        })?;
+        let whole = match text.rfind('\n') {
+            Some(end) => text.get(..=end).unwrap_or_default(),
+            None => "",
+        };
+        let run = RecordedRun::parse(whole).map_err(|message| ReplayError::Invalid {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok(Self {
+            file,
+            run,
+            keep: u64::try_from(whole.len()).unwrap_or(u64::MAX),
+        })
+    }
+
+    /// The run the trace records, to rebuild with [`ResumePoint::rebuild`]
+    /// or [`ResumePoint::follow_up`].
+    pub fn run(&self) -> &RecordedRun {
+        &self.run
+    }
+
+    /// The trace file cut to its whole lines and positioned at its end, for
+    /// the resumed run's lines (give it to a [`crate::record::trace::TraceWriter`]);
+    /// the lock goes with it.
+    pub fn append(&self) -> std::io::Result<std::fs::File> {
+        use std::io::Seek as _;
+        let file = self.file.try_clone()?;
+        file.set_len(self.keep)?;
+        (&file).seek(std::io::SeekFrom::End(0))?;
+        Ok(file)
+    }
+}
 
 /// The result given to a call the earlier run started but did not finish.
 pub const INTERRUPTED: &str = "not executed: the run was interrupted before this call finished";
@@ -74,7 +137,7 @@ pub enum ResumeError {
     },
     /// The run was recorded in another workspace than the one given.
     #[error(
-        "the run was recorded in the workspace {recorded}, not {given}: give --workspace {recorded}, or --other-workspace to go on in {given}"
+        "the run was recorded in the workspace {recorded}, not {given}: resume it in {recorded}, or allow another workspace to go on in {given}"
     )]
     OtherWorkspace {
         /// The workspace the trace records.
@@ -87,7 +150,7 @@ pub enum ResumeError {
     Inconsistent(Inconsistency),
     /// The budget given does not cover the calls already made.
     #[error(
-        "the recorded run already made {made} parent calls for its current question: give a --max-calls above {made} to continue it"
+        "the recorded run already made {made} parent calls for its current question: give a call budget above {made} to continue it"
     )]
     BudgetSpent {
         /// The calls already made for the current question.

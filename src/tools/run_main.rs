@@ -267,8 +267,8 @@ impl RunMain {
                 None => confinement,
             }),
             Err(err) => Err(super::refusal(format!(
-                "run_main: {err}; to run programs unconfined, choose the sandbox level off \
-                 (`--sandbox off`)"
+                "run_main: {err}; to run programs unconfined, the host can choose the sandbox \
+                 level off"
             ))),
         }
     }

@@ -10,10 +10,10 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
+use crate::host::chat::Chat;
+use crate::host::{DecisionMode, Models, Settings};
 use common::TempDir;
 use subloop::StatusKind;
-use subloop::host::chat::Chat;
-use subloop::host::{DecisionMode, Models, Settings};
 use subloop::record::recorded::RecordedRun;
 use subloop::record::trace::rebuild_requests;
 
@@ -360,7 +360,10 @@ fn a_line_that_cannot_run_is_refused_and_the_session_goes_on() {
         said[2].starts_with("cannot ask this: cannot resume"),
         "{said:?}"
     );
-    assert!(said[2].contains("give a --max-calls above 1"), "{said:?}");
+    assert!(
+        said[2].contains("give a call budget above 1 to continue it (--max-calls above 1)"),
+        "{said:?}"
+    );
 }
 
 /// Runs `driver` (python3 code after a `wait_for(token)` helper and `fd`,

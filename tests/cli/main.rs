@@ -13,6 +13,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+// The CLI's host (the binary's, not the library's): runs configured as
+// the CLI configures them.
+#[allow(dead_code, unused_imports)]
+#[path = "../../src/host/mod.rs"]
+mod host;
 
 mod chat;
 mod cli_run;

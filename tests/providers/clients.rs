@@ -7,9 +7,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::host::{self, Models, Settings};
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Request;
-use subloop::host::{self, Models, Settings};
 use subloop::providers::http::StopSlot;
 use subloop::providers::http::async_transport::AsyncTransport;
 use subloop::providers::http::transport::Transport;

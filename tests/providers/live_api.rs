@@ -8,6 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::host::{self, DecisionMode, Models};
 use mock_api::{MockServer, Recorded, Reply, demo_handler, sse_body};
 use serde_json::{Value, json};
 use subloop::ModelResponse;
@@ -19,7 +20,6 @@ use subloop::core::protocol::ReplyBlock;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
 use subloop::core::protocol::ToolDefinition;
-use subloop::host::{self, DecisionMode, Models};
 use subloop::providers::anthropic::{API_VERSION, LiveConfig, LiveError};
 use subloop::providers::http::ApiKey;
 use subloop::providers::http::async_transport::{
@@ -568,7 +568,7 @@ fn a_stalled_server_trips_the_read_timeout_and_is_not_asked_again() {
         "a response timeout is not retried"
     );
     assert!(sleeps.lock().unwrap().is_empty());
-    for remedy in ["--stream", "--max-tokens", "--timeout-read"] {
+    for remedy in ["stream the reply", "fewer tokens", "a longer read timeout"] {
         assert!(failure.message.contains(remedy), "{}", failure.message);
     }
 }

@@ -9,12 +9,12 @@ use crate::mock_api;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::host::{self, DecisionMode, Models};
 use mock_api::{MockServer, Reply, demo_handler, demo_stream_handler};
 use serde_json::{Value, json};
 use subloop::StatusKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
-use subloop::host::{self, DecisionMode, Models};
 use subloop::providers::anthropic::{Client, LiveConfig};
 use subloop::providers::http::transport::Timeouts;
 

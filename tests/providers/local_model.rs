@@ -194,7 +194,7 @@ fn both_providers_hold_the_protocol_against_a_real_model() {
 #[test]
 fn the_async_clients_hold_the_protocol_against_a_real_model() {
     use crate::clients::{Anthropic, OpenAi, Taps};
-    use subloop::host::{DecisionMode, Settings};
+    use crate::host::{DecisionMode, Settings};
     use subloop::providers::anthropic::LiveConfig;
     use subloop::providers::openai::OpenAiConfig;
 

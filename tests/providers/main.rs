@@ -15,6 +15,11 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+// The CLI's host (the binary's, not the library's): runs configured as
+// the CLI configures them.
+#[allow(dead_code, unused_imports)]
+#[path = "../../src/host/mod.rs"]
+mod host;
 #[cfg(feature = "live")]
 #[path = "../mock_api/mod.rs"]
 mod mock_api;

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::host::{self, DecisionMode, Models, Settings};
 use mock_api::{MockServer, Recorded, Reply};
 use mock_openai::{chunks, demo_handler, sse, stream_body, usage};
 use serde_json::{Value, json};
@@ -22,7 +23,6 @@ use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
 use subloop::core::protocol::Usage;
-use subloop::host::{self, DecisionMode, Models, Settings};
 use subloop::providers::http::transport::Timeouts;
 use subloop::providers::openai::{OpenAiConfig, OpenAiError};
 
@@ -961,3 +961,48 @@ crate::async_twins!(
     a_deadline_abandons_a_request_in_flight,
     streamed_text_is_shown_as_it_arrives_and_ends_its_line,
 );
+
+/// A server that accepts and never answers: the run ends `model_error`, the
+/// error says what to change in words, and the CLI names its flags.
+#[test]
+fn a_server_that_never_answers_is_a_model_error_naming_the_flags_that_help() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base = format!("http://{}/v1", listener.local_addr().expect("addr"));
+    // Held open, never answered, until the test ends.
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        if let Ok((stream, _)) = listener.accept() {
+            open.push(stream);
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let output = Command::new(common::bin())
+        .args([
+            "demo",
+            "--live",
+            "--provider",
+            "openai",
+            "--decision",
+            "deny",
+            "--timeout-read",
+            "1",
+            "--retries",
+            "0",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("OPENAI_BASE_URL", &base)
+        .env("OPENAI_MODEL", "local-model")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run binary");
+    let _ = held.join();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("allow a longer read timeout"), "{stdout}");
+    assert!(!stdout.contains("--timeout-read"), "{stdout}");
+    assert!(
+        stderr.contains("try --stream, a smaller --max-tokens, or a longer --timeout-read"),
+        "{stderr}"
+    );
+}

@@ -10,9 +10,9 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+use crate::host::{self, AppError, DecisionMode, Settings};
 use common::TempDir;
-use subloop::host::{self, AppError, DecisionMode, Settings};
-use subloop::record::compare::{Difference, Part};
+use subloop::record::replay::{Difference, Part};
 use subloop::record::trace::TRACE_VERSION;
 
 fn subloop(args: &[&str]) -> Output {
@@ -610,4 +610,86 @@ fn a_call_the_record_shows_denied_diverges_before_it_runs() {
             "{extra:?}: the program the recorded run did not run did not run now"
         );
     }
+}
+
+/// The library's replay, with nothing of the CLI: a run traced through
+/// `TraceWriter` (a `read_file` call and an answer) is reproduced by
+/// `Replay` with an agent built the same way; an agent whose tool answers
+/// differently diverges at the request that carries the result.
+#[test]
+fn the_library_replays_a_trace_it_wrote() {
+    use std::sync::Arc;
+    use subloop::policy::permission::AllowAll;
+    use subloop::providers::scripted::ScriptedModel;
+    use subloop::record::replay::Replay;
+    use subloop::record::trace::TraceWriter;
+    use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+    use subloop::{AgentBuilder, Budget, ModelResponse};
+
+    let scene = Scene::new("replay-library");
+    let trace = scene.dir.path().join("library.jsonl");
+    let workspace = scene.workspace();
+    let agent = |approver: Arc<dyn subloop::Approver>, workspace: &std::path::Path| {
+        AgentBuilder::new(approver)
+            .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT).expect("read_file"))
+            .expect("tool")
+    };
+    let replies = vec![
+        serde_json::json!({"content": [{"type": "tool_use", "id": "t1", "name": "read_file",
+            "input": {"path": "expected.txt"}}], "stop_reason": "tool_use"}),
+        serde_json::json!({"content": [{"type": "text", "text": "It prints 42."}],
+            "stop_reason": "end_turn"}),
+    ];
+    let mut model = ScriptedModel::new(
+        replies
+            .into_iter()
+            .map(|reply| Ok(ModelResponse::from_value(reply).expect("reply")))
+            .collect(),
+    );
+    let report = agent(Arc::new(AllowAll), &workspace)
+        .monitor(TraceWriter::create(&trace).expect("trace"))
+        .build()
+        .run(
+            "What does main.py print?",
+            Budget::new(4).unwrap(),
+            &mut model,
+        )
+        .expect("run");
+    assert_eq!(report.outcome.text, "It prints 42.");
+
+    // The same agent: reproduced.
+    let replay = Replay::load(&trace).expect("load");
+    assert_eq!(
+        replay.question().as_deref(),
+        Some("What does main.py print?")
+    );
+    let again = replay
+        .run(
+            Arc::new(AllowAll),
+            Budget::new(4).unwrap(),
+            |approver, _children| {
+                Ok::<_, Box<dyn std::error::Error>>(agent(approver, &workspace).build())
+            },
+        )
+        .expect("replay");
+    assert!(again.reproduced(), "{:?}", again.lines(true));
+    assert_eq!(again.run.outcome.text, "It prints 42.");
+
+    // The file read now says something else: the second request differs.
+    std::fs::write(workspace.join("expected.txt"), "43\n").unwrap();
+    let changed = Replay::load(&trace)
+        .expect("load")
+        .keep_going(true)
+        .run(
+            Arc::new(AllowAll),
+            Budget::new(4).unwrap(),
+            |approver, _children| {
+                Ok::<_, Box<dyn std::error::Error>>(agent(approver, &workspace).build())
+            },
+        )
+        .expect("replay");
+    assert!(!changed.reproduced());
+    let first = changed.divergences.first().expect("a divergence");
+    assert_eq!(first.agent, "parent");
+    assert_eq!(first.call, Some(2), "{:?}", changed.lines(true));
 }

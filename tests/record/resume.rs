@@ -211,7 +211,8 @@ fn a_run_stopped_by_its_budget_goes_on_and_replays_as_reproduced() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("give a --max-calls above 2"),
+        text(&out.stderr)
+            .contains("give a call budget above 2 to continue it (--max-calls above 2)"),
         "{}",
         text(&out.stderr)
     );

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
 
+use crate::host::{self, DecisionMode, Models, Settings};
 use common::TempDir;
 use subloop::Budget;
 use subloop::agent::ResumePoint;
@@ -15,7 +16,6 @@ use subloop::core::conversation::OnEmptyReply;
 use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Role;
-use subloop::host::{self, DecisionMode, Models, Settings};
 use subloop::record::recorded::RecordedRun;
 use subloop::record::resume::INTERRUPTED;
 

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::host::{self, DecisionMode, Models, Settings};
 use serde_json::Value;
 use subloop::AgentBuilder;
 use subloop::Budget;
@@ -22,7 +23,6 @@ use subloop::agent::subagent::{CHILD_SYSTEM, ChildBudget, SubagentConfig};
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
-use subloop::host::{self, DecisionMode, Models, Settings};
 use subloop::policy::permission::{AllowAll, Approver, DenyAll};
 use subloop::providers::demo::{DEMO_QUESTION, DemoChild, DemoParent};
 use subloop::record::trace::{TraceWriter, rebuild_requests};

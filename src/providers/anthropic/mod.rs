@@ -73,7 +73,7 @@ fn read_error(_status: u16, text: &str) -> Option<(String, String)> {
 #[non_exhaustive]
 pub enum LiveError {
     /// `ANTHROPIC_API_KEY` is missing or empty.
-    #[error("ANTHROPIC_API_KEY is not set; export your API key to use --live")]
+    #[error("ANTHROPIC_API_KEY is not set; export your API key to use the Messages API")]
     MissingKey,
     /// A setting is unusable.
     #[error("{0}")]

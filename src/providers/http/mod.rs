@@ -333,7 +333,7 @@ impl Attempts {
             return Err(self.fail(
                 "timeout_error",
                 format!(
-                    "timeout_error: no response in time: {err} (after {attempts} attempt(s)); not sent again, since the server may still be working on it; for a slow server (a local model) use --stream, a smaller --max-tokens, or a longer --timeout-read"
+                    "timeout_error: no response in time: {err} (after {attempts} attempt(s)); not sent again, since the server may still be working on it; for a slow server (a local model), stream the reply, ask for fewer tokens, or allow a longer read timeout"
                 ),
             ));
         }

@@ -29,9 +29,9 @@ pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum OpenAiError {
-    /// Neither `--model` nor `OPENAI_MODEL` names a model.
+    /// No model is named (`OPENAI_MODEL` is not set either).
     #[error(
-        "the openai provider needs a model name: set OPENAI_MODEL or pass --model (no name is known to every server)"
+        "the openai provider needs a model name: set OPENAI_MODEL or give one (no name is known to every server)"
     )]
     MissingModel,
     /// A setting is unusable.

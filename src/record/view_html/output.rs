@@ -54,7 +54,7 @@ impl PageTrace {
                     && !meta.is_file()
                 {
                     return Err(format!(
-                        "--view draws the page from the trace, but the trace file {} is not a regular file; give a regular file, or no --trace",
+                        "the page is drawn from the trace, but the trace file {} is not a regular file; give a regular file as the trace, or none",
                         trace.display()
                     ));
                 }

@@ -48,19 +48,19 @@ pub enum McpConfigError {
     /// Two servers with one name.
     #[error("MCP server {0} is configured twice")]
     Duplicate(String),
-    /// A `--mcp` value without `NAME=COMMAND`.
-    #[error("--mcp {0:?}: expected NAME=COMMAND ARGS…")]
+    /// A server spec without `NAME=COMMAND`.
+    #[error("MCP server {0:?}: expected NAME=COMMAND ARGS…")]
     BadServerFlag(String),
-    /// A `--mcp` command line that cannot be split (a quote left open).
-    #[error("--mcp {value:?}: {reason}")]
+    /// A server spec whose command line cannot be split (a quote left open).
+    #[error("MCP server {value:?}: {reason}")]
     BadServerCommand {
         /// The value given.
         value: String,
         /// Why it cannot be split.
         reason: String,
     },
-    /// A `--mcp-read-only` value without `NAME:TOOL`.
-    #[error("--mcp-read-only {0:?}: expected NAME:TOOL,… (a configured server, tool names)")]
+    /// A read-only list without `NAME:TOOL`.
+    #[error("read-only MCP tools {0:?}: expected NAME:TOOL,… (a configured server, tool names)")]
     BadReadOnlyFlag(String),
 }
 
