@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use subloop::ModelResponse;
 use subloop::StatusKind;
 use subloop::agent::subagent::CHILD_SYSTEM;
+use subloop::core::error::FailureKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
@@ -672,9 +673,9 @@ fn a_500_is_retried_and_400_401_403_404_are_not() {
         let (client, sleeps) = new_client(config(&server.url, None));
         let failure = one_request(&client).expect_err("not retried");
         assert!(
-            failure.message.contains(&format!("no {status}")),
+            failure.message().contains(&format!("no {status}")),
             "{}",
-            failure.message
+            failure.message()
         );
         assert!(sleeps.lock().unwrap().is_empty());
         assert_eq!(server.recorded().len(), 1, "{status}");
@@ -697,9 +698,9 @@ fn a_401_body_reaches_the_user_and_says_to_set_the_key() {
     let server = serve(vec![Reply::json(401, body)]);
     let (client, _) = new_client(config(&server.url, Some(KEY)));
     let failure = one_request(&client).expect_err("401");
-    assert!(!failure.message.contains(KEY), "{}", failure.message);
-    assert!(failure.message.contains("OPENAI_API_KEY"));
-    assert_eq!(failure.kind.as_deref(), Some("invalid_request_error"));
+    assert!(!failure.message().contains(KEY), "{}", failure.message());
+    assert!(failure.message().contains("OPENAI_API_KEY"));
+    assert_eq!(failure.kind(), Some(&FailureKind::InvalidRequest));
     // A 401 whose body is not JSON still says what to do.
     let server = serve(vec![Reply::Full {
         status: 401,
@@ -708,9 +709,10 @@ fn a_401_body_reaches_the_user_and_says_to_set_the_key() {
     }]);
     let (client, _) = new_client(config(&server.url, None));
     let failure = one_request(&client).expect_err("401");
-    assert_eq!(failure.kind.as_deref(), Some("authentication_error"));
+    assert_eq!(failure.kind(), Some(&FailureKind::Authentication));
     assert!(
-        failure.message.contains("Unauthorized") && failure.message.contains("set OPENAI_API_KEY")
+        failure.message().contains("Unauthorized")
+            && failure.message().contains("set OPENAI_API_KEY")
     );
 }
 
@@ -758,11 +760,11 @@ fn usage_with_and_without_cached_tokens() {
     };
     assert_eq!(usages, [Some(usage(70, 30)), Some(usage(100, 0)), None]);
     let failure = one_request(&client).expect_err("no choices");
-    assert_eq!(failure.kind.as_deref(), Some("invalid_response"));
+    assert_eq!(failure.kind(), Some(&FailureKind::InvalidResponse));
     assert!(
-        failure.message.contains("no choices"),
+        failure.message().contains("no choices"),
         "{}",
-        failure.message
+        failure.message()
     );
 }
 
