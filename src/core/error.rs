@@ -4,7 +4,7 @@
 //! * [`SubmitError`]: tool results do not match the pending calls.
 //! * [`ModelFailure`]: a model request failed; the conversation finishes `model_error`.
 //!   Its [`FailureKind`] says what kind of failure (overloaded, rate limited,
-//!   cancelled, ...).
+//!   context window exceeded, ...).
 //! * [`ScriptError`]: a replay script cannot be read or parsed.
 //! * [`SetupError`]: an agent cannot be assembled (registry, whitelist, workspace).
 
@@ -61,8 +61,9 @@ pub enum SubmitError {
 ///
 /// The kinds a host acts on have a variant each: wait and ask again
 /// ([`Overloaded`](Self::Overloaded), [`RateLimited`](Self::RateLimited),
-/// [`Timeout`](Self::Timeout), [`Connection`](Self::Connection)), fix the
-/// key ([`Authentication`](Self::Authentication)), or stop
+/// [`Timeout`](Self::Timeout), [`Connection`](Self::Connection)), shorten
+/// the conversation ([`ContextWindow`](Self::ContextWindow)), fix the key
+/// ([`Authentication`](Self::Authentication)), or stop
 /// ([`Cancelled`](Self::Cancelled)); so do the API error types the
 /// providers produce and the failures of this crate's own models
 /// (scripts, replays). Any other error type an API names is kept, as it
@@ -90,6 +91,14 @@ pub enum FailureKind {
     /// TLS), the thread sending it died, or the model cannot answer in
     /// this kind of run (a blocking call to an async-only model).
     Request,
+    /// `context_window_exceeded`: the prompt (for some servers, with the
+    /// output tokens asked for) does not fit the model's context window.
+    /// Asking again fails the same way; the conversation must be shorter.
+    /// Recognised in every provider's own shape: Anthropic's
+    /// `invalid_request_error` "prompt is too long: N tokens > M maximum",
+    /// an OpenAI-compatible `context_length_exceeded` code or "maximum
+    /// context length" message, llama.cpp's `exceed_context_size_error`.
+    ContextWindow,
     /// `cancelled`: the request was abandoned because the run was stopped
     /// (cancelled, a deadline, a token limit) or dropped.
     Cancelled,
@@ -141,6 +150,7 @@ impl FailureKind {
             Self::Timeout => "timeout_error",
             Self::Connection => "connection_error",
             Self::Request => "request_error",
+            Self::ContextWindow => "context_window_exceeded",
             Self::Cancelled => "cancelled",
             Self::InvalidRequest => "invalid_request_error",
             Self::Authentication => "authentication_error",
@@ -167,6 +177,7 @@ impl FailureKind {
             "timeout_error" => Self::Timeout,
             "connection_error" => Self::Connection,
             "request_error" => Self::Request,
+            "context_window_exceeded" => Self::ContextWindow,
             "cancelled" => Self::Cancelled,
             "invalid_request_error" => Self::InvalidRequest,
             "authentication_error" => Self::Authentication,
@@ -306,12 +317,13 @@ mod tests {
     use super::*;
 
     /// Every variant but `Api`.
-    const NAMED: [FailureKind; 18] = [
+    const NAMED: [FailureKind; 19] = [
         FailureKind::Overloaded,
         FailureKind::RateLimited,
         FailureKind::Timeout,
         FailureKind::Connection,
         FailureKind::Request,
+        FailureKind::ContextWindow,
         FailureKind::Cancelled,
         FailureKind::InvalidRequest,
         FailureKind::Authentication,

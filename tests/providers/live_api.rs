@@ -813,6 +813,34 @@ fn fixture_response_bodies_round_trip() {
 }
 
 #[test]
+fn a_prompt_too_long_for_the_context_window_is_its_own_kind() {
+    for message in [
+        "prompt is too long: 208656 tokens > 200000 maximum",
+        "input length and `max_tokens` exceed context limit: 197824 + 8192 > 200000, decrease input length or `max_tokens` and try again",
+    ] {
+        let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message},
+            "request_id": "req_011CWdepJvA2D819tdYYq4h7"});
+        let (client, transport) = fake(vec![Ok((400, body.to_string()))]);
+        let failure = one_request(&client).expect_err("400");
+        assert_eq!(failure.kind(), Some(&FailureKind::ContextWindow));
+        assert_eq!(
+            failure.kind().map(FailureKind::as_str),
+            Some("context_window_exceeded")
+        );
+        // The text still says what the server said.
+        let text = format!("HTTP 400 invalid_request_error: {message} (after 1 attempt(s))");
+        assert_eq!(failure.message(), text);
+        assert_eq!(transport.sent.lock().unwrap().len(), 1, "not retried");
+    }
+    // Another 400 keeps the API's type.
+    let body = json!({"type": "error", "error": {"type": "invalid_request_error",
+        "message": "max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-20250514"}});
+    let (client, _) = fake(vec![Ok((400, body.to_string()))]);
+    let failure = one_request(&client).expect_err("400");
+    assert_eq!(failure.kind(), Some(&FailureKind::InvalidRequest));
+}
+
+#[test]
 fn the_key_never_appears_in_failures() {
     let echo = format!(
         "{{\"type\": \"error\", \"error\": {{\"type\": \"authentication_error\", \"message\": \"bad key {KEY}\"}}}}"

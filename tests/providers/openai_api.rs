@@ -683,6 +683,42 @@ fn a_500_is_retried_and_400_401_403_404_are_not() {
 }
 
 #[test]
+fn a_context_window_overflow_is_its_own_kind_on_every_server() {
+    let bodies = [
+        // OpenAI: the code says it.
+        json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        // vLLM: a bare error object with a numeric code; the message says it.
+        json!({"object": "error", "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.",
+            "type": "BadRequestError", "param": null, "code": 400}),
+        // llama.cpp: its own type.
+        json!({"error": {"code": 400, "message": "request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it",
+            "type": "exceed_context_size_error", "n_prompt_tokens": 9412, "n_ctx": 8192}}),
+    ];
+    for body in bodies {
+        let server = serve(vec![
+            Reply::json(400, body.clone()),
+            Reply::json(200, answer("never")),
+        ]);
+        let (client, sleeps) = new_client(config(&server.url, None));
+        let failure = one_request(&client).expect_err("400");
+        assert_eq!(failure.kind(), Some(&FailureKind::ContextWindow), "{body}");
+        // The text keeps the server's own name for it.
+        let name = body
+            .pointer("/error/type")
+            .or(body.get("type"))
+            .and_then(Value::as_str);
+        let name = name.expect("a type");
+        assert!(
+            failure.message().starts_with(&format!("HTTP 400 {name}: ")),
+            "{failure}"
+        );
+        assert!(sleeps.lock().unwrap().is_empty(), "not retried");
+        assert_eq!(server.recorded().len(), 1);
+    }
+}
+
+#[test]
 fn a_401_body_reaches_the_user_and_says_to_set_the_key() {
     let body = json!({"error": {"message": "Incorrect API key provided: sk-openai-SECRET-0123456789.",
         "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});

@@ -36,6 +36,7 @@ use self::retry::RetryPolicy;
 use self::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, Request};
+use crate::providers::failure::api_kind;
 use crate::providers::http::{
     Attempts, HttpClient, Secrets, Success, TextSink, Waited, is_http_url, read_stream,
     until_stopped,
@@ -65,7 +66,7 @@ fn read_error(_status: u16, text: &str) -> Option<(FailureKind, String)> {
     let body: Value = serde_json::from_str(text).ok()?;
     body.pointer("/error/type")?;
     let (name, message) = api_error(&body);
-    Some((FailureKind::from_name(name), format!("{name}: {message}")))
+    Some((api_kind(name, None, message), format!("{name}: {message}")))
 }
 
 /// Why a live client could not be configured.
@@ -450,7 +451,7 @@ pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, Mo
     let value = attempts.json_body(text)?;
     if value.get("type").and_then(Value::as_str) == Some("error") {
         let (name, message) = api_error(&value);
-        let kind = FailureKind::from_name(name);
+        let kind = api_kind(name, None, message);
         return Err(attempts.fail(kind, format!("{name}: {message}")));
     }
     match ModelResponse::from_value(value.clone()) {

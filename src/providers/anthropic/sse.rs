@@ -14,6 +14,7 @@ use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::ModelResponse;
 use crate::run::model::Received;
 
+use crate::providers::failure::api_kind;
 use crate::providers::http::sse::SseEvent;
 use crate::providers::http::stream::StreamParser;
 
@@ -187,7 +188,7 @@ impl StreamAssembler {
             "message_stop" => self.stopped = true,
             "error" => {
                 let (name, message) = super::api_error(&data);
-                let kind = FailureKind::from_name(name);
+                let kind = api_kind(name, None, message);
                 return Err(ModelFailure::with_kind(kind, format!("{name}: {message}")));
             }
             _ => {}

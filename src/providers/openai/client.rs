@@ -12,6 +12,7 @@ use super::request::{BodySettings, MaxTokensField, request_body};
 use super::stream;
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, Request};
+use crate::providers::failure::{api_kind, openai_code};
 use crate::providers::http::retry::RetryPolicy;
 use crate::providers::http::transport::{Timeouts, Transport, UreqTransport};
 use crate::providers::http::{
@@ -144,9 +145,8 @@ impl std::fmt::Debug for Client {
 /// servers send; a 401 also says what to do about the key.
 pub(crate) fn error_reader(has_key: bool) -> impl Fn(u16, &str) -> Option<(FailureKind, String)> {
     move |status, text| {
-        let parts = serde_json::from_str::<Value>(text)
-            .ok()
-            .and_then(|body| reply::error_parts(&body));
+        let body = serde_json::from_str::<Value>(text).ok();
+        let parts = body.as_ref().and_then(reply::error_parts);
         let (kind, mut message) = match parts {
             Some((kind, message)) => (kind, message),
             None if status == 401 => (None, text.chars().take(200).collect()),
@@ -170,7 +170,11 @@ pub(crate) fn error_reader(has_key: bool) -> impl Fn(u16, &str) -> Option<(Failu
                 " (the server wants an API key: set OPENAI_API_KEY)"
             });
         }
-        Some((FailureKind::from_name(&kind), format!("{kind}: {message}")))
+        let code = body.as_ref().and_then(openai_code);
+        Some((
+            api_kind(&kind, code, &message),
+            format!("{kind}: {message}"),
+        ))
     }
 }
 
@@ -405,7 +409,7 @@ pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, Mo
     let value = attempts.json_body(text)?;
     if let Some((name, message)) = reply::error_parts(&value) {
         let name = name.unwrap_or_else(|| "api_error".to_owned());
-        let kind = FailureKind::from_name(&name);
+        let kind = api_kind(&name, openai_code(&value), &message);
         return Err(attempts.fail(kind, format!("{name}: {message}")));
     }
     match reply::parse_completion(&value) {

@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 use super::reply::{error_parts, parse_completion};
 use crate::core::error::{FailureKind, ModelFailure};
+use crate::providers::failure::{api_kind, openai_code};
 use crate::providers::http::sse::SseEvent;
 use crate::providers::http::stream::StreamParser;
 use crate::run::model::Received;
@@ -92,7 +93,7 @@ impl ChunkAssembler {
             .map_err(|err| failure(format!("a stream chunk is not JSON: {err}")))?;
         if let Some((name, message)) = error_parts(&chunk) {
             let name = name.unwrap_or_else(|| "api_error".to_owned());
-            let kind = FailureKind::from_name(&name);
+            let kind = api_kind(&name, openai_code(&chunk), &message);
             return Err(ModelFailure::with_kind(kind, format!("{name}: {message}")));
         }
         let Value::Object(mut chunk) = chunk else {
