@@ -66,21 +66,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The kind of an OpenAI-compatible error body, read as the client reads it.
-    fn openai_kind(body: &Value) -> FailureKind {
-        let (name, message) =
-            crate::providers::openai::reply::error_parts(body).expect("an error body");
-        api_kind(
-            name.as_deref().unwrap_or("invalid_request_error"),
-            openai_code(body),
-            &message,
-        )
-    }
-
-    /// The kind of a Messages API error body.
-    fn anthropic_kind(body: &Value) -> FailureKind {
-        let (name, message) = crate::providers::anthropic::api_error(body);
-        api_kind(name, None, message)
+    /// The kind of an error body (Anthropic's `{"type": "error", "error":
+    /// {"type", "message"}}`, or an OpenAI-compatible one), its name read
+    /// as the providers read it: the `type`, else a text `code`.
+    fn kind_of(body: &Value) -> FailureKind {
+        let error = body.get("error").filter(|e| e.is_object()).unwrap_or(body);
+        let text = |key| error.get(key).and_then(Value::as_str);
+        let name = text("type").or(text("code")).unwrap_or("api_error");
+        api_kind(name, openai_code(body), text("message").unwrap_or_default())
     }
 
     #[test]
@@ -88,64 +81,61 @@ mod tests {
         let too_long = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "prompt is too long: 208656 tokens > 200000 maximum"},
             "request_id": "req_011CWdepJvA2D819tdYYq4h7"});
-        assert_eq!(anthropic_kind(&too_long), FailureKind::ContextWindow);
+        assert_eq!(kind_of(&too_long), FailureKind::ContextWindow);
         let with_output = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "input length and `max_tokens` exceed context limit: 197824 + 8192 > 200000, decrease input length or `max_tokens` and try again"}});
-        assert_eq!(anthropic_kind(&with_output), FailureKind::ContextWindow);
+        assert_eq!(kind_of(&with_output), FailureKind::ContextWindow);
     }
 
     #[test]
     fn other_anthropic_errors_keep_their_type() {
         let output_limit = json!({"type": "error", "error": {"type": "invalid_request_error",
             "message": "max_tokens: 10000 > 4096, which is the maximum allowed number of output tokens for claude-3-5-sonnet-20240620"}});
-        assert_eq!(anthropic_kind(&output_limit), FailureKind::InvalidRequest);
+        assert_eq!(kind_of(&output_limit), FailureKind::InvalidRequest);
         let too_large = json!({"type": "error", "error": {"type": "request_too_large",
             "message": "Request exceeds the maximum allowed number of bytes."}});
         assert_eq!(
-            anthropic_kind(&too_large),
+            kind_of(&too_large),
             FailureKind::Api("request_too_large".into())
         );
         let overloaded = json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
-        assert_eq!(anthropic_kind(&overloaded), FailureKind::Overloaded);
+        assert_eq!(kind_of(&overloaded), FailureKind::Overloaded);
         let limited = json!({"type": "error", "error": {"type": "rate_limit_error",
             "message": "Number of request tokens has exceeded your per-minute rate limit"}});
-        assert_eq!(anthropic_kind(&limited), FailureKind::RateLimited);
+        assert_eq!(kind_of(&limited), FailureKind::RateLimited);
     }
 
     #[test]
     fn openai_compatible_context_overflows_are_recognised() {
         let openai = json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. Please reduce the length of the messages.",
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
-        assert_eq!(openai_kind(&openai), FailureKind::ContextWindow);
+        assert_eq!(kind_of(&openai), FailureKind::ContextWindow);
         // The code alone says it, whatever the message.
         let coded = json!({"error": {"message": "Input tokens exceed the configured limit of 272000 tokens.",
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}});
-        assert_eq!(openai_kind(&coded), FailureKind::ContextWindow);
+        assert_eq!(kind_of(&coded), FailureKind::ContextWindow);
         let vllm = json!({"object": "error", "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.",
             "type": "BadRequestError", "param": null, "code": 400});
-        assert_eq!(openai_kind(&vllm), FailureKind::ContextWindow);
+        assert_eq!(kind_of(&vllm), FailureKind::ContextWindow);
         let llama = json!({"error": {"code": 400, "message": "request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it",
             "type": "exceed_context_size_error", "n_prompt_tokens": 9412, "n_ctx": 8192}});
-        assert_eq!(openai_kind(&llama), FailureKind::ContextWindow);
+        assert_eq!(kind_of(&llama), FailureKind::ContextWindow);
         let older_llama = json!({"error": {"code": 400, "message": "the request exceeds the available context size, try increasing it",
             "type": "invalid_request_error"}});
-        assert_eq!(openai_kind(&older_llama), FailureKind::ContextWindow);
+        assert_eq!(kind_of(&older_llama), FailureKind::ContextWindow);
     }
 
     #[test]
     fn other_openai_compatible_errors_keep_their_name() {
         let key = json!({"error": {"message": "Incorrect API key provided",
             "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
-        assert_eq!(openai_kind(&key), FailureKind::InvalidRequest);
+        assert_eq!(kind_of(&key), FailureKind::InvalidRequest);
         let server = json!({"error": {"message": "overloaded", "type": "server_error"}});
-        assert_eq!(
-            openai_kind(&server),
-            FailureKind::Api("server_error".into())
-        );
+        assert_eq!(kind_of(&server), FailureKind::Api("server_error".into()));
         let quota = json!({"error": {"message": "You exceeded your current quota",
             "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}});
         assert_eq!(
-            openai_kind(&quota),
+            kind_of(&quota),
             FailureKind::Api("insufficient_quota".into())
         );
         assert_eq!(openai_code(&key), Some("invalid_api_key"));
