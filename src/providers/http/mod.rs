@@ -293,9 +293,9 @@ impl Attempts {
         let header = |name: &str| find_header(headers, name);
         let attempts = retry + 1;
         let failure = match read_error(status, text) {
-            Some((kind, text)) => self.fail(
+            Some((kind, said)) => self.fail(
                 kind,
-                format!("HTTP {status} {text} (after {attempts} attempt(s))"),
+                format!("HTTP {status} {said} (after {attempts} attempt(s))"),
             ),
             None => {
                 let snippet: String = text.chars().take(200).collect();
