@@ -35,7 +35,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use crate::core::conversation::{Budget, Conversation, Outcome, StatusKind, ToolCall, ToolOutput};
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{
     Block, Message, ModelResponse, ReplyBlock, Request, Role, StopReason, ToolDefinition, Usage,
 };
@@ -236,7 +236,7 @@ impl Model for Counting {
         self.seen += 1;
         self.replies.next().unwrap_or_else(|| {
             Err(ModelFailure::with_kind(
-                "script_exhausted",
+                FailureKind::ScriptExhausted,
                 "script exhausted",
             ))
         })

@@ -655,7 +655,7 @@ fn demo_reply(
     } else {
         DemoParent.respond(&request)
     };
-    reply.map_err(|failure| failure.message)
+    reply.map_err(|failure| failure.message().to_owned())
 }
 
 fn sse_response(events: String) -> Response {

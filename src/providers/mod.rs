@@ -8,6 +8,8 @@
 pub mod anthropic;
 pub mod demo;
 #[cfg(feature = "live")]
+pub(crate) mod failure;
+#[cfg(feature = "live")]
 pub mod http;
 pub mod openai;
 pub mod scripted;

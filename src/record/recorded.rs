@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{Block, Message, ModelResponse, ReplyBlock, Request, ToolDefinition};
 use crate::providers::scripted::ScriptedReply;
 use crate::record::compare::{Difference, Divergence, differences};
@@ -659,7 +659,7 @@ fn recorded_reply(kind: &str, value: &Value) -> Result<ScriptedReply, String> {
         .and_then(Value::as_str)
         .unwrap_or("model request failed");
     Ok(Err(match value.get("error_type").and_then(Value::as_str) {
-        Some(kind) => ModelFailure::with_kind(kind, message),
+        Some(kind) => ModelFailure::with_kind(FailureKind::from_name(kind), message),
         None => ModelFailure::new(message),
     }))
 }
@@ -749,7 +749,10 @@ impl ReplayModel {
 }
 
 fn stopped(divergence: &Divergence) -> ModelFailure {
-    ModelFailure::with_kind("replay_diverged", format!("replay stopped: {divergence}"))
+    ModelFailure::with_kind(
+        FailureKind::ReplayDiverged,
+        format!("replay stopped: {divergence}"),
+    )
 }
 
 impl Model for ReplayModel {
@@ -760,7 +763,7 @@ impl Model for ReplayModel {
         let call = *made;
         if state.halted {
             return Err(ModelFailure::with_kind(
-                "replay_diverged",
+                FailureKind::ReplayDiverged,
                 "replay stopped: an earlier request diverged",
             ));
         }

@@ -898,7 +898,7 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::error::ModelFailure;
+    use crate::core::error::{FailureKind, ModelFailure};
     use crate::core::protocol::{ModelResponse, StopReason};
     use crate::record::recorded::RecordedOutcome;
 
@@ -955,7 +955,7 @@ mod tests {
         }
         assert!(outcome_disagrees(&outcome(kind, &format!("{text} (x)")), Some(&empty)).is_some());
 
-        let failed = Err(ModelFailure::with_kind("overloaded_error", "busy"));
+        let failed = Err(ModelFailure::with_kind(FailureKind::Overloaded, "busy"));
         assert_eq!(
             outcome_disagrees(
                 &outcome(StatusKind::ModelError, "model request failed: busy"),

@@ -388,8 +388,9 @@ impl Monitor for TraceWriter {
                 );
             }
             Event::ModelFailed { call, failure } => {
+                let error_type = failure.kind().map(|kind| kind.as_str());
                 let fields =
-                    json!({"call": call, "error": failure.message, "error_type": failure.kind});
+                    json!({"call": call, "error": failure.message(), "error_type": error_type});
                 self.line(agent, "model_failed", fields);
             }
             Event::Finished { outcome } => {

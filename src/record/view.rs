@@ -177,7 +177,7 @@ fn agent_lines(
                 format!("{stop}{usage}{said}")
             }
             Some(Err(failure)) => {
-                paint.code("31", &format!("failed: {}", printable(&failure.message)))
+                paint.code("31", &format!("failed: {}", printable(failure.message())))
             }
             None => "no reply recorded".to_owned(),
         };

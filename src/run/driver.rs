@@ -26,7 +26,7 @@ use crate::core::conversation::{
     AfterRound, AwaitingModel, AwaitingTools, CONTINUE_PROMPT, Conversation, Interrupt,
     InterruptKind, Outcome, Reply, ToolCall, ToolOutput,
 };
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::ToolDefinition;
 use crate::run::model::{AsyncModel, Blocking, Model, Received};
 use crate::run::monitor::{Event, Monitor};
@@ -270,7 +270,7 @@ impl<E: Executor + ?Sized> Drop for Live<'_, E> {
             if stage.in_flight {
                 let call = conversation.calls_made() + 1;
                 let failure = ModelFailure::with_kind(
-                    "cancelled",
+                    FailureKind::Cancelled,
                     "the request was abandoned because the run was dropped",
                 );
                 self.monitor.event(

@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use serde_json::Value;
 
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, Request};
 
 /// A reply together with the JSON it was parsed from, when there was one.
@@ -196,7 +196,7 @@ struct AsyncOnly;
 impl Model for AsyncOnly {
     fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         Err(ModelFailure::with_kind(
-            "request_error",
+            FailureKind::Request,
             "this host's child models are async: a child runs only in an async run (Agent::run_async)",
         ))
     }

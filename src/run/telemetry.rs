@@ -266,7 +266,7 @@ pub(crate) fn record_failure(span: &Span, failure: &ModelFailure) {
     }
     span.record(
         "error.type",
-        failure.kind.as_deref().unwrap_or("model_error"),
+        failure.kind().map_or("model_error", |kind| kind.as_str()),
     );
     span.record("otel.status_code", "ERROR");
 }

@@ -25,6 +25,7 @@ use subloop::core::conversation::ToolCall;
 use subloop::core::conversation::ToolOutput;
 use subloop::core::conversation::ToolResult;
 use subloop::core::conversation::Violation;
+use subloop::core::error::FailureKind;
 use subloop::core::error::InputError;
 use subloop::core::error::ModelFailure;
 use subloop::core::error::SubmitError;
@@ -565,7 +566,7 @@ fn empty_question_is_an_input_error() {
 
 #[test]
 fn model_failed_is_model_error_and_counts_the_call() {
-    let failure = ModelFailure::with_kind("overloaded_error", "Overloaded");
+    let failure = ModelFailure::with_kind(FailureKind::Overloaded, "Overloaded");
     let done: Conversation<Finished<ModelError>> = start(3).model_failed(failure.clone());
     assert_eq!(done.status().failure(), &failure);
     assert_eq!(done.calls_made(), 1);
@@ -1007,7 +1008,7 @@ impl Monitor for Log {
             },
             Event::ModelFailed { call, failure } => Seen::ModelFailed {
                 call: *call,
-                message: failure.message.clone(),
+                message: failure.message().to_owned(),
             },
             Event::ToolRequested { call } => Seen::ToolRequested(call.id().to_string()),
             Event::ToolFinished { call, output } => {
@@ -1231,7 +1232,7 @@ fn a_scripted_message_with_a_null_error_is_a_message_not_a_failure() {
         r#"{"parent": [{"error": "boom", "content": [], "stop_reason": "end_turn"}]}"#,
     )
     .expect("valid");
-    assert!(matches!(&failed.parent.replies()[..], [Err(failure)] if failure.message == "boom"));
+    assert!(matches!(&failed.parent.replies()[..], [Err(failure)] if failure.message() == "boom"));
 }
 
 #[test]

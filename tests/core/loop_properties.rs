@@ -599,7 +599,7 @@ fn check_run(script: Vec<ScriptedReply>, max_calls: u32) -> Result<(), TestCaseE
         StatusKind::ModelError => {
             let index = outcome.calls as usize - 1;
             match script.get(index) {
-                Some(Err(failure)) => prop_assert!(outcome.text.contains(&failure.message)),
+                Some(Err(failure)) => prop_assert!(outcome.text.contains(failure.message())),
                 Some(Ok(_)) => prop_assert!(false, "model_error on a scripted reply"),
                 None => prop_assert!(outcome.text.contains("script exhausted")),
             }

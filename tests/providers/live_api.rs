@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use subloop::ModelResponse;
 use subloop::StatusKind;
 use subloop::agent::subagent::CHILD_SYSTEM;
+use subloop::core::error::FailureKind;
 use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::ReplyBlock;
@@ -352,11 +353,11 @@ fn a_529_three_times_gives_up_after_the_retries() {
     let failure = one_request(&client).expect_err("gives up");
     assert_eq!(server.recorded().len(), 3, "1 try + 2 retries");
     assert_eq!(sleeps.lock().unwrap().len(), 2);
-    assert_eq!(failure.kind.as_deref(), Some("overloaded_error"));
+    assert_eq!(failure.kind(), Some(&FailureKind::Overloaded));
     assert!(
-        failure.message.contains("Overloaded") && failure.message.contains("529"),
+        failure.message().contains("Overloaded") && failure.message().contains("529"),
         "{}",
-        failure.message
+        failure.message()
     );
 }
 
@@ -384,7 +385,7 @@ fn a_400_is_not_retried_and_x_should_retry_false_is_obeyed() {
         let failure = one_request(&client).expect_err("fails");
         assert_eq!(server.recorded().len(), 1, "status {status} was retried");
         assert!(sleeps.lock().unwrap().is_empty());
-        assert_eq!(failure.kind.as_deref(), Some("invalid_request_error"));
+        assert_eq!(failure.kind(), Some(&FailureKind::InvalidRequest));
     }
     // x-should-retry: true makes a 400 retryable.
     let mut n = 0;
@@ -423,7 +424,7 @@ fn bodies_that_are_not_messages_are_model_errors() {
         let (client, _) = client(config(&server.url));
         let failure = one_request(&client).expect_err("not a message");
         assert_eq!(
-            failure.kind.as_deref(),
+            failure.kind().map(FailureKind::as_str),
             Some(kind),
             "{}",
             String::from_utf8_lossy(&body)
@@ -524,11 +525,11 @@ fn a_stream_cut_before_message_stop_is_a_model_error() {
     });
     let (client, _) = streaming(&server.url);
     let failure = one_request(&client).expect_err("cut stream");
-    assert_eq!(failure.kind.as_deref(), Some("stream_error"));
+    assert_eq!(failure.kind(), Some(&FailureKind::Stream));
     assert!(
-        failure.message.contains("message_stop"),
+        failure.message().contains("message_stop"),
         "{}",
-        failure.message
+        failure.message()
     );
 }
 
@@ -543,7 +544,7 @@ fn an_error_event_inside_a_200_stream_is_an_api_error() {
     let server = MockServer::start(move |_| Reply::sse(&events));
     let (client, _) = streaming(&server.url);
     let failure = one_request(&client).expect_err("error event");
-    assert_eq!(failure.kind.as_deref(), Some("overloaded_error"));
+    assert_eq!(failure.kind(), Some(&FailureKind::Overloaded));
 }
 
 #[test]
@@ -555,10 +556,10 @@ fn a_stalled_server_trips_the_read_timeout_and_is_not_asked_again() {
     let (client, sleeps) = client(config);
     let failure = one_request(&client).expect_err("times out");
     assert_eq!(
-        failure.kind.as_deref(),
-        Some("timeout_error"),
+        failure.kind(),
+        Some(&FailureKind::Timeout),
         "{}",
-        failure.message
+        failure.message()
     );
     // The request was sent: the server may still be generating the reply,
     // so it is not sent again, and the error says what to change.
@@ -569,7 +570,7 @@ fn a_stalled_server_trips_the_read_timeout_and_is_not_asked_again() {
     );
     assert!(sleeps.lock().unwrap().is_empty());
     for remedy in ["stream the reply", "fewer tokens", "a longer read timeout"] {
-        assert!(failure.message.contains(remedy), "{}", failure.message);
+        assert!(failure.message().contains(remedy), "{}", failure.message());
     }
 }
 
@@ -801,8 +802,8 @@ fn fixture_response_bodies_round_trip() {
         let body = json!({"type": "error", "error": {"type": kind, "message": format!("{kind} happened")}, "request_id": "req_1"});
         let (client, transport) = fake(vec![Ok((status, body.to_string()))]);
         let failure = one_request(&client).expect_err("error body");
-        assert_eq!(failure.kind.as_deref(), Some(kind));
-        assert!(failure.message.contains(&format!("{kind} happened")));
+        assert_eq!(failure.kind().map(FailureKind::as_str), Some(kind));
+        assert!(failure.message().contains(&format!("{kind} happened")));
         assert_eq!(
             transport.sent.lock().unwrap().len(),
             1,
@@ -812,14 +813,42 @@ fn fixture_response_bodies_round_trip() {
 }
 
 #[test]
+fn a_prompt_too_long_for_the_context_window_is_its_own_kind() {
+    for message in [
+        "prompt is too long: 208656 tokens > 200000 maximum",
+        "input length and `max_tokens` exceed context limit: 197824 + 8192 > 200000, decrease input length or `max_tokens` and try again",
+    ] {
+        let body = json!({"type": "error", "error": {"type": "invalid_request_error", "message": message},
+            "request_id": "req_011CWdepJvA2D819tdYYq4h7"});
+        let (client, transport) = fake(vec![Ok((400, body.to_string()))]);
+        let failure = one_request(&client).expect_err("400");
+        assert_eq!(failure.kind(), Some(&FailureKind::ContextWindow));
+        assert_eq!(
+            failure.kind().map(FailureKind::as_str),
+            Some("context_window_exceeded")
+        );
+        // The text still says what the server said.
+        let text = format!("HTTP 400 invalid_request_error: {message} (after 1 attempt(s))");
+        assert_eq!(failure.message(), text);
+        assert_eq!(transport.sent.lock().unwrap().len(), 1, "not retried");
+    }
+    // Another 400 keeps the API's type.
+    let body = json!({"type": "error", "error": {"type": "invalid_request_error",
+        "message": "max_tokens: 100000 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-20250514"}});
+    let (client, _) = fake(vec![Ok((400, body.to_string()))]);
+    let failure = one_request(&client).expect_err("400");
+    assert_eq!(failure.kind(), Some(&FailureKind::InvalidRequest));
+}
+
+#[test]
 fn the_key_never_appears_in_failures() {
     let echo = format!(
         "{{\"type\": \"error\", \"error\": {{\"type\": \"authentication_error\", \"message\": \"bad key {KEY}\"}}}}"
     );
     let (client, _) = fake(vec![Ok((401, echo))]);
     let failure = one_request(&client).expect_err("401");
-    assert!(!failure.message.contains(KEY), "{}", failure.message);
-    assert!(failure.message.contains("***"));
+    assert!(!failure.message().contains(KEY), "{}", failure.message());
+    assert!(failure.message().contains("***"));
     assert!(!format!("{:?}", ApiKey::new(KEY)).contains(KEY));
     assert!(!format!("{:?}", client).contains(KEY));
     let (client, _) = fake(vec![Err(TransportError {
@@ -827,7 +856,7 @@ fn the_key_never_appears_in_failures() {
         message: format!("tls failed for {KEY}"),
     })]);
     let failure = one_request(&client).expect_err("transport error");
-    assert!(!failure.message.contains(KEY));
+    assert!(!failure.message().contains(KEY));
 }
 
 #[test]

@@ -13,6 +13,7 @@ use crate::host::{self, DecisionMode, Models};
 use mock_api::{MockServer, Reply, demo_handler, demo_stream_handler};
 use serde_json::{Value, json};
 use subloop::StatusKind;
+use subloop::core::error::FailureKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::providers::anthropic::{Client, LiveConfig};
@@ -336,16 +337,16 @@ fn a_short_key_is_not_scrubbed_into_garble_and_a_long_one_is() {
     let short = "o";
     let server = MockServer::start(move |_| Reply::json(400, echo(short)));
     let failure = one_request(&Client::new(env_config(short, &server.url))).expect_err("400");
-    assert_eq!(failure.kind.as_deref(), Some("invalid_request_error"));
+    assert_eq!(failure.kind(), Some(&FailureKind::InvalidRequest));
     assert_eq!(
-        failure.message,
+        failure.message(),
         "HTTP 400 invalid_request_error: model: not found for key o (after 1 attempt(s))"
     );
     let eight = "k3y-8chr";
     let server = MockServer::start(move |_| Reply::json(400, echo(eight)));
     let failure = one_request(&Client::new(env_config(eight, &server.url))).expect_err("400");
     assert_eq!(
-        failure.message,
+        failure.message(),
         "HTTP 400 invalid_request_error: model: not found for key *** (after 1 attempt(s))"
     );
 }
@@ -371,15 +372,19 @@ fn the_userinfo_of_the_base_url_is_never_printed() {
     );
     assert!(!format!("{config:?}").contains(secret));
     let failure = one_request(&Client::new(config)).expect_err("401");
-    assert!(!failure.message.contains(secret), "{}", failure.message);
-    assert!(!failure.message.contains("alice:"), "{}", failure.message);
+    assert!(!failure.message().contains(secret), "{}", failure.message());
+    assert!(
+        !failure.message().contains("alice:"),
+        "{}",
+        failure.message()
+    );
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.local_addr().expect("addr").port()
     };
     let config = env_config(KEY, &format!("http://alice:{secret}@127.0.0.1:{closed}"));
     let failure = one_request(&Client::new(config)).expect_err("nothing listens");
-    assert!(!failure.message.contains(secret), "{}", failure.message);
+    assert!(!failure.message().contains(secret), "{}", failure.message());
     let wrong_scheme = LiveConfig::from_env(
         |name| match name {
             "ANTHROPIC_API_KEY" => Some(KEY.to_owned()),

@@ -188,6 +188,61 @@ fn both_providers_hold_the_protocol_against_a_real_model() {
     assert!(tools_ran > 0, "no tool ran in any of the runs");
 }
 
+/// A question longer than the server's context window (8192 tokens) is
+/// refused by llama.cpp with HTTP 400 `exceed_context_size_error`, on both
+/// endpoints, streamed or not: the run fails `model_error` at once, and
+/// the trace names the failure `context_window_exceeded`.
+#[test]
+fn a_question_longer_than_the_context_window_is_a_context_window_failure() {
+    let Some(url) = server() else {
+        return;
+    };
+    let question = "word ".repeat(10_000);
+    for provider in ["openai", "anthropic"] {
+        for stream in [false, true] {
+            let what = format!("{provider}{}", if stream { " streamed" } else { "" });
+            let dir = TempDir::new("local-model-context");
+            let ws = workspace(&dir);
+            let trace = dir.path().join("run.jsonl");
+            let mut args = vec![
+                "run",
+                "--question",
+                &question,
+                "--live",
+                "--provider",
+                provider,
+                "--workspace",
+                ws.to_str().expect("utf-8"),
+                "--max-calls",
+                "1",
+                "--trace",
+                trace.to_str().expect("utf-8"),
+                "--quiet",
+            ];
+            if stream {
+                args.push("--stream");
+            }
+            let out = subloop(&url, provider, &args);
+            assert_ne!(out.status.code(), Some(0), "{what}: {}", text(&out.stderr));
+            let recorded = std::fs::read_to_string(&trace).expect("the trace");
+            let failed: serde_json::Value = recorded
+                .lines()
+                .map(|line| serde_json::from_str(line).expect("a JSON line"))
+                .find(|line: &serde_json::Value| line["kind"] == "model_failed")
+                .unwrap_or_else(|| panic!("{what}: no model_failed line\n{recorded}"));
+            assert_eq!(
+                failed["error_type"], "context_window_exceeded",
+                "{what}: {failed}"
+            );
+            let error = failed["error"].as_str().unwrap_or_default();
+            assert!(
+                error.contains("HTTP 400 exceed_context_size_error"),
+                "{what}: {error}"
+            );
+        }
+    }
+}
+
 /// The async clients, awaited as a service would, against the same real
 /// server: a run with a question per provider, streamed and not, writes a
 /// trace that holds the protocol and replays as reproduced.

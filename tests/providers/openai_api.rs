@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use subloop::ModelResponse;
 use subloop::StatusKind;
 use subloop::agent::subagent::CHILD_SYSTEM;
+use subloop::core::error::FailureKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
@@ -672,12 +673,48 @@ fn a_500_is_retried_and_400_401_403_404_are_not() {
         let (client, sleeps) = new_client(config(&server.url, None));
         let failure = one_request(&client).expect_err("not retried");
         assert!(
-            failure.message.contains(&format!("no {status}")),
+            failure.message().contains(&format!("no {status}")),
             "{}",
-            failure.message
+            failure.message()
         );
         assert!(sleeps.lock().unwrap().is_empty());
         assert_eq!(server.recorded().len(), 1, "{status}");
+    }
+}
+
+#[test]
+fn a_context_window_overflow_is_its_own_kind_on_every_server() {
+    let bodies = [
+        // OpenAI: the code says it.
+        json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, your messages resulted in 8227 tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
+        // vLLM: a bare error object with a numeric code; the message says it.
+        json!({"object": "error", "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion). Please reduce the length of the messages or completion.",
+            "type": "BadRequestError", "param": null, "code": 400}),
+        // llama.cpp: its own type.
+        json!({"error": {"code": 400, "message": "request (9412 tokens) exceeds the available context size (8192 tokens), try increasing it",
+            "type": "exceed_context_size_error", "n_prompt_tokens": 9412, "n_ctx": 8192}}),
+    ];
+    for body in bodies {
+        let server = serve(vec![
+            Reply::json(400, body.clone()),
+            Reply::json(200, answer("never")),
+        ]);
+        let (client, sleeps) = new_client(config(&server.url, None));
+        let failure = one_request(&client).expect_err("400");
+        assert_eq!(failure.kind(), Some(&FailureKind::ContextWindow), "{body}");
+        // The text keeps the server's own name for it.
+        let name = body
+            .pointer("/error/type")
+            .or(body.get("type"))
+            .and_then(Value::as_str);
+        let name = name.expect("a type");
+        assert!(
+            failure.message().starts_with(&format!("HTTP 400 {name}: ")),
+            "{failure}"
+        );
+        assert!(sleeps.lock().unwrap().is_empty(), "not retried");
+        assert_eq!(server.recorded().len(), 1);
     }
 }
 
@@ -697,9 +734,9 @@ fn a_401_body_reaches_the_user_and_says_to_set_the_key() {
     let server = serve(vec![Reply::json(401, body)]);
     let (client, _) = new_client(config(&server.url, Some(KEY)));
     let failure = one_request(&client).expect_err("401");
-    assert!(!failure.message.contains(KEY), "{}", failure.message);
-    assert!(failure.message.contains("OPENAI_API_KEY"));
-    assert_eq!(failure.kind.as_deref(), Some("invalid_request_error"));
+    assert!(!failure.message().contains(KEY), "{}", failure.message());
+    assert!(failure.message().contains("OPENAI_API_KEY"));
+    assert_eq!(failure.kind(), Some(&FailureKind::InvalidRequest));
     // A 401 whose body is not JSON still says what to do.
     let server = serve(vec![Reply::Full {
         status: 401,
@@ -708,9 +745,10 @@ fn a_401_body_reaches_the_user_and_says_to_set_the_key() {
     }]);
     let (client, _) = new_client(config(&server.url, None));
     let failure = one_request(&client).expect_err("401");
-    assert_eq!(failure.kind.as_deref(), Some("authentication_error"));
+    assert_eq!(failure.kind(), Some(&FailureKind::Authentication));
     assert!(
-        failure.message.contains("Unauthorized") && failure.message.contains("set OPENAI_API_KEY")
+        failure.message().contains("Unauthorized")
+            && failure.message().contains("set OPENAI_API_KEY")
     );
 }
 
@@ -758,11 +796,11 @@ fn usage_with_and_without_cached_tokens() {
     };
     assert_eq!(usages, [Some(usage(70, 30)), Some(usage(100, 0)), None]);
     let failure = one_request(&client).expect_err("no choices");
-    assert_eq!(failure.kind.as_deref(), Some("invalid_response"));
+    assert_eq!(failure.kind(), Some(&FailureKind::InvalidResponse));
     assert!(
-        failure.message.contains("no choices"),
+        failure.message().contains("no choices"),
         "{}",
-        failure.message
+        failure.message()
     );
 }
 

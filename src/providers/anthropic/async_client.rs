@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::sse::StreamAssembler;
 use super::{LiveConfig, LiveError, headers, messages_url, parse_body, read_error, request_body};
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::Request;
 use crate::providers::http::async_client::{
     AsyncHttpClient, AsyncSuccess, read_stream_async, until_stopped_async,
@@ -87,7 +87,7 @@ impl AsyncClient {
     fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
         serde_json::to_vec(&self.request_body(request)).map_err(|err| {
             self.http.attempts().fail(
-                "invalid_request",
+                FailureKind::Serialization,
                 format!("cannot serialize the request: {err}"),
             )
         })

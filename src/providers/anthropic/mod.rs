@@ -34,8 +34,9 @@ use thiserror::Error;
 
 use self::retry::RetryPolicy;
 use self::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, Request};
+use crate::providers::failure::api_kind;
 use crate::providers::http::{
     Attempts, HttpClient, Secrets, Success, TextSink, Waited, is_http_url, read_stream,
     until_stopped,
@@ -61,11 +62,11 @@ pub(crate) fn api_error(body: &Value) -> (&str, &str) {
 }
 
 /// The kind and message of a Messages API error body, if it is one.
-fn read_error(_status: u16, text: &str) -> Option<(String, String)> {
+fn read_error(_status: u16, text: &str) -> Option<(FailureKind, String)> {
     let body: Value = serde_json::from_str(text).ok()?;
     body.pointer("/error/type")?;
-    let (kind, message) = api_error(&body);
-    Some((kind.to_owned(), message.to_owned()))
+    let (name, message) = api_error(&body);
+    Some((api_kind(name, None, message), format!("{name}: {message}")))
 }
 
 /// Why a live client could not be configured.
@@ -339,7 +340,7 @@ impl Client {
         request_body(&self.config, request)
     }
 
-    fn fail(&self, kind: &str, message: String) -> ModelFailure {
+    fn fail(&self, kind: FailureKind, message: String) -> ModelFailure {
         self.http.fail(kind, message)
     }
 
@@ -369,7 +370,7 @@ impl Client {
     fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
         serde_json::to_vec(&self.request_body(request)).map_err(|err| {
             self.fail(
-                "invalid_request",
+                FailureKind::Serialization,
                 format!("cannot serialize the request: {err}"),
             )
         })
@@ -449,8 +450,9 @@ pub(crate) fn headers(config: &LiveConfig) -> [(&'static str, &str); 4] {
 pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
     let value = attempts.json_body(text)?;
     if value.get("type").and_then(Value::as_str) == Some("error") {
-        let (kind, message) = api_error(&value);
-        return Err(attempts.fail(kind, format!("{kind}: {message}")));
+        let (name, message) = api_error(&value);
+        let kind = api_kind(name, None, message);
+        return Err(attempts.fail(kind, format!("{name}: {message}")));
     }
     match ModelResponse::from_value(value.clone()) {
         Ok(response) => Ok(attempts.received(Received {
@@ -458,7 +460,7 @@ pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, Mo
             raw: Some(value),
         })),
         Err(err) => Err(attempts.fail(
-            "invalid_response",
+            FailureKind::InvalidResponse,
             format!("the response is not a message: {err}"),
         )),
     }
@@ -541,7 +543,7 @@ impl Model for AnthropicModel {
             Waited::Done(result) => result,
             Waited::Stopped => Err(self.client.http.abandoned()),
             Waited::Died => Err(self.client.fail(
-                "request_error",
+                FailureKind::Request,
                 "the request's worker thread died".to_owned(),
             )),
         }

@@ -10,10 +10,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::ModelResponse;
 use crate::run::model::Received;
 
+use crate::providers::failure::api_kind;
 use crate::providers::http::sse::SseEvent;
 use crate::providers::http::stream::StreamParser;
 
@@ -55,7 +56,7 @@ impl std::fmt::Debug for StreamAssembler {
 }
 
 fn failure(message: impl Into<String>) -> ModelFailure {
-    ModelFailure::with_kind("stream_error", message)
+    ModelFailure::with_kind(FailureKind::Stream, message)
 }
 
 /// Appends `piece` to the string field `key` of a block, in place: the cost
@@ -186,8 +187,9 @@ impl StreamAssembler {
             }
             "message_stop" => self.stopped = true,
             "error" => {
-                let (kind, message) = super::api_error(&data);
-                return Err(ModelFailure::with_kind(kind, format!("{kind}: {message}")));
+                let (name, message) = super::api_error(&data);
+                let kind = api_kind(name, None, message);
+                return Err(ModelFailure::with_kind(kind, format!("{name}: {message}")));
             }
             _ => {}
         }
@@ -267,9 +269,9 @@ mod tests {
         };
         let failure = assembler.push(&delta, &mut |_| {}).expect_err("no block 3");
         assert!(
-            failure.message.contains("content block 3"),
+            failure.message().contains("content block 3"),
             "{}",
-            failure.message
+            failure.message()
         );
         let not_json = SseEvent {
             event: "message_start".into(),
@@ -370,11 +372,11 @@ mod tests {
         .map(|data| format!("data: {data}\n\n"))
         .collect::<String>();
         let failure = read_stream(stream.as_bytes(), &mut |_| {}).expect_err("broken input");
-        assert_eq!(failure.kind.as_deref(), Some("stream_error"));
+        assert_eq!(failure.kind(), Some(&FailureKind::Stream));
         assert!(
-            failure.message.contains("not valid JSON"),
+            failure.message().contains("not valid JSON"),
             "{}",
-            failure.message
+            failure.message()
         );
     }
 }

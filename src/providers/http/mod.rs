@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 
 use self::retry::{RetryPolicy, retryable_status, should_retry_header};
 use self::transport::{HttpResponse, Transport, TransportError, TransportErrorKind};
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::redact::{Redactor, StreamRedactor};
 use crate::run::model::Received;
 
@@ -152,9 +152,10 @@ pub type StopSlot = Arc<OnceLock<StopProbe>>;
 
 type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
 
-/// Finds an error's kind and message in an error body (`status`, body
-/// text); `None` when the body is not the provider's error shape.
-pub(crate) type ErrorReader<'a> = &'a (dyn Fn(u16, &str) -> Option<(String, String)> + Sync);
+/// Finds an error's kind and text (`name: message`, its name and message
+/// as the server gave them) in an error body (`status`, body text); `None`
+/// when the body is not the provider's error shape.
+pub(crate) type ErrorReader<'a> = &'a (dyn Fn(u16, &str) -> Option<(FailureKind, String)> + Sync);
 
 /// A successful (2xx) response.
 #[derive(Debug)]
@@ -186,10 +187,10 @@ impl std::fmt::Debug for Attempts {
 }
 
 /// The kind of failure of a body that could not be read.
-fn body_error_kind(err: &std::io::Error) -> &'static str {
+fn body_error_kind(err: &std::io::Error) -> FailureKind {
     match err.kind() {
-        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => "timeout_error",
-        _ => "connection_error",
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => FailureKind::Timeout,
+        _ => FailureKind::Connection,
     }
 }
 
@@ -200,7 +201,7 @@ impl Attempts {
     }
 
     /// A failure of `kind` whose message has the secrets scrubbed.
-    pub fn fail(&self, kind: &str, message: String) -> ModelFailure {
+    pub fn fail(&self, kind: FailureKind, message: String) -> ModelFailure {
         ModelFailure::with_kind(kind, self.secrets.scrub(message))
     }
 
@@ -236,7 +237,7 @@ impl Attempts {
     /// The failure of a request given up because the run was stopped.
     pub fn abandoned(&self) -> ModelFailure {
         self.fail(
-            "cancelled",
+            FailureKind::Cancelled,
             "the request was abandoned because the run was stopped".to_owned(),
         )
     }
@@ -245,8 +246,8 @@ impl Attempts {
     /// none) and its text scrubbed.
     pub fn stream_failed(&self, failure: ModelFailure) -> ModelFailure {
         self.fail(
-            failure.kind.as_deref().unwrap_or("stream_error"),
-            failure.message,
+            failure.kind().cloned().unwrap_or(FailureKind::Stream),
+            failure.message().to_owned(),
         )
     }
 
@@ -256,7 +257,7 @@ impl Attempts {
         serde_json::from_str(text).map_err(|err| {
             let snippet: String = text.chars().take(200).collect();
             self.fail(
-                "invalid_response",
+                FailureKind::InvalidResponse,
                 format!("the response is not JSON ({err}): {snippet}"),
             )
         })
@@ -270,7 +271,7 @@ impl Attempts {
         if retry >= self.policy.max_retries {
             let attempts = retry + 1;
             return Err(self.fail(
-                kind,
+                kind.clone(),
                 format!("{kind}: reading the response failed: {err} (after {attempts} attempt(s))"),
             ));
         }
@@ -292,14 +293,14 @@ impl Attempts {
         let header = |name: &str| find_header(headers, name);
         let attempts = retry + 1;
         let failure = match read_error(status, text) {
-            Some((kind, message)) => self.fail(
-                &kind,
-                format!("HTTP {status} {kind}: {message} (after {attempts} attempt(s))"),
+            Some((kind, said)) => self.fail(
+                kind,
+                format!("HTTP {status} {said} (after {attempts} attempt(s))"),
             ),
             None => {
                 let snippet: String = text.chars().take(200).collect();
                 self.fail(
-                    "http_error",
+                    FailureKind::Http,
                     format!("HTTP {status}: {snippet} (after {attempts} attempt(s))"),
                 )
             }
@@ -331,19 +332,22 @@ impl Attempts {
             // The server may still be generating the reply: asking
             // again would only start a second generation.
             return Err(self.fail(
-                "timeout_error",
+                FailureKind::Timeout,
                 format!(
                     "timeout_error: no response in time: {err} (after {attempts} attempt(s)); not sent again, since the server may still be working on it; for a slow server (a local model), stream the reply, ask for fewer tokens, or allow a longer read timeout"
                 ),
             ));
         }
         let kind = match err.kind {
-            TransportErrorKind::Timeout | TransportErrorKind::ResponseTimeout => "timeout_error",
-            TransportErrorKind::Connection => "connection_error",
-            TransportErrorKind::Other => "request_error",
+            TransportErrorKind::Timeout | TransportErrorKind::ResponseTimeout => {
+                FailureKind::Timeout
+            }
+            TransportErrorKind::Connection => FailureKind::Connection,
+            TransportErrorKind::Other => FailureKind::Request,
         };
         if err.kind == TransportErrorKind::Other || retry >= self.policy.max_retries {
-            return Err(self.fail(kind, format!("{kind}: {err} (after {attempts} attempt(s))")));
+            let message = format!("{kind}: {err} (after {attempts} attempt(s))");
+            return Err(self.fail(kind, message));
         }
         Ok(self.policy.delay(retry, None, None, SystemTime::now()))
     }
@@ -399,7 +403,7 @@ impl HttpClient {
     }
 
     /// A failure of `kind` whose message has the secrets scrubbed.
-    pub fn fail(&self, kind: &str, message: String) -> ModelFailure {
+    pub fn fail(&self, kind: FailureKind, message: String) -> ModelFailure {
         self.attempts.fail(kind, message)
     }
 

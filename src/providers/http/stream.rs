@@ -3,7 +3,7 @@
 //! `async`) both feed it the same [`SseEvent`]s, so a stream means the same
 //! reply whichever transport read it.
 
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::providers::http::sse::SseEvent;
 use crate::run::model::Received;
 
@@ -25,7 +25,10 @@ pub trait StreamParser {
 
 /// The failure of a stream whose reading failed.
 pub fn read_failed(err: &std::io::Error) -> ModelFailure {
-    ModelFailure::with_kind("stream_error", format!("reading the stream failed: {err}"))
+    ModelFailure::with_kind(
+        FailureKind::Stream,
+        format!("reading the stream failed: {err}"),
+    )
 }
 
 /// Reads a blocking byte stream's events into `parser` until the reply is

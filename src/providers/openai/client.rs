@@ -10,8 +10,9 @@ use thiserror::Error;
 use super::reply;
 use super::request::{BodySettings, MaxTokensField, request_body};
 use super::stream;
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, Request};
+use crate::providers::failure::{api_kind, openai_code};
 use crate::providers::http::retry::RetryPolicy;
 use crate::providers::http::transport::{Timeouts, Transport, UreqTransport};
 use crate::providers::http::{
@@ -142,11 +143,10 @@ impl std::fmt::Debug for Client {
 
 /// What a failed status says, from an error body in any of the shapes
 /// servers send; a 401 also says what to do about the key.
-pub(crate) fn error_reader(has_key: bool) -> impl Fn(u16, &str) -> Option<(String, String)> {
+pub(crate) fn error_reader(has_key: bool) -> impl Fn(u16, &str) -> Option<(FailureKind, String)> {
     move |status, text| {
-        let parts = serde_json::from_str::<Value>(text)
-            .ok()
-            .and_then(|body| reply::error_parts(&body));
+        let body = serde_json::from_str::<Value>(text).ok();
+        let parts = body.as_ref().and_then(reply::error_parts);
         let (kind, mut message) = match parts {
             Some((kind, message)) => (kind, message),
             None if status == 401 => (None, text.chars().take(200).collect()),
@@ -170,7 +170,11 @@ pub(crate) fn error_reader(has_key: bool) -> impl Fn(u16, &str) -> Option<(Strin
                 " (the server wants an API key: set OPENAI_API_KEY)"
             });
         }
-        Some((kind, message))
+        let code = body.as_ref().and_then(openai_code);
+        Some((
+            api_kind(&kind, code, &message),
+            format!("{kind}: {message}"),
+        ))
     }
 }
 
@@ -246,7 +250,7 @@ impl Client {
     fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
         serde_json::to_vec(&self.request_body(request)).map_err(|err| {
             self.http.fail(
-                "invalid_request",
+                FailureKind::Serialization,
                 format!("cannot serialize the request: {err}"),
             )
         })
@@ -373,7 +377,7 @@ impl FieldFallback {
         describe: ErrorReader<'_>,
         status: u16,
         text: &str,
-    ) -> Option<(String, String)> {
+    ) -> Option<(FailureKind, String)> {
         if status == 400 && self.field.refused_by(text) {
             self.refused.store(true, Ordering::Relaxed);
         }
@@ -403,9 +407,10 @@ impl FieldFallback {
 /// server's failure.
 pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
     let value = attempts.json_body(text)?;
-    if let Some((kind, message)) = reply::error_parts(&value) {
-        let kind = kind.unwrap_or_else(|| "api_error".to_owned());
-        return Err(attempts.fail(&kind, format!("{kind}: {message}")));
+    if let Some((name, message)) = reply::error_parts(&value) {
+        let name = name.unwrap_or_else(|| "api_error".to_owned());
+        let kind = api_kind(&name, openai_code(&value), &message);
+        return Err(attempts.fail(kind, format!("{name}: {message}")));
     }
     match reply::parse_completion(&value) {
         Ok(response) => Ok(attempts.received(Received {
@@ -413,7 +418,7 @@ pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, Mo
             raw: Some(value),
         })),
         Err(reason) => Err(attempts.fail(
-            "invalid_response",
+            FailureKind::InvalidResponse,
             format!("the response is not a chat completion: {reason}"),
         )),
     }
@@ -485,7 +490,7 @@ impl Model for OpenAiModel {
             Waited::Done(result) => result,
             Waited::Stopped => Err(self.client.http.abandoned()),
             Waited::Died => Err(self.client.http.fail(
-                "request_error",
+                FailureKind::Request,
                 "the request's worker thread died".to_owned(),
             )),
         }

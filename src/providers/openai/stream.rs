@@ -19,13 +19,14 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 
 use super::reply::{error_parts, parse_completion};
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
+use crate::providers::failure::{api_kind, openai_code};
 use crate::providers::http::sse::SseEvent;
 use crate::providers::http::stream::StreamParser;
 use crate::run::model::Received;
 
 fn failure(message: impl Into<String>) -> ModelFailure {
-    ModelFailure::with_kind("stream_error", message)
+    ModelFailure::with_kind(FailureKind::Stream, message)
 }
 
 #[derive(Default)]
@@ -90,12 +91,10 @@ impl ChunkAssembler {
         }
         let chunk: Value = serde_json::from_str(data)
             .map_err(|err| failure(format!("a stream chunk is not JSON: {err}")))?;
-        if let Some((kind, message)) = error_parts(&chunk) {
-            let kind = kind.unwrap_or_else(|| "api_error".to_owned());
-            return Err(ModelFailure::with_kind(
-                kind.clone(),
-                format!("{kind}: {message}"),
-            ));
+        if let Some((name, message)) = error_parts(&chunk) {
+            let name = name.unwrap_or_else(|| "api_error".to_owned());
+            let kind = api_kind(&name, openai_code(&chunk), &message);
+            return Err(ModelFailure::with_kind(kind, format!("{name}: {message}")));
         }
         let Value::Object(mut chunk) = chunk else {
             return Err(failure("a stream chunk is not a JSON object"));
@@ -289,7 +288,7 @@ impl StreamParser for ChunkStream {
         let raw = self.0.finish()?;
         let response = parse_completion(&raw).map_err(|reason| {
             ModelFailure::with_kind(
-                "invalid_response",
+                FailureKind::InvalidResponse,
                 format!("the assembled stream is not a reply: {reason}"),
             )
         })?;
@@ -406,20 +405,17 @@ mod tests {
     fn a_cut_stream_and_an_error_chunk_are_failures() {
         let cut = [chunk(json!({"content": "par"}), Value::Null)];
         let failure = read_stream(stream(&cut, false).as_bytes(), &mut |_| {}).expect_err("cut");
-        assert_eq!(failure.kind.as_deref(), Some("stream_error"));
-        assert!(failure.message.contains("[DONE]"), "{}", failure.message);
+        assert_eq!(failure.kind(), Some(&FailureKind::Stream));
+        assert!(failure.message().contains("[DONE]"), "{failure}");
         let error =
             "data: {\"error\": {\"message\": \"overloaded\", \"type\": \"server_error\"}}\n\n";
         let failure = read_stream(error.as_bytes(), &mut |_| {}).expect_err("error");
-        assert_eq!(failure.kind.as_deref(), Some("server_error"));
-        assert!(failure.message.contains("overloaded"));
+        let server_error = FailureKind::Api("server_error".into());
+        assert_eq!(failure.kind(), Some(&server_error));
+        assert!(failure.message().contains("overloaded"));
         let empty =
             read_stream("data: [DONE]\n\n".as_bytes(), &mut |_| {}).expect_err("no choices");
-        assert_eq!(failure_kind(&empty), "invalid_response");
-    }
-
-    fn failure_kind(failure: &ModelFailure) -> &str {
-        failure.kind.as_deref().unwrap_or_default()
+        assert_eq!(empty.kind(), Some(&FailureKind::InvalidResponse));
     }
 
     #[test]

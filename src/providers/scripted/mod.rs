@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::core::error::{ModelFailure, ScriptError};
+use crate::core::error::{FailureKind, ModelFailure, ScriptError};
 use crate::core::protocol::{ModelResponse, Request};
 use crate::run::model::{ChildModels, Model, Received};
 
@@ -88,7 +88,7 @@ impl RawReplies {
         self.get(index).map(|text| {
             reader::reply_text(text).unwrap_or_else(|message| {
                 Err(ModelFailure::with_kind(
-                    "invalid_script",
+                    FailureKind::InvalidScript,
                     format!("scripted reply {index} is not a reply: {message}"),
                 ))
             })
@@ -239,7 +239,7 @@ impl ScriptedModel {
 
     fn exhausted(&self) -> ModelFailure {
         ModelFailure::with_kind(
-            "script_exhausted",
+            FailureKind::ScriptExhausted,
             format!(
                 "script exhausted: all {} scripted replies were used",
                 self.used
@@ -288,7 +288,7 @@ impl ChildModels for ScriptedChildren {
         match number.checked_sub(1).and_then(|index| self.0.get(index)) {
             Some(replies) => Box::new(ScriptedModel::new(replies.clone())),
             None => Box::new(FailingModel(ModelFailure::with_kind(
-                "script_exhausted",
+                FailureKind::ScriptExhausted,
                 format!(
                     "the script has no children[{}] for delegation {number}",
                     number.saturating_sub(1)
@@ -350,11 +350,10 @@ mod tests {
         let Some(Err(failure)) = replies.reply(1) else {
             panic!("not a reply: {:?}", replies.reply(1));
         };
-        assert_eq!(failure.kind.as_deref(), Some("invalid_script"));
+        assert_eq!(failure.kind(), Some(&FailureKind::InvalidScript));
         assert!(
-            failure.message.contains("a reply must be a JSON object"),
-            "{}",
-            failure.message
+            failure.message().contains("a reply must be a JSON object"),
+            "{failure}"
         );
     }
 
@@ -387,10 +386,10 @@ mod tests {
             Some(serde_json::json!({"content": [{"type": "text", "text": "done"}], "n": 2}))
         );
         let exhausted = model.respond_received(&request).expect_err("no third");
+        assert_eq!(exhausted.kind(), Some(&FailureKind::ScriptExhausted));
         assert!(
-            exhausted.message.contains("all 2 scripted replies"),
-            "{}",
-            exhausted.message
+            exhausted.message().contains("all 2 scripted replies"),
+            "{exhausted}"
         );
         // Without `raw`, the same replies come with no text.
         let mut model = ScriptedModel::from_script(raw, false);

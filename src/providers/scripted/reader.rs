@@ -34,7 +34,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{RawReplies, Script, ScriptedReply};
-use crate::core::error::ModelFailure;
+use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, ReplyBlock, StopReason, Usage};
 
 /// Implements a visitor's scalar `visit_*` methods without keeping the
@@ -716,7 +716,7 @@ fn failure(error: Value) -> ModelFailure {
                 .unwrap_or("model request failed")
                 .to_owned();
             match body.get("type").and_then(Value::as_str) {
-                Some(kind) => ModelFailure::with_kind(kind, message),
+                Some(kind) => ModelFailure::with_kind(FailureKind::from_name(kind), message),
                 None => ModelFailure::new(message),
             }
         }

@@ -338,7 +338,7 @@ fn lane<'a>(
                     }
                 }
             }
-            Some(Err(failure)) => entry.failure = Some(&failure.message),
+            Some(Err(failure)) => entry.failure = Some(failure.message()),
             None => {}
         }
         // This reply's tool lines: those recorded after it and before the next reply's.
