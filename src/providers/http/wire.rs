@@ -21,8 +21,8 @@ use super::{
 use crate::core::error::ModelFailure;
 use crate::run::model::Received;
 
-/// How the client waits between attempts, when a test does not record
-/// the waits instead.
+/// What a client calls with each wait between attempts instead of waiting
+/// (tests record the delays).
 pub(crate) type Sleeper = std::sync::Arc<dyn Fn(Duration) + Send + Sync>;
 
 /// What a [`Wire`] hands back: complete when made for the blocking
