@@ -762,10 +762,12 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
             let children = Arc::clone(&client);
             let child_slot = Arc::clone(&stop_slot);
             let child_models = move |_number: usize| -> Box<dyn Model + Send> {
-                Box::new(OpenAiModel::with_stop(
-                    Arc::clone(&children),
-                    Arc::clone(&child_slot),
-                ))
+                // Children of one batch stream at once: their text is
+                // shown by whole lines, so lines never tear.
+                Box::new(
+                    OpenAiModel::with_stop(Arc::clone(&children), Arc::clone(&child_slot))
+                        .with_whole_lines(),
+                )
             };
             (
                 Box::new(OpenAiModel::with_stop(client, Arc::clone(&stop_slot))),

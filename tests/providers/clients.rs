@@ -207,10 +207,13 @@ impl OpenAi {
                     Arc::clone(&slot),
                     openai::AsyncOpenAiModel::with_stop(Arc::clone(client), slot),
                     move || {
-                        Box::new(openai::AsyncOpenAiModel::with_stop(
-                            Arc::clone(&children),
-                            Arc::clone(&child_slot),
-                        ))
+                        Box::new(
+                            openai::AsyncOpenAiModel::with_stop(
+                                Arc::clone(&children),
+                                Arc::clone(&child_slot),
+                            )
+                            .with_whole_lines(),
+                        )
                     },
                 )
             }

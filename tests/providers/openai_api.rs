@@ -924,6 +924,128 @@ fn streamed_text_is_shown_as_it_arrives_and_ends_its_line() {
     assert_eq!(*shown.lock().unwrap(), ["fort", "y-two", "\n"]);
 }
 
+/// A stream of `completion` sent one chunk at a time, `gap` apart, its
+/// text cut in pieces of 10 characters: a slow server, so streams running
+/// side by side interleave.
+fn slow_stream(completion: &Value, gap: Duration) -> Reply {
+    let mut events = Vec::new();
+    for chunk in chunks(completion) {
+        match chunk["choices"][0]["delta"]["content"].as_str() {
+            Some(text) if !text.is_empty() => {
+                let chars: Vec<char> = text.chars().collect();
+                for piece in chars.chunks(10) {
+                    let mut part = chunk.clone();
+                    part["choices"][0]["delta"]["content"] =
+                        json!(piece.iter().collect::<String>());
+                    events.push(stream_body(&[part], false));
+                }
+            }
+            _ => events.push(stream_body(&[chunk], false)),
+        }
+    }
+    events.push(b"data: [DONE]\n\n".to_vec());
+    Reply::Slow { events, gap }
+}
+
+/// A server whose parent delegates twice in one reply, the two children
+/// then streaming a long line each at once, a few characters at a time;
+/// and the lines the children say.
+fn side_by_side_server() -> (MockServer, Vec<String>) {
+    let texts = ["A".repeat(60), "B".repeat(60)];
+    let lines = texts
+        .iter()
+        .map(|text| format!("child says {text}"))
+        .collect();
+    let (mut parent_calls, mut child_calls) = (0, 0);
+    let server = MockServer::start(move |recorded| {
+        let body = recorded.json();
+        let completion = if body["messages"][0]["content"] == CHILD_SYSTEM {
+            child_calls += 1;
+            answer(&format!("child says {}", texts[(child_calls - 1) % 2]))
+        } else {
+            parent_calls += 1;
+            if parent_calls == 1 {
+                let calls = json!([
+                    call("call_a", "task", r#"{"task": "Read main.py."}"#),
+                    call("call_b", "task", r#"{"task": "Read expected.txt."}"#),
+                ]);
+                reply(
+                    json!({"role": "assistant", "content": null, "tool_calls": calls}),
+                    "tool_calls",
+                    None,
+                )
+            } else {
+                answer("Both read.")
+            }
+        };
+        assert_eq!(body["stream"], true, "a streaming client asks for a stream");
+        slow_stream(&completion, Duration::from_millis(20))
+    });
+    (server, lines)
+}
+
+#[test]
+fn subagents_streaming_side_by_side_never_tear_each_others_lines() {
+    // Through the binary: the children's lines come out whole on stderr.
+    let (server, lines) = side_by_side_server();
+    let output = Command::new(common::bin())
+        .args([
+            "run",
+            "--workspace",
+            "examples/workspace",
+            "--live",
+            "--provider",
+            "openai",
+            "--stream",
+            "--decision",
+            "deny",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.url))
+        .env("OPENAI_MODEL", "gpt-test")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run binary");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        server.recorded().len(),
+        4,
+        "two parent requests, one per child"
+    );
+    for line in &lines {
+        assert!(
+            stderr.lines().any(|shown| shown == line),
+            "{line:?} is not a whole line of its own:\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.lines().all(|line| !line.is_empty()),
+        "no stray blank line:\n{stderr}"
+    );
+}
+
+#[test]
+fn children_streaming_side_by_side_reach_the_sink_by_whole_lines() {
+    // Through the library, blocking or async: each piece of a child's text
+    // that reaches the sink is whole lines.
+    let (server, lines) = side_by_side_server();
+    let mut config = config(&server.url, None);
+    config.stream = true;
+    let taps = Taps::showing();
+    let client = OpenAi::new(config, &taps);
+    let report = client.run(&run_settings("Read both files."));
+    assert_eq!(report.outcome.status, StatusKind::Answered);
+    let shown = taps.shown.expect("a sink").lock().unwrap().concat();
+    for line in &lines {
+        assert!(
+            shown.lines().any(|piece| piece == line),
+            "{line:?} is not a whole line of its own:\n{shown}"
+        );
+    }
+}
+
 /// The schema of the structured-answer tests: closed and fully required,
 /// so OpenAI's strict mode applies.
 fn verdict_schema() -> Value {
@@ -998,6 +1120,7 @@ crate::async_twins!(
     a_server_that_refuses_max_tokens_gets_max_completion_tokens_from_then_on,
     a_deadline_abandons_a_request_in_flight,
     streamed_text_is_shown_as_it_arrives_and_ends_its_line,
+    children_streaming_side_by_side_reach_the_sink_by_whole_lines,
 );
 
 /// A server that accepts and never answers: the run ends `model_error`, the

@@ -1596,6 +1596,11 @@ fn two_children_run(tree: &SpanTree, asynchronous: bool) {
     let children = RecordingChildren::new(vec![child("notes.txt"), child("expected.txt")]);
     let subscriber = tracing_subscriber::registry().with(tree.clone());
     tracing::subscriber::with_default(subscriber, || {
+        // The callsites' cached interest and the global level filter are
+        // computed again with this thread's subscriber among the live ones:
+        // another test's subscriber, dropped on another thread at the same
+        // moment, may have computed them without it.
+        tracing::callsite::rebuild_interest_cache();
         let host = tracing::info_span!("host_request");
         let _entered = host.enter();
         let agent = builder(ws.path(), Arc::new(AllowAll))

@@ -7,41 +7,56 @@
 //! run re-reads its prefix from the cache. The request's attachment (the
 //! plan) is a second system text block after the cached one: never a text
 //! block after `tool_result` blocks, which the API documents as a cause of
-//! empty `end_turn` replies. Sending, retries, timeouts, the stop of a
-//! request in flight and key scrubbing are the shared [`super::http`]
-//! layer; retries happen there, never in the loop (see [`retry`]). Whatever finally
-//! fails becomes a [`ModelFailure`] carrying the API's `error.type` and
-//! `error.message`. The API key is sent only in `x-api-key` and is scrubbed
-//! from every error text and every reply, streamed text included (when at
-//! least [`MIN_SCRUBBED_CHARS`](crate::providers::http::MIN_SCRUBBED_CHARS) long); the userinfo of the base URL is
-//! never printed.
+//! empty `end_turn` replies. What this module holds is the protocol — the
+//! settings ([`LiveConfig`]), the body, the headers, the reading of replies,
+//! events and error bodies; the clients and models are the shared
+//! [`http::Client`] and [`http::HttpModel`] speaking it, so sending,
+//! retries, timeouts, the stop of a request in flight, streamed text and
+//! key scrubbing are the [`http`] layer's; retries happen there, never in
+//! the loop (see [`retry`]). Whatever finally fails becomes a
+//! [`ModelFailure`](crate::core::error::ModelFailure) carrying the API's
+//! `error.type` and `error.message`. The API key is sent only in
+//! `x-api-key` and is scrubbed from every error text and every reply,
+//! streamed text included (when at least
+//! [`MIN_SCRUBBED_CHARS`](crate::providers::http::MIN_SCRUBBED_CHARS) long);
+//! the userinfo of the base URL is never printed.
+//!
+//! [`Model`]: crate::run::model::Model
 
-#[cfg(feature = "async")]
-mod async_client;
 pub(crate) mod sse;
 
-#[cfg(feature = "async")]
-pub use async_client::{AsyncAnthropicModel, AsyncClient};
-
-use crate::providers::http::{ApiKey, StopProbe, StopSlot, redact_url};
+use crate::providers::http::{self, ApiKey, redact_url};
 use crate::providers::http::{retry, transport};
-
-use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use thiserror::Error;
 
 use self::retry::RetryPolicy;
-use self::transport::{HttpResponse, Timeouts, Transport, UreqTransport};
-use crate::core::error::{FailureKind, ModelFailure};
+use self::transport::Timeouts;
+use crate::core::error::FailureKind;
 use crate::core::protocol::{ModelResponse, Request};
 use crate::providers::failure::api_kind;
-use crate::providers::http::{
-    Attempts, HttpClient, Secrets, Success, TextSink, Waited, is_http_url, read_stream,
-    until_stopped,
-};
-use crate::run::model::{Model, Received};
+use crate::providers::http::is_http_url;
+use crate::providers::http::protocol::Protocol;
+
+/// The HTTP client, shared by the parent's model and every child's.
+pub type Client = http::Client<LiveConfig>;
+
+/// A [`Model`](crate::run::model::Model) over a shared [`Client`].
+pub type AnthropicModel = http::HttpModel<LiveConfig>;
+
+/// The async HTTP client (feature `async`): the same requests, retries,
+/// stream assembly and failures as [`Client`], sent through an
+/// [`AsyncTransport`](http::async_transport::AsyncTransport) (reqwest on
+/// tokio by default).
+#[cfg(feature = "async")]
+pub type AsyncClient = http::Client<LiveConfig, dyn http::async_transport::AsyncTransport>;
+
+/// An [`AsyncModel`](crate::run::model::AsyncModel) over a shared
+/// [`AsyncClient`]: what [`AnthropicModel`] is to a blocking run.
+#[cfg(feature = "async")]
+pub type AsyncAnthropicModel =
+    http::HttpModel<LiveConfig, dyn http::async_transport::AsyncTransport>;
 
 /// The model used when neither `--model` nor `ANTHROPIC_MODEL` names one.
 pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
@@ -62,7 +77,7 @@ pub(crate) fn api_error(body: &Value) -> (&str, &str) {
 }
 
 /// The kind and message of a Messages API error body, if it is one.
-fn read_error(_status: u16, text: &str) -> Option<(FailureKind, String)> {
+fn read_error(text: &str) -> Option<(FailureKind, String)> {
     let body: Value = serde_json::from_str(text).ok()?;
     body.pointer("/error/type")?;
     let (name, message) = api_error(&body);
@@ -154,7 +169,7 @@ impl LiveConfig {
 }
 
 /// The exact JSON body of a request under `config`.
-pub(crate) fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
+fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
     let cache = json!({"type": "ephemeral"});
     let mut body = Map::new();
     body.insert("model".into(), json!(config.model));
@@ -275,277 +290,92 @@ pub fn output_schema(schema: &Value) -> Value {
     }
 }
 
-/// The HTTP client, shared by the parent's model and every child's.
-pub struct Client {
-    config: LiveConfig,
-    http: HttpClient,
-    on_text: Option<TextSink>,
+/// The endpoint of `config`'s server.
+fn messages_url(config: &LiveConfig) -> String {
+    format!("{}/v1/messages", config.base_url.trim_end_matches('/'))
 }
 
-impl std::fmt::Debug for Client {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("config", &self.config)
-            .finish_non_exhaustive()
-    }
-}
+/// The Messages API, as [`LiveConfig`] speaks it.
+impl Protocol for LiveConfig {
+    const NAME: &'static str = "anthropic";
+    type State = ();
+    type Exchange = ();
+    type Stream = sse::StreamAssembler;
+    type Error = LiveError;
 
-impl Client {
-    /// A client over a real HTTP connection.
-    pub fn new(config: LiveConfig) -> Self {
-        let transport = Arc::new(UreqTransport::new(config.timeouts));
-        Self::with_transport(config, transport)
+    fn model(&self) -> &str {
+        &self.model
     }
 
-    /// A client over any transport (tests use a fake one).
-    pub fn with_transport(config: LiveConfig, transport: Arc<dyn Transport>) -> Self {
-        let secrets = Secrets::new(Some(&config.api_key), &config.base_url);
-        let http = HttpClient::new(transport, config.retry, secrets);
-        Self {
-            config,
-            http,
-            on_text: None,
-        }
+    fn api_key(&self) -> Option<&ApiKey> {
+        Some(&self.api_key)
     }
 
-    /// Replaces how the client waits between retries (tests record instead of sleeping).
-    pub fn with_sleeper(mut self, sleep: impl Fn(Duration) + Send + Sync + 'static) -> Self {
-        self.http.set_sleeper(sleep);
-        self
+    fn base_url(&self) -> &str {
+        &self.base_url
     }
 
-    /// Shows streamed text deltas as they arrive (the CLI prints them on
-    /// stderr). When a reply's streamed text does not end with a newline,
-    /// the sink gets one `"\n"` after it, once the stream is over.
-    pub fn with_text_sink(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> Self {
-        self.on_text = Some(Arc::new(sink));
-        self
+    fn timeouts(&self) -> Timeouts {
+        self.timeouts
     }
 
-    /// The secrets this client hides from its replies and error texts (its
-    /// API key, the base URL's password), for the host to hide from
-    /// everything else it records or prints: give it to
-    /// `AgentBuilder::redact` for the tools' results.
-    pub fn redactor(&self) -> crate::core::redact::Redactor {
-        self.http.attempts().redactor().clone()
+    fn retry(&self) -> RetryPolicy {
+        self.retry
     }
 
-    /// The settings.
-    pub fn config(&self) -> &LiveConfig {
-        &self.config
+    fn invalid(message: String) -> LiveError {
+        LiveError::Invalid(message)
     }
 
-    /// The exact JSON body of a request.
-    pub fn request_body(&self, request: &Request<'_>) -> Value {
-        request_body(&self.config, request)
+    fn url(&self) -> String {
+        messages_url(self)
     }
 
-    fn fail(&self, kind: FailureKind, message: String) -> ModelFailure {
-        self.http.fail(kind, message)
+    fn body(&self, _state: &(), request: &Request<'_>) -> Value {
+        request_body(self, request)
     }
 
-    /// Sends one request, retrying what is worth retrying.
-    pub fn send(&self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
-        self.send_received(request)
-            .map(|received| received.response)
+    fn exchange(&self, _state: &()) {}
+
+    /// The key only in `x-api-key`.
+    fn headers<'a>(&'a self, _exchange: &'a ()) -> Vec<(&'static str, &'a str)> {
+        let accept = if self.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        vec![
+            ("x-api-key", self.api_key.expose()),
+            ("anthropic-version", API_VERSION),
+            ("content-type", "application/json"),
+            ("accept", accept),
+        ]
     }
 
-    /// Sends one request like [`Client::send`], also handing back the reply
-    /// as received (for a stream: the message assembled from its events).
-    pub fn send_received(&self, request: &Request<'_>) -> Result<Received, ModelFailure> {
-        let body = self.body_bytes(request)?;
-        self.send_body(&body, None)
-    }
-
-    /// [`Client::send_received`], showing streamed text by whole lines.
-    fn send_received_lines(
+    fn read_error(
         &self,
-        request: &Request<'_>,
-        whole_lines: bool,
-    ) -> Result<Received, ModelFailure> {
-        let body = self.body_bytes(request)?;
-        self.send_body_lines(&body, None, whole_lines)
+        _exchange: &(),
+        _status: u16,
+        text: &str,
+    ) -> Option<(FailureKind, String)> {
+        read_error(text)
     }
 
-    fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
-        serde_json::to_vec(&self.request_body(request)).map_err(|err| {
-            self.fail(
-                FailureKind::Serialization,
-                format!("cannot serialize the request: {err}"),
+    /// An `error` body is the API's failure.
+    fn reply(&self, body: &Value) -> Result<ModelResponse, (FailureKind, String)> {
+        if body.get("type").and_then(Value::as_str) == Some("error") {
+            let (name, message) = api_error(body);
+            return Err((api_kind(name, None, message), format!("{name}: {message}")));
+        }
+        ModelResponse::from_value(body.clone()).map_err(|err| {
+            (
+                FailureKind::InvalidResponse,
+                format!("the response is not a message: {err}"),
             )
         })
     }
 
-    /// Sends a serialized request body, retrying what is worth retrying;
-    /// no retry starts once `stop` says the run was stopped.
-    pub fn send_body(
-        &self,
-        body: &[u8],
-        stop: Option<&StopProbe>,
-    ) -> Result<Received, ModelFailure> {
-        self.send_body_lines(body, stop, false)
-    }
-
-    /// [`Client::send_body`]; with `whole_lines`, streamed text reaches the
-    /// sink only as whole lines (the last one ended by a `"\n"` when the
-    /// stream is over), so a stream running beside others never leaves a
-    /// line open for their text or progress lines to join.
-    fn send_body_lines(
-        &self,
-        body: &[u8],
-        stop: Option<&StopProbe>,
-        whole_lines: bool,
-    ) -> Result<Received, ModelFailure> {
-        let url = messages_url(&self.config);
-        let headers = headers(&self.config);
-        match self.http.post(&url, &headers, body, stop, &read_error)? {
-            Success::Stream(response) => self.read_stream(response, whole_lines),
-            Success::Body(text) => self.parse_body(&text),
-        }
-    }
-
-    fn read_stream(
-        &self,
-        response: HttpResponse,
-        whole_lines: bool,
-    ) -> Result<Received, ModelFailure> {
-        let attempts = self.http.attempts();
-        attempts.streamed(read_stream(
-            response,
-            self.on_text.as_ref(),
-            whole_lines,
-            attempts.redactor(),
-            sse::StreamAssembler::new(),
-        ))
-    }
-
-    fn parse_body(&self, text: &str) -> Result<Received, ModelFailure> {
-        parse_body(self.http.attempts(), text)
-    }
-}
-
-/// The endpoint of `config`'s server.
-pub(crate) fn messages_url(config: &LiveConfig) -> String {
-    format!("{}/v1/messages", config.base_url.trim_end_matches('/'))
-}
-
-/// The headers of every request (the key only in `x-api-key`).
-pub(crate) fn headers(config: &LiveConfig) -> [(&'static str, &str); 4] {
-    let accept = if config.stream {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
-    [
-        ("x-api-key", config.api_key.expose()),
-        ("anthropic-version", API_VERSION),
-        ("content-type", "application/json"),
-        ("accept", accept),
-    ]
-}
-
-/// A whole (non-streamed) response body read as a reply, the secrets
-/// scrubbed from it ([`Attempts::received`]); an `error` body is the API's
-/// failure.
-pub(crate) fn parse_body(attempts: &Attempts, text: &str) -> Result<Received, ModelFailure> {
-    let value = attempts.json_body(text)?;
-    if value.get("type").and_then(Value::as_str) == Some("error") {
-        let (name, message) = api_error(&value);
-        let kind = api_kind(name, None, message);
-        return Err(attempts.fail(kind, format!("{name}: {message}")));
-    }
-    match ModelResponse::from_value(value.clone()) {
-        Ok(response) => Ok(attempts.received(Received {
-            response,
-            raw: Some(value),
-        })),
-        Err(err) => Err(attempts.fail(
-            FailureKind::InvalidResponse,
-            format!("the response is not a message: {err}"),
-        )),
-    }
-}
-
-/// A [`Model`] over a shared [`Client`].
-#[derive(Clone)]
-pub struct AnthropicModel {
-    client: Arc<Client>,
-    stop: Option<StopSlot>,
-    whole_lines: bool,
-}
-
-impl std::fmt::Debug for AnthropicModel {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AnthropicModel")
-            .field("client", &self.client)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AnthropicModel {
-    /// A model that sends through `client`.
-    pub fn new(client: Arc<Client>) -> Self {
-        Self {
-            client,
-            stop: None,
-            whole_lines: false,
-        }
-    }
-
-    /// A model whose requests the run can stop in flight: once the probe in
-    /// `slot` says so, the model gives up waiting (the connection is left to
-    /// its own timeout on a worker thread) and no retry starts. Each run
-    /// gives its own slot, so a shared client carries no stop of its own.
-    pub fn with_stop(client: Arc<Client>, slot: StopSlot) -> Self {
-        Self {
-            client,
-            stop: Some(slot),
-            whole_lines: false,
-        }
-    }
-
-    /// Shows this model's streamed text by whole lines rather than as each
-    /// delta arrives: for subagents, which stream beside each other, so
-    /// their texts and progress lines never share a line.
-    pub fn with_whole_lines(mut self) -> Self {
-        self.whole_lines = true;
-        self
-    }
-}
-
-impl Model for AnthropicModel {
-    fn identity(&self) -> Option<crate::run::model::ModelIdentity> {
-        Some(crate::run::model::ModelIdentity::new(
-            "anthropic",
-            Some(self.client.config().model.clone()),
-        ))
-    }
-
-    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
-        self.respond_received(request)
-            .map(|received| received.response)
-    }
-
-    /// Without a stop probe, sends on this thread. With one, the request
-    /// runs on a worker thread while this one checks the probe every 20 ms,
-    /// so cancelling or a deadline does not wait for the HTTP timeouts.
-    fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
-        let Some(probe) = self.stop.as_ref().and_then(|slot| slot.get()).cloned() else {
-            return self.client.send_received_lines(request, self.whole_lines);
-        };
-        let body = self.client.body_bytes(request)?;
-        let client = Arc::clone(&self.client);
-        let worker_probe = Arc::clone(&probe);
-        let whole_lines = self.whole_lines;
-        match until_stopped(&probe, move || {
-            client.send_body_lines(&body, Some(&worker_probe), whole_lines)
-        }) {
-            Waited::Done(result) => result,
-            Waited::Stopped => Err(self.client.http.abandoned()),
-            Waited::Died => Err(self.client.fail(
-                FailureKind::Request,
-                "the request's worker thread died".to_owned(),
-            )),
-        }
+    fn stream(&self) -> sse::StreamAssembler {
+        sse::StreamAssembler::new()
     }
 }

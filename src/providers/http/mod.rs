@@ -3,29 +3,33 @@
 //! request in flight, and the scrubbing of secrets from error texts and
 //! from every reply.
 //!
-//! A provider (`anthropic`, `openai`) builds its request body and headers,
-//! hands them to the send loop, and reads what comes back: a whole
-//! body (read inside the retry loop, so a timeout or a reset while reading
-//! it is retried like one before the headers) or an event stream (read by
-//! the provider, never retried once the headers arrived). How an error body
-//! reads is the provider's business: it passes a function that finds the
-//! error's kind and message in it.
+//! A provider is its protocol: its settings say where a request goes,
+//! with which headers and body, and how its reply, its event stream and
+//! its error bodies read. The rest is shared: one [`Client`] and one
+//! [`HttpModel`], generic over the protocol and over the transport
+//! (blocking, or async with the feature `async`), send through one loop.
+//! A whole body is read inside that loop (so a timeout or a reset while
+//! reading it is retried like one before the headers); an event stream
+//! is read by the protocol's parser, never retried once the headers
+//! arrived.
 
 #[cfg(feature = "async")]
-pub(crate) mod async_client;
-#[cfg(feature = "async")]
 pub mod async_transport;
+mod client;
+pub(crate) mod protocol;
 pub mod retry;
 pub(crate) mod sse;
 pub(crate) mod stream;
 pub mod transport;
+pub(crate) mod wire;
 
-use std::io::{BufReader, Read};
+pub use client::{Client, HttpModel};
+
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, SystemTime};
 
 use self::retry::{RetryPolicy, retryable_status, should_retry_header};
-use self::transport::{HttpResponse, Transport, TransportError, TransportErrorKind};
+use self::transport::{TransportError, TransportErrorKind};
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::redact::{Redactor, StreamRedactor};
 use crate::run::model::Received;
@@ -150,28 +154,16 @@ pub type StopProbe = Arc<dyn Fn() -> bool + Send + Sync>;
 /// Where a run puts its [`StopProbe`] once it exists; one slot per run.
 pub type StopSlot = Arc<OnceLock<StopProbe>>;
 
-type Sleeper = Arc<dyn Fn(Duration) + Send + Sync>;
-
 /// Finds an error's kind and text (`name: message`, its name and message
 /// as the server gave them) in an error body (`status`, body text); `None`
 /// when the body is not the provider's error shape.
 pub(crate) type ErrorReader<'a> = &'a (dyn Fn(u16, &str) -> Option<(FailureKind, String)> + Sync);
 
-/// A successful (2xx) response.
-#[derive(Debug)]
-pub(crate) enum Success {
-    /// A whole body, already read.
-    Body(String),
-    /// An event stream (`content-type: text/event-stream`), to be read by the provider.
-    Stream(HttpResponse),
-}
-
 /// What every attempt of a request comes to, decided without I/O: give
 /// the body to the provider, wait and send again, or give up with a
-/// failure whose text has the secrets scrubbed. The blocking
-/// [`HttpClient`] and the async client (feature `async`) both send through
-/// it, so they retry the same statuses, wait the same delays and fail with
-/// the same texts.
+/// failure whose text has the secrets scrubbed. The one send loop
+/// ([`wire`]) decides through it, blocking or async, so both retry the
+/// same statuses, wait the same delays and fail with the same texts.
 #[derive(Clone)]
 pub(crate) struct Attempts {
     policy: RetryPolicy,
@@ -366,102 +358,6 @@ pub(crate) fn is_event_stream(headers: &[(String, String)]) -> bool {
     find_header(headers, "content-type").is_some_and(|kind| kind.starts_with("text/event-stream"))
 }
 
-/// The sending half every provider shares: transport, retries, waits and secrets.
-pub(crate) struct HttpClient {
-    transport: Arc<dyn Transport>,
-    sleep: Sleeper,
-    attempts: Attempts,
-}
-
-impl std::fmt::Debug for HttpClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpClient")
-            .field("attempts", &self.attempts)
-            .finish_non_exhaustive()
-    }
-}
-
-fn read_body(response: HttpResponse) -> std::io::Result<String> {
-    let mut bytes = Vec::new();
-    response.body.take(MAX_BODY).read_to_end(&mut bytes)?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-impl HttpClient {
-    /// A client sending through `transport` with `policy`, hiding `secrets`.
-    pub fn new(transport: Arc<dyn Transport>, policy: RetryPolicy, secrets: Secrets) -> Self {
-        Self {
-            transport,
-            sleep: Arc::new(std::thread::sleep),
-            attempts: Attempts::new(policy, secrets),
-        }
-    }
-
-    /// Replaces how the client waits between retries (tests record instead of sleeping).
-    pub fn set_sleeper(&mut self, sleep: impl Fn(Duration) + Send + Sync + 'static) {
-        self.sleep = Arc::new(sleep);
-    }
-
-    /// A failure of `kind` whose message has the secrets scrubbed.
-    pub fn fail(&self, kind: FailureKind, message: String) -> ModelFailure {
-        self.attempts.fail(kind, message)
-    }
-
-    /// The retry decisions and secrets this client sends with.
-    pub fn attempts(&self) -> &Attempts {
-        &self.attempts
-    }
-
-    /// The failure of a request given up because the run was stopped.
-    pub fn abandoned(&self) -> ModelFailure {
-        self.attempts.abandoned()
-    }
-
-    /// POSTs `body` to `url`, retrying what is worth retrying (see
-    /// [`retry`] and [`Attempts`]); no retry starts once `stop` says the
-    /// run was stopped.
-    pub fn post(
-        &self,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: &[u8],
-        stop: Option<&StopProbe>,
-        read_error: ErrorReader<'_>,
-    ) -> Result<Success, ModelFailure> {
-        let mut retry = 0;
-        loop {
-            let delay = match self.transport.post(url, headers, body) {
-                Ok(response) if (200..300).contains(&response.status) => {
-                    if is_event_stream(&response.headers) {
-                        return Ok(Success::Stream(response));
-                    }
-                    // The body is read inside the loop: a timeout or a reset
-                    // while reading it is retried like one before the headers.
-                    match read_body(response) {
-                        Ok(text) => return Ok(Success::Body(text)),
-                        Err(err) => self.attempts.body_failed(retry, &err)?,
-                    }
-                }
-                Ok(response) => {
-                    let mut bytes = Vec::new();
-                    let status = response.status;
-                    let headers = response.headers;
-                    let _ = response.body.take(MAX_ERROR_BODY).read_to_end(&mut bytes);
-                    let text = String::from_utf8_lossy(&bytes);
-                    self.attempts
-                        .status_failed(retry, status, &headers, &text, read_error)?
-                }
-                Err(err) => self.attempts.transport_failed(retry, &err)?,
-            };
-            if stop.is_some_and(|probe| probe()) {
-                return Err(self.abandoned());
-            }
-            (self.sleep)(delay);
-            retry += 1;
-        }
-    }
-}
-
 /// Where streamed text is shown as it arrives (the CLI prints it on stderr).
 pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -540,23 +436,6 @@ impl<'s> Shown<'s> {
             sink("\n");
         }
     }
-}
-
-/// Reads a blocking event stream into a reply with `parser`, showing its
-/// text on `sink` (see [`Shown`]) with `redactor`'s secrets hidden. A
-/// hostile stream cannot grow without bound: past 64 MiB it just ends.
-pub(crate) fn read_stream<P: stream::StreamParser>(
-    response: HttpResponse,
-    sink: Option<&TextSink>,
-    whole_lines: bool,
-    redactor: &Redactor,
-    parser: P,
-) -> Result<Received, ModelFailure> {
-    let mut shown = Shown::new(sink, whole_lines, redactor);
-    let input = BufReader::new(response.body.take(MAX_STREAM));
-    let result = stream::read_events(input, parser, &mut |text| shown.text(text));
-    shown.end();
-    result
 }
 
 /// How waiting for a request on a worker thread ended.

@@ -1,6 +1,6 @@
 //! What a provider's event stream parser is to the shared readers: the
-//! blocking [`super::read_stream`] and the async client's reader (feature
-//! `async`) both feed it the same [`SseEvent`]s, so a stream means the same
+//! blocking transport's and the async one's (feature `async`), in the send
+//! loop, both feed it the same [`SseEvent`]s, so a stream means the same
 //! reply whichever transport read it.
 
 use crate::core::error::{FailureKind, ModelFailure};

@@ -12,6 +12,11 @@
 //!   back exactly as received); thinking blocks have no Chat Completions
 //!   form and are left out;
 //! * tools are `{"type": "function", "function": {name, description, parameters}}`.
+//!
+//! The body is the protocol's business: an embedder sees it through the
+//! client (`Client::request_body`). Without the `live` feature there is no
+//! client, and the builder is not used.
+#![cfg_attr(not(feature = "live"), allow(dead_code))]
 
 use serde_json::{Map, Value, json};
 
@@ -89,7 +94,7 @@ impl MaxTokensField {
 
 /// What a body needs besides the request.
 #[derive(Debug, Clone, Copy)]
-pub struct BodySettings<'a> {
+pub(crate) struct BodySettings<'a> {
     /// The model name.
     pub model: &'a str,
     /// The reply's token limit.
@@ -103,7 +108,7 @@ pub struct BodySettings<'a> {
 /// `function.arguments` of a stored input: the text kept as received when
 /// the input is a string (arguments that were not a JSON object), else the
 /// input as JSON text.
-pub fn arguments_text(input: &Value) -> String {
+pub(crate) fn arguments_text(input: &Value) -> String {
     match input {
         Value::String(text) => text.clone(),
         other => other.to_string(),
@@ -167,7 +172,7 @@ fn push_user_message(message: &Message, out: &mut Vec<Value>) {
 }
 
 /// The exact JSON body of a Chat Completions request.
-pub fn request_body(request: &Request<'_>, settings: BodySettings<'_>) -> Value {
+pub(crate) fn request_body(request: &Request<'_>, settings: BodySettings<'_>) -> Value {
     let mut messages = Vec::with_capacity(request.messages.len() + 2);
     if !request.system.is_empty() {
         messages.push(json!({"role": "system", "content": request.system}));
