@@ -85,10 +85,7 @@ fn main() {
     println!("{:<58} {:>9} {:>9}", "step", "median", "mean");
 
     let prepared = policy.confine(&workspace).expect("confined");
-    let settings = RunSettings {
-        command: vec!["/bin/true".into()],
-        ..RunSettings::default()
-    };
+    let settings = RunSettings::new(vec!["/bin/true".into()]);
     let tool = |level| {
         RunMain::new(&workspace, settings.clone())
             .expect("run_main")

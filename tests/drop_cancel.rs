@@ -165,10 +165,7 @@ fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
             .tool(
                 RunMain::new(
                     &dir,
-                    RunSettings {
-                        command: program.iter().map(|arg| (*arg).to_owned()).collect(),
-                        ..RunSettings::default()
-                    },
+                    RunSettings::new(program.iter().map(|arg| (*arg).to_owned()).collect()),
                 )
                 .unwrap(),
             )

@@ -466,19 +466,13 @@ fn settings(base_url: &str, options: &Options) -> Settings {
         read: options.read_timeout,
         ..Timeouts::default()
     };
-    let retry = RetryPolicy {
-        max_retries: 10,
-        ..RetryPolicy::default()
-    };
-    let anthropic = LiveConfig {
-        api_key: ApiKey::new("bench-key-not-secret"),
-        model: "bench".to_owned(),
-        base_url: base_url.to_owned(),
-        max_tokens: 1024,
-        timeouts,
-        retry,
-        stream: options.stream,
-    };
+    let retry = RetryPolicy::default().with_max_retries(10);
+    let mut anthropic = LiveConfig::new(ApiKey::new("bench-key-not-secret"), base_url);
+    anthropic.model = "bench".to_owned();
+    anthropic.max_tokens = 1024;
+    anthropic.timeouts = timeouts;
+    anthropic.retry = retry;
+    anthropic.stream = options.stream;
     let mut openai = OpenAiConfig::new("bench", format!("{base_url}/v1"));
     openai.max_tokens = 1024;
     openai.timeouts = timeouts;

@@ -299,6 +299,7 @@ impl std::fmt::Debug for Agent {
 
 /// Everything a run produced.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct RunReport {
     /// The parent's outcome.
     pub outcome: Outcome,

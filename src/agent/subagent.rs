@@ -245,6 +245,7 @@ impl TaskReport {
 
 /// Everything the host keeps of one child.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ChildRecord {
     /// `child-N`, with the parent's `task` id.
     pub agent: AgentId,

@@ -11,6 +11,7 @@ use crate::core::shared_text::SharedText;
 /// How a call was decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CallDecision {
     /// The tool needs no approval and ran.
     NotRequired,

@@ -436,6 +436,7 @@ pub struct Cancelled {
 
 /// Why a run stopped at a turn boundary, as decided by the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InterruptKind {
     /// The wall-clock deadline passed.
     Deadline,
@@ -709,6 +710,7 @@ pub struct Rejected<C> {
 
 /// The erased, serializable view of a finished conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Outcome {
     /// How it finished.
     pub status: StatusKind,

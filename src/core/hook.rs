@@ -114,6 +114,7 @@ impl HookDecision {
 
 /// One run of one command hook.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct HookRecord {
     /// The event it ran for.
     pub event: HookEvent,

@@ -88,6 +88,7 @@ impl ToolResultContent {
 /// One content block of a message, tagged by `"type"` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Block {
     /// `{"type": "text", "text": ...}`
     Text {
@@ -229,6 +230,7 @@ impl<'de> Deserialize<'de> for Message {
 
 /// Why the model stopped, as the API's `stop_reason` string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum StopReason {
     /// `end_turn`: the model finished its turn.
     EndTurn,
@@ -299,6 +301,7 @@ impl<'de> Deserialize<'de> for StopReason {
 
 /// Token counts the API reports for one reply.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// Input tokens billed at the full rate.
     #[serde(default)]
@@ -315,6 +318,24 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// `input` tokens billed at the full rate and `output` tokens, no cache.
+    pub fn new(input: u64, output: u64) -> Self {
+        Self {
+            input_tokens: input,
+            output_tokens: output,
+            ..Self::default()
+        }
+    }
+
+    /// These counts with `written` tokens written to the prompt cache and
+    /// `read` tokens read from it.
+    #[must_use]
+    pub fn with_cache(mut self, written: u64, read: u64) -> Self {
+        self.cache_creation_input_tokens = written;
+        self.cache_read_input_tokens = read;
+        self
+    }
+
     /// Adds `other` to these counts, saturating (a hostile reply may claim any number).
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);

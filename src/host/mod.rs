@@ -523,15 +523,12 @@ fn mcp_tools(
         return Ok((builder, McpSetup::default()));
     }
     let notice = ExitNotice::default();
-    let tools = McpTools::start(
-        &settings.mcp,
-        &McpSettings {
-            cap: settings.read_limit,
-            timeout: settings.mcp_timeout,
-            cancel: settings.cancel.clone(),
-            exit_notice: notice.clone(),
-        },
-    )
+    let tools = McpTools::start(&settings.mcp, &{
+        let mut mcp = McpSettings::new(settings.read_limit, settings.mcp_timeout);
+        mcp.cancel = settings.cancel.clone();
+        mcp.exit_notice = notice.clone();
+        mcp
+    })
     .map_err(|err| AppError::Mcp(err.to_string()))?;
     let mut lines: Vec<String> = tools
         .warnings

@@ -53,6 +53,7 @@ impl HookCall<'_> {
 
 /// A `before` hook's verdict.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Verdict {
     /// Let the call run.
     Continue,
@@ -139,6 +140,7 @@ pub enum Phase {
 
 /// One line of the audit log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct AuditEntry {
     /// The agent.
     pub agent: AgentId,

@@ -15,6 +15,7 @@ use crate::run::limits::CancelHandle;
 /// The approver's answer for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Decision {
     /// Run it.
     Allow,

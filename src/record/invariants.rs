@@ -17,6 +17,7 @@ use crate::record::recorded::RecordedRun;
 /// One rule of the loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Invariant {
     /// Every `tool_use` is answered exactly once, in order, in the next user
     /// message (the last round by its `tool` lines), and no result answers

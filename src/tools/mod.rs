@@ -35,6 +35,7 @@ use crate::core::conversation::{ToolCall, ToolOutput};
 /// What a tool may do; decides whether it needs approval and whether a child may hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Capability {
     /// Only reads; runs freely and may be given to a subagent.
     ReadOnly,
@@ -55,6 +56,7 @@ impl Capability {
 
 /// Who is calling a tool, and with which call.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ToolContext<'a> {
     /// The agent making the call (`parent`, `child-1`, ...).
     pub agent: &'a AgentId,
@@ -64,6 +66,15 @@ pub struct ToolContext<'a> {
     /// (another thread, a task of its own) opens its spans under it;
     /// `&Span::none()` where there is none.
     pub span: &'a tracing::Span,
+}
+
+impl<'a> ToolContext<'a> {
+    /// The context of `call`, made by `agent`, under `span` (`&Span::none()`
+    /// where there is none): what a host that calls a tool itself (a test
+    /// of its own tool) gives it.
+    pub fn new(agent: &'a AgentId, call: &'a ToolCall, span: &'a tracing::Span) -> Self {
+        Self { agent, call, span }
+    }
 }
 
 /// The future of a tool's answer in an async run ([`Tool::run_async`]).

@@ -48,6 +48,7 @@ use crate::tools::read_file::workspace_root;
 
 /// How `run_main` runs the program.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RunSettings {
     /// The program and its arguments.
     pub command: Vec<String>,
@@ -64,6 +65,31 @@ impl Default for RunSettings {
             timeout: Duration::from_secs(10),
             output_cap: 64 * 1024,
         }
+    }
+}
+
+impl RunSettings {
+    /// Runs `command` (the program and its arguments) with the default
+    /// timeout and output cap.
+    pub fn new(command: Vec<String>) -> Self {
+        Self {
+            command,
+            ..Self::default()
+        }
+    }
+
+    /// These settings with the program killed after `timeout`.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// These settings keeping `bytes` of stdout, and of stderr.
+    #[must_use]
+    pub fn with_output_cap(mut self, bytes: usize) -> Self {
+        self.output_cap = bytes;
+        self
     }
 }
 

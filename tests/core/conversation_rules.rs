@@ -842,12 +842,7 @@ fn driver_answers_every_call_as_failed_when_a_round_gives_too_many_outputs() {
 // ---------------------------------------------------------------- usage and Outcome
 
 fn with_usage(mut reply: ModelResponse, input: u64, output: u64, cache_read: u64) -> ModelResponse {
-    reply.usage = Some(Usage {
-        input_tokens: input,
-        output_tokens: output,
-        cache_creation_input_tokens: 1,
-        cache_read_input_tokens: cache_read,
-    });
+    reply.usage = Some(Usage::new(input, output).with_cache(1, cache_read));
     reply
 }
 
@@ -870,12 +865,7 @@ fn usage_is_summed_across_replies() {
         Reply::Answered(done) => done,
         other => panic!("expected Answered, got {other:?}"),
     };
-    let expected = Usage {
-        input_tokens: 250,
-        output_tokens: 25,
-        cache_creation_input_tokens: 2,
-        cache_read_input_tokens: 90,
-    };
+    let expected = Usage::new(250, 25).with_cache(2, 90);
     assert_eq!(done.usage(), expected);
     let outcome = done.into_outcome();
     assert_eq!(outcome.usage, expected);

@@ -46,11 +46,7 @@ fn reply() -> impl Strategy<Value = ModelResponse> {
                     .map(|(i, (name, input))| (format!("t{i}"), name, input)),
             )
         };
-        reply.usage = Some(Usage {
-            input_tokens: tokens,
-            output_tokens: 10,
-            ..Usage::default()
-        });
+        reply.usage = Some(Usage::new(tokens, 10));
         reply
     })
 }
@@ -131,10 +127,7 @@ fn run(case: &Case, driver: crate::common::Driver) -> Left {
     } else {
         Arc::new(DenyAll)
     };
-    let settings = RunSettings {
-        command: vec!["true".to_owned()],
-        ..RunSettings::default()
-    };
+    let settings = RunSettings::new(vec!["true".to_owned()]);
     let children: Vec<Vec<ScriptedReply>> = case
         .children
         .iter()

@@ -352,11 +352,7 @@ fn token_limit_keeps_the_last_round() {
     );
     // The child's reply spends the run's tokens: the parent's next call is not run.
     let mut long = ModelResponse::answer("a long answer");
-    long.usage = Some(Usage {
-        input_tokens: 400,
-        output_tokens: 400,
-        ..Usage::default()
-    });
+    long.usage = Some(Usage::new(400, 400));
     case.children = vec![vec![Ok(long)]];
     case.limits.max_tokens_total = Some(100);
     let (report, lines) = run(&dir, case);

@@ -149,12 +149,8 @@ fn arb_stop_reason() -> impl Strategy<Value = Option<StopReason>> {
 fn arb_usage() -> impl Strategy<Value = Option<Usage>> {
     prop::option::of((0u64..10_000, 0u64..10_000, 0u64..100, 0u64..100).prop_map(
         |(input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens)| {
-            Usage {
-                input_tokens,
-                output_tokens,
-                cache_creation_input_tokens,
-                cache_read_input_tokens,
-            }
+            Usage::new(input_tokens, output_tokens)
+                .with_cache(cache_creation_input_tokens, cache_read_input_tokens)
         },
     ))
 }

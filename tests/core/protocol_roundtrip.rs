@@ -50,15 +50,7 @@ fn text_reply_parses_and_reserializes_unchanged() {
         vec![ReplyBlock::Known(Block::text("Hi! My name is Claude."))]
     );
     assert_eq!(reply.stop_reason, Some(StopReason::EndTurn));
-    assert_eq!(
-        reply.usage,
-        Some(Usage {
-            input_tokens: 2095,
-            output_tokens: 503,
-            cache_creation_input_tokens: 0,
-            cache_read_input_tokens: 0,
-        })
-    );
+    assert_eq!(reply.usage, Some(Usage::new(2095, 503).with_cache(0, 0)));
     assert_eq!(serde_json::to_value(&reply).unwrap(), kept_fields(&body));
     // And the re-serialized form parses back to the same value.
     let again = ModelResponse::from_value(serde_json::to_value(&reply).unwrap()).unwrap();
@@ -183,15 +175,7 @@ fn max_tokens_reply_parses() {
     assert_eq!(reply.stop_reason, Some(StopReason::MaxTokens));
     assert_eq!(reply.stop_reason.as_ref().unwrap().as_str(), "max_tokens");
     // Absent cache fields default to zero.
-    assert_eq!(
-        reply.usage,
-        Some(Usage {
-            input_tokens: 12,
-            output_tokens: 1024,
-            cache_creation_input_tokens: 0,
-            cache_read_input_tokens: 0,
-        })
-    );
+    assert_eq!(reply.usage, Some(Usage::new(12, 1024).with_cache(0, 0)));
     assert_eq!(
         serde_json::to_value(&reply).unwrap()["stop_reason"],
         "max_tokens"
@@ -600,15 +584,7 @@ fn usage_with_null_cache_fields_is_zero() {
         "cache_read_input_tokens": null
     }))
     .unwrap();
-    assert_eq!(
-        usage,
-        Usage {
-            input_tokens: 25,
-            output_tokens: 1,
-            cache_creation_input_tokens: 0,
-            cache_read_input_tokens: 0,
-        }
-    );
+    assert_eq!(usage, Usage::new(25, 1).with_cache(0, 0));
     // Extra fields the API adds (cache_creation breakdown, service_tier) are accepted.
     let usage: Usage = serde_json::from_value(json!({
         "input_tokens": 2095,
@@ -620,15 +596,7 @@ fn usage_with_null_cache_fields_is_zero() {
         "service_tier": "standard"
     }))
     .unwrap();
-    assert_eq!(
-        usage,
-        Usage {
-            input_tokens: 2095,
-            output_tokens: 503,
-            cache_creation_input_tokens: 2051,
-            cache_read_input_tokens: 17,
-        }
-    );
+    assert_eq!(usage, Usage::new(2095, 503).with_cache(2051, 17));
     assert_eq!(
         serde_json::to_value(usage).unwrap(),
         json!({

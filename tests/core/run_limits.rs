@@ -55,11 +55,9 @@ fn agent(
         .tool(
             RunMain::new(
                 dir.path(),
-                RunSettings {
-                    command: vec!["sh".into(), "-c".into(), "sleep 1; echo slept".into()],
-                    timeout: Duration::from_secs(5),
-                    output_cap: 4096,
-                },
+                RunSettings::new(vec!["sh".into(), "-c".into(), "sleep 1; echo slept".into()])
+                    .with_timeout(Duration::from_secs(5))
+                    .with_output_cap(4096),
             )
             .unwrap(),
         )
@@ -87,11 +85,7 @@ fn task(id: &str) -> ModelResponse {
 }
 
 fn with_usage(mut reply: ModelResponse, input: u64, output: u64) -> ModelResponse {
-    reply.usage = Some(Usage {
-        input_tokens: input,
-        output_tokens: output,
-        ..Usage::default()
-    });
+    reply.usage = Some(Usage::new(input, output));
     reply
 }
 

@@ -788,12 +788,7 @@ fn usage_with_and_without_cached_tokens() {
     let usages: Vec<Option<Usage>> = (0..3)
         .map(|_| one_request(&client).expect("reply").usage)
         .collect();
-    let usage = |input, cached| Usage {
-        input_tokens: input,
-        output_tokens: 10,
-        cache_creation_input_tokens: 0,
-        cache_read_input_tokens: cached,
-    };
+    let usage = |input, cached| Usage::new(input, 10).with_cache(0, cached);
     assert_eq!(usages, [Some(usage(70, 30)), Some(usage(100, 0)), None]);
     let failure = one_request(&client).expect_err("no choices");
     assert_eq!(failure.kind(), Some(&FailureKind::InvalidResponse));

@@ -398,18 +398,34 @@ fn the_audit_log_has_a_before_and_an_after_entry_per_call() {
         ],
     );
 
-    let entry =
-        |id: &str, tool: &str, phase: Phase, after: Option<(CallDecision, bool)>| AuditEntry {
-            agent: AgentId::Parent,
-            call_id: ToolUseId::new(id),
-            tool: tool.to_owned(),
+    let entry = |id: &str, tool: &str, phase: Phase, after: Option<(CallDecision, bool)>| {
+        (
+            AgentId::Parent,
+            ToolUseId::new(id),
+            tool.to_owned(),
             phase,
-            decision: after.map(|(d, _)| d),
-            is_error: after.map(|(_, e)| e),
-            hook: None,
-        };
+            after.map(|(d, _)| d),
+            after.map(|(_, e)| e),
+            None,
+        )
+    };
+    let audit: Vec<_> = report
+        .audit
+        .iter()
+        .map(|e: &AuditEntry| {
+            (
+                e.agent.clone(),
+                e.call_id.clone(),
+                e.tool.clone(),
+                e.phase,
+                e.decision,
+                e.is_error,
+                e.hook.clone(),
+            )
+        })
+        .collect();
     assert_eq!(
-        report.audit,
+        audit,
         vec![
             entry("c1", "count", Phase::Before, None),
             entry(
@@ -465,10 +481,7 @@ fn deny_wins_over_hooks() {
     let marker = tmp.path().join("marker");
     let tool = RunMain::new(
         tmp.path(),
-        RunSettings {
-            command: vec!["sh".into(), "-c".into(), "touch marker".into()],
-            ..RunSettings::default()
-        },
+        RunSettings::new(vec!["sh".into(), "-c".into(), "touch marker".into()]),
     )
     .unwrap();
     // Even a hook that would let everything through, or block everything, is never asked.
@@ -513,10 +526,7 @@ fn read_only_tools_never_reach_the_approver() {
         .tool(
             RunMain::new(
                 tmp.path(),
-                RunSettings {
-                    command: vec!["sh".into(), "-c".into(), "echo ran".into()],
-                    ..RunSettings::default()
-                },
+                RunSettings::new(vec!["sh".into(), "-c".into(), "echo ran".into()]),
             )
             .unwrap(),
         )

@@ -717,16 +717,8 @@ fn a_changed_tool_list_holds_for_the_next_agent_on_the_same_servers() {
     }
     let ws = workspace();
     let servers = vec![config::parse_server_flag(&server(&ws)).expect("spec")];
-    let tools = McpTools::start(
-        &servers,
-        &McpSettings {
-            cap: 65536,
-            timeout: Duration::from_secs(20),
-            cancel: subloop::run::limits::CancelHandle::new(),
-            exit_notice: Default::default(),
-        },
-    )
-    .expect("started");
+    let tools = McpTools::start(&servers, &McpSettings::new(65536, Duration::from_secs(20)))
+        .expect("started");
     let agent = |replies: Vec<Value>| {
         let mut builder =
             subloop::AgentBuilder::new(Arc::new(subloop::policy::permission::AllowAll));
@@ -875,12 +867,7 @@ fn in_async_runs_servers_are_tasks_and_a_dropped_call_is_cancelled() {
     }
     let ws = workspace();
     let servers = vec![config::parse_server_flag(&server(&ws)).expect("spec")];
-    let settings = McpSettings {
-        cap: 65536,
-        timeout: Duration::from_secs(20),
-        cancel: subloop::run::limits::CancelHandle::new(),
-        exit_notice: Default::default(),
-    };
+    let settings = McpSettings::new(65536, Duration::from_secs(20));
     let runtime = common::runtime();
     runtime.block_on(async {
         let before = threads();

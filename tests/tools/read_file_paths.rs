@@ -218,11 +218,8 @@ fn devices_are_refused() {
     let (tx, rx) = mpsc::channel();
     let tool = reader.clone();
     std::thread::spawn(move || {
-        let context = ToolContext {
-            agent: &AgentId::Parent,
-            call: &call,
-            span: &tracing::Span::none(),
-        };
+        let span = tracing::Span::none();
+        let context = ToolContext::new(&AgentId::Parent, &call, &span);
         let _ = tx.send(tool.run(call.input(), &context));
     });
     let output = rx
@@ -371,11 +368,8 @@ fn errors_through_the_tool_are_error_results() {
     let reader = fx.reader(DEFAULT_READ_LIMIT);
     let run = |path: &str| {
         let call = ToolCall::new("t1", "read_file", json!({ "path": path }));
-        let context = ToolContext {
-            agent: &AgentId::Parent,
-            call: &call,
-            span: &tracing::Span::none(),
-        };
+        let span = tracing::Span::none();
+        let context = ToolContext::new(&AgentId::Parent, &call, &span);
         reader.run(call.input(), &context)
     };
     let out = run("../outside/secret.txt");

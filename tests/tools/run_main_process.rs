@@ -39,11 +39,7 @@ fn run_main_once(approver: Arc<dyn Approver>, tool: RunMain) -> subloop::RunRepo
 }
 
 fn settings(command: &[&str], timeout: Duration) -> RunSettings {
-    RunSettings {
-        command: command.iter().map(|word| (*word).to_owned()).collect(),
-        timeout,
-        ..RunSettings::default()
-    }
+    RunSettings::new(command.iter().map(|word| (*word).to_owned()).collect()).with_timeout(timeout)
 }
 
 fn python(timeout: Duration) -> RunSettings {
@@ -196,15 +192,13 @@ fn a_100_mb_output_is_capped_and_counted() {
     let cap = 64 * 1024;
     let tool = RunMain::new(
         ws.path(),
-        RunSettings {
-            command: vec![
-                "sh".into(),
-                "-c".into(),
-                "head -c 100000000 /dev/zero; head -c 3000 /dev/zero >&2".into(),
-            ],
-            timeout: Duration::from_secs(60),
-            output_cap: cap,
-        },
+        RunSettings::new(vec![
+            "sh".into(),
+            "-c".into(),
+            "head -c 100000000 /dev/zero; head -c 3000 /dev/zero >&2".into(),
+        ])
+        .with_timeout(Duration::from_secs(60))
+        .with_output_cap(cap),
     )
     .unwrap();
     let output = tool.execute();
@@ -231,10 +225,7 @@ fn a_python_flood_on_both_streams_is_capped() {
     let cap = 1000;
     let tool = RunMain::new(
         ws.path(),
-        RunSettings {
-            output_cap: cap,
-            ..python(Duration::from_secs(60))
-        },
+        python(Duration::from_secs(60)).with_output_cap(cap),
     )
     .unwrap();
     let output = tool.execute();

@@ -69,11 +69,7 @@ fn run(ws: &Path, policy: SandboxPolicy, main: &str, timeout: Duration) -> (Stri
     std::fs::write(ws.join("main.py"), main).unwrap();
     let tool = RunMain::new(
         ws,
-        RunSettings {
-            command: vec!["python3".into(), "main.py".into()],
-            timeout,
-            ..RunSettings::default()
-        },
+        RunSettings::new(vec!["python3".into(), "main.py".into()]).with_timeout(timeout),
     )
     .unwrap()
     .with_sandbox(policy);
@@ -645,10 +641,7 @@ fn a_program_outside_the_allowed_directories_does_not_start() {
     let tool = tool_dir.join("tool");
     std::fs::write(&tool, "#!/bin/sh\necho ran\n").unwrap();
     std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let settings = RunSettings {
-        command: vec![tool.display().to_string()],
-        ..RunSettings::default()
-    };
+    let settings = RunSettings::new(vec![tool.display().to_string()]);
     let output = RunMain::new(&place.ws, settings.clone())
         .unwrap()
         .with_sandbox(SandboxPolicy::new(Sandbox::Off))

@@ -1002,11 +1002,8 @@ fn arguments_that_do_not_deserialize_are_refused_not_panicked_on() {
         ),
     ] {
         let call = ToolCall::new("c1", "add", input.clone());
-        let context = ToolContext {
-            agent: &agent,
-            call: &call,
-            span: &tracing::Span::none(),
-        };
+        let span = tracing::Span::none();
+        let context = ToolContext::new(&agent, &call, &span);
         let output = Tool::run(&add, &input, &context);
         assert!(output.is_error, "{input}");
         assert_eq!(output.content.as_str(), message, "{input}");

@@ -98,6 +98,7 @@ pub enum LiveError {
 
 /// Settings of the live client. `Debug` hides the key and the base URL's userinfo.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct LiveConfig {
     /// The API key (sent as `x-api-key`).
     pub api_key: ApiKey,
@@ -156,15 +157,23 @@ impl LiveConfig {
                 redact_url(&base_url)
             )));
         }
-        Ok(Self {
-            api_key: ApiKey::new(api_key.trim()),
-            model,
-            base_url,
+        let mut config = Self::new(ApiKey::new(api_key.trim()), base_url);
+        config.model = model;
+        Ok(config)
+    }
+
+    /// Settings for `api_key` at `base_url`, with the defaults: the default
+    /// model and reply size, the default timeouts and retries, no stream.
+    pub fn new(api_key: ApiKey, base_url: impl Into<String>) -> Self {
+        Self {
+            api_key,
+            model: DEFAULT_MODEL.to_owned(),
+            base_url: base_url.into(),
             max_tokens: DEFAULT_MAX_TOKENS,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             stream: false,
-        })
+        }
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How many times, and how long to wait.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Retries after the first attempt (default 2).
     pub max_retries: u32,
@@ -24,6 +25,23 @@ impl Default for RetryPolicy {
             initial: Duration::from_millis(500),
             max: Duration::from_secs(8),
         }
+    }
+}
+
+impl RetryPolicy {
+    /// This policy with `retries` retries after the first attempt.
+    #[must_use]
+    pub fn with_max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// This policy with backoffs from `initial`, doubling, up to `max`.
+    #[must_use]
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial = initial;
+        self.max = max;
+        self
     }
 }
 

@@ -40,6 +40,7 @@ pub enum OpenAiError {
 
 /// Settings of the client. `Debug` hides the key and the base URL's userinfo.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct OpenAiConfig {
     /// The API key, sent as `Authorization: Bearer …`; none for servers that need none.
     pub api_key: Option<ApiKey>,

@@ -292,6 +292,7 @@ pub struct McpTools {
 /// How MCP tools run: the byte cap of results, the start and per-call
 /// timeout, and the run's cancel handle.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct McpSettings {
     /// The most bytes of a result the model gets (`read_file`'s limit).
     pub cap: usize,
@@ -301,6 +302,19 @@ pub struct McpSettings {
     pub cancel: CancelHandle,
     /// Told when a server exits mid-run.
     pub exit_notice: ExitNotice,
+}
+
+impl McpSettings {
+    /// Results capped at `cap` bytes, `timeout` to start and per call, never
+    /// cancelled, and no one told when a server exits.
+    pub fn new(cap: usize, timeout: Duration) -> Self {
+        Self {
+            cap,
+            timeout,
+            cancel: CancelHandle::new(),
+            exit_notice: ExitNotice::default(),
+        }
+    }
 }
 
 impl McpTools {
