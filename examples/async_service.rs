@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::DenyAll;
-use subloop::providers::demo::DEMO_QUESTION;
+use subloop::providers::demo::DemoParent;
 use subloop::providers::{anthropic, openai};
 use subloop::run::model::{AsyncChildren, AsyncModel};
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
@@ -174,7 +174,7 @@ fn main() -> Result<(), BoxError> {
             let mut model = models.model();
             let deadline = options.deadline;
             tasks.spawn(async move {
-                let run = agent.run_async(DEMO_QUESTION, Budget::new(8)?, &mut model);
+                let run = agent.run_async(DemoParent::QUESTION, Budget::new(8)?, &mut model);
                 // Past the deadline the run's future is dropped: its request
                 // is abandoned and every conversation ends cancelled.
                 match tokio::time::timeout(deadline, run).await {

@@ -11,7 +11,7 @@ use subloop::Hooks;
 use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::AskTerminal;
 use subloop::providers::demo::DemoChildren;
-use subloop::providers::demo::{DEMO_QUESTION, DemoParent};
+use subloop::providers::demo::DemoParent;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?
         .build();
     let mut model = DemoParent; // or a ScriptedModel, or the live client
-    let report = agent.run(DEMO_QUESTION, Budget::new(8)?, &mut model)?;
+    let report = agent.run(DemoParent::QUESTION, Budget::new(8)?, &mut model)?;
     println!("{}: {}", report.outcome.status, report.outcome.text);
     Ok(())
 }

@@ -30,7 +30,6 @@ use serde_json::{Value, json};
 use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::DenyAll;
 use subloop::providers::anthropic::LiveConfig;
-use subloop::providers::demo::DEMO_QUESTION;
 use subloop::providers::http::ApiKey;
 use subloop::providers::http::retry::RetryPolicy;
 use subloop::providers::http::transport::Timeouts;
@@ -774,7 +773,11 @@ mod blocking {
         let mut model = client.model(stop_probe.then_some(&slot));
         let budget =
             Budget::new(PARENT_CALLS).map_err(|err| ("setup".to_owned(), err.to_string()))?;
-        match agent.run(super::DEMO_QUESTION, budget, model.as_mut()) {
+        match agent.run(
+            subloop::providers::demo::DemoParent::QUESTION,
+            budget,
+            model.as_mut(),
+        ) {
             Ok(report) => super::check(&report),
             Err(err) => failed(err.to_string()),
         }
@@ -871,7 +874,11 @@ mod async_runs {
         let budget = Budget::new(PARENT_CALLS).map_err(|err| setup(err.to_string()))?;
         let mut model = client.model();
         match agent
-            .run_async(super::DEMO_QUESTION, budget, &mut model)
+            .run_async(
+                subloop::providers::demo::DemoParent::QUESTION,
+                budget,
+                &mut model,
+            )
             .await
         {
             Ok(report) => super::check(&report),

@@ -31,7 +31,7 @@ use subloop::policy::permission::PromptWatch;
 use subloop::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use subloop::policy::terminal::TerminalInput;
 use subloop::providers::demo::DemoChildren;
-use subloop::providers::demo::{DEMO_QUESTION, DemoParent};
+use subloop::providers::demo::DemoParent;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::{Script, ScriptedModel};
 use subloop::record::invariants::Policy;
@@ -991,7 +991,7 @@ pub fn demo_settings(workspace: Option<PathBuf>) -> Result<Settings, AppError> {
         None => (fresh_demo_workspace()?, true),
     };
     let mut settings = Settings::new(workspace);
-    settings.question = DEMO_QUESTION.to_owned();
+    settings.question = DemoParent::QUESTION.to_owned();
     settings.temporary_workspace = temporary;
     Ok(settings)
 }

@@ -18,12 +18,8 @@ use crate::core::protocol::{Block, Message, ModelResponse, Request, Role};
 use crate::run::model::{ChildModels, Model};
 
 /// The task text the demo parent delegates.
-pub const DEMO_TASK: &str = "Read main.py and expected.txt in the workspace. Say what output the source \
+pub(crate) const DEMO_TASK: &str = "Read main.py and expected.txt in the workspace. Say what output the source \
 derives and whether it matches the expected text. Do not run anything.";
-
-/// The question `subloop demo` asks.
-pub const DEMO_QUESTION: &str = "Check the program in this workspace: find out what main.py should print, \
-run it if allowed, and say whether its output matches expected.txt.";
 
 /// The result `results` holds for the call `id`: its text and whether it is an error.
 fn result_of(results: &Message, id: &crate::core::protocol::ToolUseId) -> Option<(String, bool)> {
@@ -99,6 +95,12 @@ fn results(messages: &[Message]) -> Vec<(&str, String, bool)> {
 /// history it is sent, so a resumed run is answered from what is on record.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DemoParent;
+
+impl DemoParent {
+    /// The question the demo parent answers (`subloop demo` asks it).
+    pub const QUESTION: &'static str = "Check the program in this workspace: find out what main.py should print, \
+run it if allowed, and say whether its output matches expected.txt.";
+}
 
 impl Model for DemoParent {
     fn identity(&self) -> Option<crate::run::model::ModelIdentity> {

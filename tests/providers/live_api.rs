@@ -21,7 +21,7 @@ use subloop::core::protocol::ReplyBlock;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
 use subloop::core::protocol::ToolDefinition;
-use subloop::providers::anthropic::{API_VERSION, LiveConfig, LiveError};
+use subloop::providers::anthropic::{LiveConfig, LiveError};
 use subloop::providers::http::ApiKey;
 use subloop::providers::http::async_transport::{
     AsyncBody, AsyncResponse, AsyncTransport, ChunkFuture, ResponseFuture,
@@ -95,7 +95,10 @@ fn check_demo_requests(recorded: &[Recorded]) {
     for request in recorded {
         assert_eq!(request.path, "/v1/messages");
         assert_eq!(request.header("x-api-key"), Some(KEY));
-        assert_eq!(request.header("anthropic-version"), Some(API_VERSION));
+        assert_eq!(
+            request.header("anthropic-version"),
+            Some(LiveConfig::API_VERSION)
+        );
         assert_eq!(request.header("content-type"), Some("application/json"));
         for (name, value) in &request.headers {
             if name != "x-api-key" {

@@ -406,8 +406,6 @@ fn a_password_holding_url_delimiters_is_never_printed_either() {
         let config = env_config(KEY, &url);
         assert_eq!(config.display_base_url(), "http://***@127.0.0.1:1/");
         assert!(!format!("{config:?}").contains(secret), "{config:?}");
-        let shown = subloop::providers::http::redact_url(&url);
-        assert!(!shown.contains(secret), "{shown}");
     }
 }
 

@@ -24,7 +24,7 @@ use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::policy::permission::{AllowAll, Approver, DenyAll};
-use subloop::providers::demo::{DEMO_QUESTION, DemoChild, DemoParent};
+use subloop::providers::demo::{DemoChild, DemoParent};
 use subloop::record::trace::{TraceWriter, rebuild_requests};
 use subloop::run::model::ChildModels;
 use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
@@ -47,7 +47,7 @@ fn library_demo(decision: DecisionMode, child_budget: u32) -> (RunReport, String
     let dir = TempDir::new("trace-lib");
     let path = dir.path().join("trace.jsonl");
     let mut settings = Settings::new(demo_workspace());
-    settings.question = DEMO_QUESTION.to_owned();
+    settings.question = DemoParent::QUESTION.to_owned();
     settings.decision = decision;
     settings.child_budget = child_budget;
     settings.trace = Some(path.clone());
@@ -195,7 +195,7 @@ fn the_trace_grows_linearly() {
             assert_eq!(written[..], outcome.messages[..written.len()], "{agent}");
         }
         // The question is written exactly once.
-        assert_eq!(trace.matches(DEMO_QUESTION).count(), 1);
+        assert_eq!(trace.matches(DemoParent::QUESTION).count(), 1);
     }
 }
 
@@ -268,7 +268,7 @@ fn recorded_demo(
         seen: Arc::clone(&parent_seen),
     };
     let report = agent
-        .run_driven(DEMO_QUESTION, Budget::new(8).unwrap(), &mut parent)
+        .run_driven(DemoParent::QUESTION, Budget::new(8).unwrap(), &mut parent)
         .unwrap();
     let trace = std::fs::read_to_string(&path).unwrap();
     let mut seen = BTreeMap::new();

@@ -17,8 +17,8 @@
 //! [`ModelFailure`](crate::core::error::ModelFailure) carrying the API's
 //! `error.type` and `error.message`. The API key is sent only in
 //! `x-api-key` and is scrubbed from every error text and every reply,
-//! streamed text included (when at least
-//! [`MIN_SCRUBBED_CHARS`](crate::providers::http::MIN_SCRUBBED_CHARS) long);
+//! streamed text included (when it is long enough to be told from
+//! ordinary text: eight characters or more);
 //! the userinfo of the base URL is never printed.
 //!
 //! [`Model`]: crate::run::model::Model
@@ -57,15 +57,6 @@ pub type AsyncClient = http::Client<LiveConfig, dyn http::async_transport::Async
 #[cfg(feature = "async")]
 pub type AsyncAnthropicModel =
     http::HttpModel<LiveConfig, dyn http::async_transport::AsyncTransport>;
-
-/// The model used when neither `--model` nor `ANTHROPIC_MODEL` names one.
-pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
-/// The official endpoint, unless `ANTHROPIC_BASE_URL` says otherwise.
-pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
-/// The `anthropic-version` header.
-pub const API_VERSION: &str = "2023-06-01";
-/// The default `max_tokens` of a reply.
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 /// The `error.type` and `error.message` of an API error body (or event).
 pub(crate) fn api_error(body: &Value) -> (&str, &str) {
@@ -131,6 +122,15 @@ impl std::fmt::Debug for LiveConfig {
 }
 
 impl LiveConfig {
+    /// The model used when neither `--model` nor `ANTHROPIC_MODEL` names one.
+    pub const DEFAULT_MODEL: &'static str = "claude-sonnet-4-5";
+    /// The official endpoint, unless `ANTHROPIC_BASE_URL` says otherwise.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.anthropic.com";
+    /// The `anthropic-version` header.
+    pub const API_VERSION: &'static str = "2023-06-01";
+    /// The default `max_tokens` of a reply.
+    pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
     /// The base URL as it may be printed: without its userinfo.
     pub fn display_base_url(&self) -> String {
         redact_url(&self.base_url)
@@ -147,10 +147,10 @@ impl LiveConfig {
             .ok_or(LiveError::MissingKey)?;
         let model = model
             .or_else(|| env("ANTHROPIC_MODEL").filter(|m| !m.trim().is_empty()))
-            .unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+            .unwrap_or_else(|| LiveConfig::DEFAULT_MODEL.to_owned());
         let base_url = env("ANTHROPIC_BASE_URL")
             .filter(|url| !url.trim().is_empty())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+            .unwrap_or_else(|| LiveConfig::DEFAULT_BASE_URL.to_owned());
         if !is_http_url(&base_url) {
             return Err(LiveError::Invalid(format!(
                 "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{}`)",
@@ -167,9 +167,9 @@ impl LiveConfig {
     pub fn new(api_key: ApiKey, base_url: impl Into<String>) -> Self {
         Self {
             api_key,
-            model: DEFAULT_MODEL.to_owned(),
+            model: LiveConfig::DEFAULT_MODEL.to_owned(),
             base_url: base_url.into(),
-            max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens: LiveConfig::DEFAULT_MAX_TOKENS,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             stream: false,
@@ -254,7 +254,7 @@ const OUTPUT_FORMATS: [&str; 10] = [
 /// constraints it does not support left out (numeric and length bounds,
 /// `minItems` above 1, `maxItems`, unknown string formats, `$schema`). The
 /// answer is still checked against the whole schema locally.
-pub fn output_schema(schema: &Value) -> Value {
+pub(crate) fn output_schema(schema: &Value) -> Value {
     match schema {
         Value::Object(keywords) => {
             let mut out = serde_json::Map::new();
@@ -355,7 +355,7 @@ impl Protocol for LiveConfig {
         };
         vec![
             ("x-api-key", self.api_key.expose()),
-            ("anthropic-version", API_VERSION),
+            ("anthropic-version", LiveConfig::API_VERSION),
             ("content-type", "application/json"),
             ("accept", accept),
         ]

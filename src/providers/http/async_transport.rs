@@ -63,7 +63,7 @@ pub trait AsyncTransport: Send + Sync {
 /// rustls, redirects not followed (an API does not redirect a POST, and a
 /// redirect must not carry the key elsewhere).
 #[derive(Clone)]
-pub struct ReqwestTransport {
+pub(crate) struct ReqwestTransport {
     client: reqwest::Client,
 }
 

@@ -37,7 +37,7 @@ use crate::run::model::Received;
 /// Secrets shorter than this many characters are not scrubbed: replacing a
 /// one-letter "key" would garble every message, and so short a string is
 /// no secret worth hiding.
-pub const MIN_SCRUBBED_CHARS: usize = crate::core::redact::MIN_SECRET_CHARS;
+pub(crate) const MIN_SCRUBBED_CHARS: usize = crate::core::redact::MIN_SECRET_CHARS;
 /// The largest non-streaming body read (32 MiB).
 pub(crate) const MAX_BODY: u64 = 32 * 1024 * 1024;
 /// The largest error body read (1 MiB).
@@ -58,7 +58,7 @@ pub(crate) fn userinfo(url: &str) -> Option<&str> {
 
 /// `url` with its userinfo (`https://user:key@host`) replaced by `***`:
 /// the form that may be printed.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match userinfo(url) {
         Some(info) => url.replacen(&format!("{info}@"), "***@", 1),
         None => url.to_owned(),

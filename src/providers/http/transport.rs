@@ -99,7 +99,7 @@ impl Default for Timeouts {
 /// The real transport: one `ureq` agent (so one pooled connection is reused
 /// across the requests of a run), rustls for TLS, HTTP error statuses
 /// returned as responses so error bodies and `retry-after` stay readable.
-pub struct UreqTransport {
+pub(crate) struct UreqTransport {
     agent: ureq::Agent,
 }
 

@@ -19,11 +19,6 @@ use crate::providers::http::retry::RetryPolicy;
 use crate::providers::http::transport::Timeouts;
 use crate::providers::http::{self, ApiKey, ErrorReader, is_http_url, redact_url};
 
-/// OpenAI's endpoint, unless `OPENAI_BASE_URL` says otherwise.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-/// The default token limit of a reply.
-pub const DEFAULT_MAX_TOKENS: u32 = 4096;
-
 /// Why the client could not be configured.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
@@ -76,6 +71,11 @@ impl std::fmt::Debug for OpenAiConfig {
 }
 
 impl OpenAiConfig {
+    /// OpenAI's endpoint, unless `OPENAI_BASE_URL` says otherwise.
+    pub const DEFAULT_BASE_URL: &'static str = "https://api.openai.com/v1";
+    /// The default token limit of a reply.
+    pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+
     /// Settings for `model` at `base_url`, with no key and the defaults.
     pub fn new(model: impl Into<String>, base_url: impl Into<String>) -> Self {
         let base_url = base_url.into();
@@ -84,7 +84,7 @@ impl OpenAiConfig {
             model: model.into(),
             max_tokens_field: MaxTokensField::for_base_url(&base_url),
             base_url,
-            max_tokens: DEFAULT_MAX_TOKENS,
+            max_tokens: OpenAiConfig::DEFAULT_MAX_TOKENS,
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             stream: false,
@@ -97,7 +97,7 @@ impl OpenAiConfig {
     }
 
     /// Reads `OPENAI_API_KEY` (optional), `OPENAI_BASE_URL` (default
-    /// [`DEFAULT_BASE_URL`]) and `OPENAI_MODEL` through `env`; `model` (from
+    /// [`OpenAiConfig::DEFAULT_BASE_URL`]) and `OPENAI_MODEL` through `env`; `model` (from
     /// `--model`) wins over the environment, and one of them is required.
     pub fn from_env(
         env: impl Fn(&str) -> Option<String>,
@@ -110,7 +110,7 @@ impl OpenAiConfig {
             .ok_or(OpenAiError::MissingModel)?;
         let base_url = set("OPENAI_BASE_URL")
             .map(|url| url.trim().to_owned())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+            .unwrap_or_else(|| OpenAiConfig::DEFAULT_BASE_URL.to_owned());
         if !is_http_url(&base_url) {
             return Err(OpenAiError::Invalid(format!(
                 "OPENAI_BASE_URL must start with http:// or https:// (got `{}`)",

@@ -24,7 +24,7 @@ pub(crate) mod stream;
 #[cfg(feature = "live")]
 mod client;
 #[cfg(feature = "live")]
-pub use client::{DEFAULT_BASE_URL, DEFAULT_MAX_TOKENS, OpenAiConfig, OpenAiError};
+pub use client::{OpenAiConfig, OpenAiError};
 
 #[cfg(feature = "live")]
 use crate::providers::http;

@@ -229,7 +229,7 @@ pub(crate) fn request_body(request: &Request<'_>, settings: BodySettings<'_>) ->
 /// required. A schema that does not is sent with `strict: false` (the
 /// server then only guides the reply; the answer is checked locally either
 /// way).
-pub fn is_strict(schema: &Value) -> bool {
+pub(crate) fn is_strict(schema: &Value) -> bool {
     match schema {
         Value::Object(keywords) => {
             let object_ok = match keywords.get("properties").and_then(Value::as_object) {
@@ -284,6 +284,20 @@ mod tests {
             max_tokens_field: MaxTokensField::MaxTokens,
             stream,
         }
+    }
+
+    /// Strict mode needs every property required and no other property.
+    #[test]
+    fn a_schema_with_an_optional_property_is_sent_without_strict_mode() {
+        let mut schema = serde_json::json!({
+            "type": "object",
+            "properties": {"verdict": {"type": "string"}},
+            "required": ["verdict"],
+            "additionalProperties": false
+        });
+        assert!(is_strict(&schema));
+        schema["required"] = serde_json::json!([]);
+        assert!(!is_strict(&schema));
     }
 
     #[test]

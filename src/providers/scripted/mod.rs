@@ -271,7 +271,7 @@ impl Model for ScriptedModel {
 
 /// A model that fails every request with the same failure.
 #[derive(Debug, Clone)]
-pub struct FailingModel(pub ModelFailure);
+pub(crate) struct FailingModel(pub ModelFailure);
 
 impl Model for FailingModel {
     fn respond(&mut self, _request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
