@@ -18,7 +18,7 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
     use subloop::providers::{anthropic, openai};
 
     let env = |name: &str| std::env::var(name).ok();
-    let timeouts = |t: &mut subloop::providers::http::transport::Timeouts| {
+    let timeouts = |t: &mut subloop::providers::http::Timeouts| {
         if let Some(secs) = flags.connect {
             t.connect = Duration::from_secs_f64(secs);
         }

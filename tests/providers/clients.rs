@@ -11,8 +11,6 @@ use crate::host::{self, Models, Settings};
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Request;
 use subloop::providers::http::StopSlot;
-use subloop::providers::http::async_transport::AsyncTransport;
-use subloop::providers::http::transport::Transport;
 use subloop::providers::{anthropic, openai};
 use subloop::run::model::{AsyncChildren, AsyncModel};
 use subloop::{Budget, ModelResponse, RunReport};
@@ -89,21 +87,6 @@ impl Anthropic {
                 }
                 Self::Async(Arc::new(client))
             }
-        }
-    }
-
-    /// A client over a fake transport that is both blocking and async.
-    pub fn with_transport<T>(config: anthropic::LiveConfig, transport: Arc<T>) -> Self
-    where
-        T: Transport + AsyncTransport + 'static,
-    {
-        match common::driver() {
-            Driver::Blocking => Self::Blocking(Arc::new(
-                anthropic::Client::with_transport(config, transport).with_sleeper(|_| {}),
-            )),
-            Driver::Async => Self::Async(Arc::new(
-                anthropic::AsyncClient::with_transport(config, transport).with_sleeper(|_| {}),
-            )),
         }
     }
 

@@ -17,7 +17,7 @@ use subloop::core::error::FailureKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::providers::anthropic::{Client, LiveConfig};
-use subloop::providers::http::transport::Timeouts;
+use subloop::providers::http::Timeouts;
 
 const KEY: &str = "sk-test-SECRET-0123456789";
 

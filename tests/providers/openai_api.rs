@@ -24,7 +24,7 @@ use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
 use subloop::core::protocol::Usage;
-use subloop::providers::http::transport::Timeouts;
+use subloop::providers::http::Timeouts;
 use subloop::providers::openai::{OpenAiConfig, OpenAiError};
 
 use crate::clients::{OpenAi, Taps};

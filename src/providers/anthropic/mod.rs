@@ -47,8 +47,8 @@ pub type AnthropicModel = http::HttpModel<LiveConfig>;
 
 /// The async HTTP client (feature `async`): the same requests, retries,
 /// stream assembly and failures as [`Client`], sent through an
-/// [`AsyncTransport`](http::async_transport::AsyncTransport) (reqwest on
-/// tokio by default).
+/// async transport (reqwest on
+/// tokio).
 #[cfg(feature = "async")]
 pub type AsyncClient = http::Client<LiveConfig, dyn http::async_transport::AsyncTransport>;
 

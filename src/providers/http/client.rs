@@ -23,7 +23,7 @@ use crate::run::model::{Model, ModelIdentity, Received};
 ///
 /// `P` is the provider's settings, which say how its protocol is spoken
 /// (`anthropic::LiveConfig`, `openai::OpenAiConfig`); `T` the transport:
-/// [`dyn Transport`](Transport) (the default) for a blocking client,
+/// `dyn Transport` (the default) for a blocking client,
 /// `dyn AsyncTransport` (feature `async`) for one awaited on tokio. Each
 /// provider module names its clients: `anthropic::Client` is
 /// `Client<LiveConfig>`, `openai::AsyncClient` is
@@ -132,7 +132,7 @@ impl<P: Protocol> Client<P> {
     }
 
     /// A client over any transport (tests use a fake one).
-    pub fn with_transport(config: P, transport: Arc<dyn Transport>) -> Self {
+    pub(crate) fn with_transport(config: P, transport: Arc<dyn Transport>) -> Self {
         Self::build(config, transport)
     }
 
@@ -307,7 +307,7 @@ mod remote {
         }
 
         /// A client over any async transport.
-        pub fn with_transport(config: P, transport: Arc<dyn AsyncTransport>) -> Self {
+        pub(crate) fn with_transport(config: P, transport: Arc<dyn AsyncTransport>) -> Self {
             Self::build(config, transport)
         }
 

@@ -1,4 +1,5 @@
-//! The one HTTP layer of every provider: the transport ([`transport`]), the
+//! The one HTTP layer of every provider: the transport (ureq, or reqwest
+//! with the feature `async`; its [`Timeouts`]), the
 //! retry policy ([`retry`]), the send loop that applies it, the stop of a
 //! request in flight, and the scrubbing of secrets from error texts and
 //! from every reply.
@@ -14,16 +15,17 @@
 //! arrived.
 
 #[cfg(feature = "async")]
-pub mod async_transport;
+pub(crate) mod async_transport;
 mod client;
 pub(crate) mod protocol;
 pub mod retry;
 pub(crate) mod sse;
 pub(crate) mod stream;
-pub mod transport;
+pub(crate) mod transport;
 pub(crate) mod wire;
 
 pub use client::{Client, HttpModel};
+pub use transport::Timeouts;
 
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, SystemTime};
@@ -485,6 +487,29 @@ mod tests {
         assert_eq!(none.scrub("plain".into()), "plain");
         let short = Secrets::new(Some(&ApiKey::new("k")), "http://h");
         assert_eq!(short.scrub("keep k".into()), "keep k");
+    }
+
+    /// A transport's own error text (a TLS or proxy failure may quote the
+    /// URL or a header) reaches the run without the key.
+    #[test]
+    fn a_transport_error_loses_the_key() {
+        let key = ApiKey::new("sk-very-secret-1234");
+        let attempts = Attempts::new(
+            RetryPolicy::default(),
+            Secrets::new(Some(&key), "https://host/v1"),
+        );
+        let error = TransportError {
+            kind: TransportErrorKind::Other,
+            message: "tls failed for sk-very-secret-1234".to_owned(),
+        };
+        let Err(failure) = attempts.transport_failed(0, &error) else {
+            panic!("an error of kind Other is not retried");
+        };
+        assert!(
+            !failure.message().contains("sk-very-secret-1234"),
+            "{failure}"
+        );
+        assert!(failure.message().contains("***"), "{failure}");
     }
 
     #[test]

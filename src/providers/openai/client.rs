@@ -14,9 +14,9 @@ use super::stream;
 use crate::core::error::FailureKind;
 use crate::core::protocol::{ModelResponse, Request};
 use crate::providers::failure::{api_kind, openai_code};
+use crate::providers::http::Timeouts;
 use crate::providers::http::protocol::Protocol;
 use crate::providers::http::retry::RetryPolicy;
-use crate::providers::http::transport::Timeouts;
 use crate::providers::http::{self, ApiKey, ErrorReader, is_http_url, redact_url};
 
 /// Why the client could not be configured.

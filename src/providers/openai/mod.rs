@@ -39,7 +39,7 @@ pub type OpenAiModel = http::HttpModel<OpenAiConfig>;
 
 /// The async HTTP client (feature `async`): the same requests, retries,
 /// token-field fallback, stream assembly and failures as [`Client`], sent
-/// through an [`AsyncTransport`](http::async_transport::AsyncTransport)
+/// through an async transport
 /// (reqwest on tokio by default).
 #[cfg(feature = "async")]
 pub type AsyncClient = http::Client<OpenAiConfig, dyn http::async_transport::AsyncTransport>;
