@@ -42,7 +42,7 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
         Provider::Anthropic => {
             let mut config =
                 anthropic::LiveConfig::from_env(env, flags.model).map_err(|err| match err {
-                    anthropic::LiveError::MissingKey => format!("{err} (--live)"),
+                    subloop::providers::http::ConfigError::MissingKey => format!("{err} (--live)"),
                     _ => err.to_string(),
                 })?;
             if let Some(n) = flags.max_tokens {
@@ -63,7 +63,9 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
         Provider::OpenAi => {
             let mut config =
                 openai::OpenAiConfig::from_env(env, flags.model).map_err(|err| match err {
-                    openai::OpenAiError::MissingModel => format!("{err} with --model"),
+                    subloop::providers::http::ConfigError::MissingModel => {
+                        format!("{err} with --model")
+                    }
                     _ => err.to_string(),
                 })?;
             if let Some(n) = flags.max_tokens {

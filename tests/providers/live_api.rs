@@ -20,8 +20,9 @@ use subloop::core::protocol::ReplyBlock;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
 use subloop::core::protocol::ToolDefinition;
-use subloop::providers::anthropic::{LiveConfig, LiveError};
+use subloop::providers::anthropic::LiveConfig;
 use subloop::providers::http::ApiKey;
+use subloop::providers::http::ConfigError;
 use subloop::providers::http::Timeouts;
 
 use crate::clients::{Anthropic, Taps};
@@ -286,7 +287,7 @@ fn a_missing_key_is_a_one_line_error_with_exit_2() {
     assert_eq!(both.status.code(), Some(2));
     assert_eq!(
         LiveConfig::from_env(|_| None, None).err(),
-        Some(LiveError::MissingKey)
+        Some(ConfigError::MissingKey)
     );
 }
 

@@ -24,8 +24,9 @@ use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::StopReason;
 use subloop::core::protocol::Usage;
+use subloop::providers::http::ConfigError;
 use subloop::providers::http::Timeouts;
-use subloop::providers::openai::{OpenAiConfig, OpenAiError};
+use subloop::providers::openai::OpenAiConfig;
 
 use crate::clients::{OpenAi, Taps};
 
@@ -335,7 +336,7 @@ fn a_missing_model_is_a_one_line_error_with_exit_2() {
     assert!(output.stdout.is_empty());
     assert_eq!(
         OpenAiConfig::from_env(|_| None, None).err(),
-        Some(OpenAiError::MissingModel)
+        Some(ConfigError::MissingModel)
     );
     let config = OpenAiConfig::from_env(|_| None, Some("m".into())).expect("defaults");
     assert_eq!(config.base_url, "https://api.openai.com/v1");

@@ -25,11 +25,10 @@
 
 pub(crate) mod sse;
 
-use crate::providers::http::{self, ApiKey, redact_url};
+use crate::providers::http::{self, ApiKey, ConfigError, redact_url};
 use crate::providers::http::{retry, transport};
 
 use serde_json::{Map, Value, json};
-use thiserror::Error;
 
 use self::retry::RetryPolicy;
 use self::transport::Timeouts;
@@ -73,18 +72,6 @@ fn read_error(text: &str) -> Option<(FailureKind, String)> {
     body.pointer("/error/type")?;
     let (name, message) = api_error(&body);
     Some((api_kind(name, None, message), format!("{name}: {message}")))
-}
-
-/// Why a live client could not be configured.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum LiveError {
-    /// `ANTHROPIC_API_KEY` is missing or empty.
-    #[error("ANTHROPIC_API_KEY is not set; export your API key to use the Messages API")]
-    MissingKey,
-    /// A setting is unusable.
-    #[error("{0}")]
-    Invalid(String),
 }
 
 /// Settings of the live client. `Debug` hides the key and the base URL's userinfo.
@@ -141,10 +128,10 @@ impl LiveConfig {
     pub fn from_env(
         env: impl Fn(&str) -> Option<String>,
         model: Option<String>,
-    ) -> Result<Self, LiveError> {
+    ) -> Result<Self, ConfigError> {
         let api_key = env("ANTHROPIC_API_KEY")
             .filter(|key| !key.trim().is_empty())
-            .ok_or(LiveError::MissingKey)?;
+            .ok_or(ConfigError::MissingKey)?;
         let model = model
             .or_else(|| env("ANTHROPIC_MODEL").filter(|m| !m.trim().is_empty()))
             .unwrap_or_else(|| LiveConfig::DEFAULT_MODEL.to_owned());
@@ -152,7 +139,7 @@ impl LiveConfig {
             .filter(|url| !url.trim().is_empty())
             .unwrap_or_else(|| LiveConfig::DEFAULT_BASE_URL.to_owned());
         if !is_http_url(&base_url) {
-            return Err(LiveError::Invalid(format!(
+            return Err(ConfigError::Invalid(format!(
                 "ANTHROPIC_BASE_URL must start with http:// or https:// (got `{}`)",
                 redact_url(&base_url)
             )));
@@ -310,7 +297,7 @@ impl Protocol for LiveConfig {
     type State = ();
     type Exchange = ();
     type Stream = sse::StreamAssembler;
-    type Error = LiveError;
+    type Error = ConfigError;
 
     fn model(&self) -> &str {
         &self.model
@@ -332,8 +319,8 @@ impl Protocol for LiveConfig {
         self.retry
     }
 
-    fn invalid(message: String) -> LiveError {
-        LiveError::Invalid(message)
+    fn invalid(message: String) -> ConfigError {
+        ConfigError::Invalid(message)
     }
 
     fn url(&self) -> String {

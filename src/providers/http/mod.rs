@@ -27,6 +27,24 @@ pub(crate) mod wire;
 pub use client::{Client, HttpModel};
 pub use transport::Timeouts;
 
+/// Why a provider's settings are unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `ANTHROPIC_API_KEY` is missing or empty (the Messages API needs a key).
+    #[error("ANTHROPIC_API_KEY is not set; export your API key to use the Messages API")]
+    MissingKey,
+    /// No model is named (`OPENAI_MODEL` is not set either): an
+    /// OpenAI-compatible server has no model every server knows.
+    #[error(
+        "the openai provider needs a model name: set OPENAI_MODEL or give one (no name is known to every server)"
+    )]
+    MissingModel,
+    /// A setting is unusable.
+    #[error("{0}")]
+    Invalid(String),
+}
+
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, SystemTime};
 
@@ -361,7 +379,7 @@ pub(crate) fn is_event_stream(headers: &[(String, String)]) -> bool {
 }
 
 /// Where streamed text is shown as it arrives (the CLI prints it on stderr).
-pub type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
+pub(crate) type TextSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// How streamed text reaches a [`TextSink`]: as it arrives, or by whole
 /// lines, and in both cases ending its line once the stream is over.

@@ -6,7 +6,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::Value;
-use thiserror::Error;
 
 use super::reply;
 use super::request::{BodySettings, MaxTokensField, request_body};
@@ -17,21 +16,7 @@ use crate::providers::failure::{api_kind, openai_code};
 use crate::providers::http::Timeouts;
 use crate::providers::http::protocol::Protocol;
 use crate::providers::http::retry::RetryPolicy;
-use crate::providers::http::{self, ApiKey, ErrorReader, is_http_url, redact_url};
-
-/// Why the client could not be configured.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum OpenAiError {
-    /// No model is named (`OPENAI_MODEL` is not set either).
-    #[error(
-        "the openai provider needs a model name: set OPENAI_MODEL or give one (no name is known to every server)"
-    )]
-    MissingModel,
-    /// A setting is unusable.
-    #[error("{0}")]
-    Invalid(String),
-}
+use crate::providers::http::{self, ApiKey, ConfigError, ErrorReader, is_http_url, redact_url};
 
 /// Settings of the client. `Debug` hides the key and the base URL's userinfo.
 #[derive(Clone)]
@@ -102,17 +87,17 @@ impl OpenAiConfig {
     pub fn from_env(
         env: impl Fn(&str) -> Option<String>,
         model: Option<String>,
-    ) -> Result<Self, OpenAiError> {
+    ) -> Result<Self, ConfigError> {
         let set = |name: &str| env(name).filter(|value| !value.trim().is_empty());
         let model = model
             .filter(|m| !m.trim().is_empty())
             .or_else(|| set("OPENAI_MODEL").map(|m| m.trim().to_owned()))
-            .ok_or(OpenAiError::MissingModel)?;
+            .ok_or(ConfigError::MissingModel)?;
         let base_url = set("OPENAI_BASE_URL")
             .map(|url| url.trim().to_owned())
             .unwrap_or_else(|| OpenAiConfig::DEFAULT_BASE_URL.to_owned());
         if !is_http_url(&base_url) {
-            return Err(OpenAiError::Invalid(format!(
+            return Err(ConfigError::Invalid(format!(
                 "OPENAI_BASE_URL must start with http:// or https:// (got `{}`)",
                 redact_url(&base_url)
             )));
@@ -282,7 +267,7 @@ impl Protocol for OpenAiConfig {
     type State = TokenField;
     type Exchange = Exchange;
     type Stream = stream::ChunkStream;
-    type Error = OpenAiError;
+    type Error = ConfigError;
 
     fn model(&self) -> &str {
         &self.model
@@ -304,8 +289,8 @@ impl Protocol for OpenAiConfig {
         self.retry
     }
 
-    fn invalid(message: String) -> OpenAiError {
-        OpenAiError::Invalid(message)
+    fn invalid(message: String) -> ConfigError {
+        ConfigError::Invalid(message)
     }
 
     fn url(&self) -> String {

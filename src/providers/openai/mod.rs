@@ -24,7 +24,7 @@ pub(crate) mod stream;
 #[cfg(feature = "live")]
 mod client;
 #[cfg(feature = "live")]
-pub use client::{OpenAiConfig, OpenAiError};
+pub use client::OpenAiConfig;
 
 #[cfg(feature = "live")]
 use crate::providers::http;
