@@ -9,7 +9,7 @@ use thiserror::Error;
 use crate::tools::split_command;
 
 /// The longest tool name the API accepts.
-pub const MAX_TOOL_NAME: usize = 64;
+pub(crate) const MAX_TOOL_NAME: usize = 64;
 
 /// One configured server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,7 +199,7 @@ pub fn merge(
 
 /// The registered name `mcp__SERVER__TOOL`, or `None` when it does not fit
 /// the API's rule `^[a-zA-Z0-9_-]{1,64}$` (such a tool is skipped with a warning).
-pub fn tool_name(server: &str, tool: &str) -> Option<String> {
+pub(crate) fn tool_name(server: &str, tool: &str) -> Option<String> {
     let name = format!("mcp__{server}__{tool}");
     let fits = name.len() <= MAX_TOOL_NAME
         && !tool.is_empty()
@@ -212,7 +212,7 @@ pub fn tool_name(server: &str, tool: &str) -> Option<String> {
 /// The environment a server starts with: `PATH`, `HOME`, `LANG` and `LC_*`
 /// from `parent` (subloop's own environment), then the configured `env`
 /// on top. Nothing else — in particular no API key — is passed on.
-pub fn server_env(
+pub(crate) fn server_env(
     configured: &BTreeMap<String, String>,
     parent: impl IntoIterator<Item = (String, String)>,
 ) -> BTreeMap<String, String> {

@@ -9,14 +9,14 @@
 //!   runtime of its own, so everything outside this module stays synchronous;
 //! - [`tool`] makes each listed tool a [`crate::tools::Tool`]: `executes`
 //!   (it passes the permission gate) unless the host marked it read-only;
-//! - [`content`] turns a result into the text the model gets.
+//! - `content` turns a result into the text the model gets.
 
 //!
-//! Without the feature only [`config`] and [`content`] are built (a run
+//! Without the feature only [`config`] and `content` are built (a run
 //! given servers is then refused with a clear message).
 
 pub mod config;
-pub mod content;
+mod content;
 #[cfg(feature = "mcp")]
 pub mod server;
 #[cfg(feature = "mcp")]

@@ -5,12 +5,12 @@
 //! `SIGKILL` included, and on shutdown the whole group is killed. It gets
 //! only the configured environment plus `PATH`, `HOME` and the locale.
 //!
-//! Started with [`McpServer::start`], the client (rmcp) runs on a
+//! Started with `McpServer::start`, the client (rmcp) runs on a
 //! current-thread tokio runtime on a thread of its own; the rest of subloop
 //! talks to it over channels and stays synchronous. Started with
-//! [`McpServer::start_async`] (for async runs), it runs as a task of the
+//! `McpServer::start_async` (for async runs), it runs as a task of the
 //! caller's tokio runtime, with no thread or runtime of its own, and calls
-//! are awaited on the run's own task ([`McpServer::call_async`]). Each call
+//! are awaited on the run's own task (`McpServer::call_async`). Each call
 //! has a timeout, and gives up when the run is cancelled or its future is
 //! dropped; either way the request future is dropped, which sends the
 //! server `notifications/cancelled`.
@@ -38,7 +38,7 @@ const STDERR_LINE_BYTES: usize = 300;
 /// The most `tools/list` pages a listing follows.
 const MAX_PAGES: usize = 100;
 /// The most tools a server may list.
-pub const MAX_TOOLS: usize = 1000;
+pub(crate) const MAX_TOOLS: usize = 1000;
 
 /// How long a server may take to exit after its stdin is closed.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
@@ -81,7 +81,7 @@ pub enum StartError {
 
 /// A tool a server lists, as the wire has it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RemoteTool {
+pub(crate) struct RemoteTool {
     /// The server's name for it.
     pub name: String,
     /// Its description.
@@ -94,7 +94,7 @@ pub struct RemoteTool {
 
 /// How one call ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     /// The `tools/call` result, as JSON.
     Result(Value),
     /// A JSON-RPC error.
@@ -219,15 +219,15 @@ enum Job {
 
 /// A started server. Dropping it shuts the server down: its stdin is
 /// closed, it gets half a second to exit, then its process group is killed.
-pub struct McpServer {
+pub(crate) struct McpServer {
     name: String,
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
-    /// The thread of a server started with [`McpServer::start`].
+    /// The thread of a server started with `McpServer::start`.
     thread: Option<std::thread::JoinHandle<()>>,
     /// The client's handle, for calls awaited on the caller's task.
     peer: rmcp::Peer<RoleClient>,
-    /// Started with [`McpServer::start_async`]: a task of the caller's runtime.
+    /// Started with `McpServer::start_async`: a task of the caller's runtime.
     on_caller_runtime: bool,
 }
 
@@ -243,7 +243,7 @@ impl std::fmt::Debug for McpServer {
 }
 
 /// A server being started: [`Starting::wait`] gives it, with its tools.
-pub struct Starting {
+pub(crate) struct Starting {
     name: String,
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
@@ -254,7 +254,7 @@ pub struct Starting {
 
 /// A server being started on the caller's runtime:
 /// [`StartingAsync::wait`] gives it, with its tools.
-pub struct StartingAsync {
+pub(crate) struct StartingAsync {
     name: String,
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
@@ -418,7 +418,7 @@ impl McpServer {
 
     /// Whether the server said its tool list changed since the last
     /// [`McpServer::list`]. For a server started with
-    /// [`McpServer::start_async`]: whether the new list has been read.
+    /// `McpServer::start_async`: whether the new list has been read.
     pub fn list_changed(&self) -> bool {
         if self.on_caller_runtime {
             return self
@@ -432,7 +432,7 @@ impl McpServer {
     }
 
     /// Lists the server's tools again (`tools/list`, every page), within
-    /// `timeout`. A server started with [`McpServer::start_async`] has read
+    /// `timeout`. A server started with `McpServer::start_async` has read
     /// its new list as soon as it said it changed (a turn boundary never
     /// waits on the run's own runtime): this hands that list over.
     pub fn list(&self, timeout: Duration) -> Result<Vec<RemoteTool>, String> {

@@ -1,7 +1,7 @@
 //! Each tool an MCP server lists, as a [`Tool`]: registered as
 //! `mcp__SERVER__TOOL`, its `inputSchema` offered to the model unchanged,
 //! `executes` — so it passes the permission gate — unless the host marked
-//! it read-only ([`McpReadOnlyTool`], the only form a child may hold).
+//! it read-only (`McpReadOnlyTool`, the only form a child may hold).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,7 @@ const MAX_ACTION_ARGUMENTS: usize = 400;
 
 /// One MCP tool that executes: it runs only after the gate allows it.
 #[derive(Debug, Clone)]
-pub struct McpTool {
+pub(crate) struct McpTool {
     server: Arc<McpServer>,
     remote: String,
     name: String,
@@ -36,7 +36,7 @@ pub struct McpTool {
 /// One MCP tool the host marked read-only: it runs freely and may be in a
 /// child's whitelist.
 #[derive(Debug, Clone)]
-pub struct McpReadOnlyTool(McpTool);
+pub(crate) struct McpReadOnlyTool(McpTool);
 
 impl McpTool {
     /// The call's arguments as the server takes them, or the refusal.
@@ -322,7 +322,7 @@ impl McpTools {
     }
 
     /// [`McpTools::start`] for async runs: every server is a task of the
-    /// current tokio runtime ([`McpServer::start_async`]), with no thread
+    /// current tokio runtime, with no thread
     /// or runtime of its own, and its tools' calls are awaited on the run's
     /// task.
     pub async fn start_async(
