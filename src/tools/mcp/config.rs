@@ -9,6 +9,7 @@ use thiserror::Error;
 use crate::tools::split_command;
 
 /// The longest tool name the API accepts.
+#[cfg(feature = "mcp")]
 pub(crate) const MAX_TOOL_NAME: usize = 64;
 
 /// One configured server.
@@ -199,6 +200,7 @@ pub fn merge(
 
 /// The registered name `mcp__SERVER__TOOL`, or `None` when it does not fit
 /// the API's rule `^[a-zA-Z0-9_-]{1,64}$` (such a tool is skipped with a warning).
+#[cfg(feature = "mcp")]
 pub(crate) fn tool_name(server: &str, tool: &str) -> Option<String> {
     let name = format!("mcp__{server}__{tool}");
     let fits = name.len() <= MAX_TOOL_NAME
@@ -212,6 +214,7 @@ pub(crate) fn tool_name(server: &str, tool: &str) -> Option<String> {
 /// The environment a server starts with: `PATH`, `HOME`, `LANG` and `LC_*`
 /// from `parent` (subloop's own environment), then the configured `env`
 /// on top. Nothing else — in particular no API key — is passed on.
+#[cfg(feature = "mcp")]
 pub(crate) fn server_env(
     configured: &BTreeMap<String, String>,
     parent: impl IntoIterator<Item = (String, String)>,
@@ -306,6 +309,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "mcp")]
     fn tool_names_follow_the_api_rule() {
         assert_eq!(
             tool_name("fs", "read_text_file").as_deref(),
@@ -317,6 +321,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "mcp")]
     fn servers_get_no_api_key() {
         let parent = [
             ("PATH", "/bin"),

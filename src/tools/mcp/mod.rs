@@ -12,10 +12,11 @@
 //! - `content` turns a result into the text the model gets.
 
 //!
-//! Without the feature only [`config`] and `content` are built (a run
+//! Without the feature only [`config`] is built (a run
 //! given servers is then refused with a clear message).
 
 pub mod config;
+#[cfg(feature = "mcp")]
 mod content;
 #[cfg(feature = "mcp")]
 pub mod server;
