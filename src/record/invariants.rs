@@ -40,7 +40,7 @@ pub enum Invariant {
     /// and results make through the conversation's own transitions, each
     /// `tool` line says what the model was sent, the outcome agrees with
     /// the last reply (its status, and the text the loop derives from that
-    /// reply: [`crate::record::resume::outcome_disagrees`]), and each child
+    /// reply), and each child
     /// was started by a `task` call.
     Consistent,
 }
@@ -138,7 +138,7 @@ impl Default for Policy {
 /// answered exactly once, in call order, by the next message, which holds
 /// only those results; and no result answers an id that was not asked.
 /// The error names the message index and what is wrong.
-pub fn answered_once(messages: &[Message]) -> Result<Vec<(String, String, Value)>, String> {
+pub(crate) fn answered_once(messages: &[Message]) -> Result<Vec<(String, String, Value)>, String> {
     let mut asked = Vec::new();
     let mut answered_by_next = false;
     for (index, message) in messages.iter().enumerate() {

@@ -580,8 +580,7 @@ fn shown(text: &str) -> String {
 ///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
 ///   signal forced) has a `tool` line for every call of its last round;
 /// - the parent's outcome agrees with its last reply, in its status and,
-///   where the loop derives it from that reply, its text
-///   ([`outcome_disagrees`]);
+///   where the loop derives it from that reply, its text;
 /// - every child was started by a `task` call of the parent.
 pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
     let mut found = Vec::new();
@@ -652,7 +651,7 @@ pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
 ///   empty reply under `--on-empty-reply continue` adds), the failure
 ///   (`model_error`). The text of a stop (a limit, a signal) is the host's
 ///   and is not judged.
-pub fn outcome_disagrees(
+pub(crate) fn outcome_disagrees(
     outcome: &crate::record::recorded::RecordedOutcome,
     last: Option<&crate::providers::scripted::ScriptedReply>,
 ) -> Option<String> {
@@ -746,7 +745,7 @@ const EMPTY_REPLY_NOTES: [&str; 2] = [
 /// last thing it gets, by its own transitions ([`Conversation::receive`],
 /// [`Conversation::model_failed`]); `None` when the reply does not finish
 /// it (it asks for tools).
-pub fn expected_outcome(
+pub(crate) fn expected_outcome(
     reply: &crate::providers::scripted::ScriptedReply,
 ) -> Option<(StatusKind, String)> {
     let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);

@@ -166,7 +166,7 @@ pub fn open(
 /// one page at once, and its content is kept: the writer replaces it only
 /// when it has the new content (a run that fails or is killed leaves the
 /// old page).
-pub fn open_output(
+pub(crate) fn open_output(
     path: &Path,
     workspace: Option<&Path>,
     protected: &[(&Path, &'static str)],
@@ -206,18 +206,6 @@ pub fn create_private(prefix: &str) -> std::io::Result<std::path::PathBuf> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no fresh name")))
-}
-
-/// [`open`] for a trace that goes on: the same checks, then the file is cut
-/// to its first `keep` bytes (dropping a last line a crash left unfinished)
-/// and positioned at its end.
-pub fn open_to_append(
-    path: &Path,
-    workspace: &Path,
-    protected: &[(&Path, &'static str)],
-    keep: u64,
-) -> Result<File, TraceTargetError> {
-    open_at(path, Some(workspace), protected, keep, FileRole::Trace)
 }
 
 /// [`open`] for a trace about to be resumed: the same checks, and the lock

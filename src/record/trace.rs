@@ -61,7 +61,7 @@ pub const TRACE_VERSION: u64 = 1;
 /// `version` field, or 1 when there is none (traces written before the field
 /// existed have the same format). Any version but [`TRACE_VERSION`] is an
 /// error saying which version was found.
-pub fn check_version(first: &Value) -> Result<u64, String> {
+pub(crate) fn check_version(first: &Value) -> Result<u64, String> {
     match first.get("version") {
         None => Ok(1),
         Some(Value::Number(number)) if number.as_u64() == Some(TRACE_VERSION) => Ok(TRACE_VERSION),
@@ -224,7 +224,7 @@ impl TraceWriter {
     }
 
     /// A writer that goes on with the trace `file` of a run being resumed
-    /// (opened at its end, see [`crate::record::target::open_to_append`]):
+    /// (opened at its end):
     /// writes a `resumed` line with `fields` (the calls kept, what the earlier
     /// part ended with and spent: `ResumePoint::trace_fields` in `record::resume`),
     /// then the resumed run's lines. The first line, with the format version,
@@ -453,8 +453,7 @@ pub struct RebuiltRequest {
 
 /// Rebuilds every request of a trace, in trace order. A line that is not a
 /// complete JSON object (such as a last line cut by a crash) is an error
-/// naming its number, and so is a first line of another format version
-/// ([`check_version`]).
+/// naming its number, and so is a first line of another format version.
 pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
     struct AgentState {
         system: String,

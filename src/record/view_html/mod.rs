@@ -43,7 +43,7 @@ const SCRIPT: &str = include_str!("page.js");
 /// What the page counts, as the trace has it: the browser check compares
 /// these with what the page drew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Agents that made a model call (parent and children).
     pub lanes: usize,
     /// Model calls of every agent.
@@ -55,7 +55,8 @@ pub struct Counts {
 /// The page for `run`: `verdicts` are its invariant checks, `policy` the
 /// budgets they were checked against (shown on the meters), `title` names
 /// the run (the trace's file name).
-pub fn page(run: &RecordedRun, verdicts: &[Verdict], policy: &Policy, title: &str) -> String {
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn page(run: &RecordedRun, verdicts: &[Verdict], policy: &Policy, title: &str) -> String {
     let mut out = Vec::new();
     // Writing to memory cannot fail.
     let _ = write_page(&mut out, run, verdicts, policy, title);
@@ -89,11 +90,6 @@ fn write_page(
     )
 }
 
-/// The counts of `run` the page draws.
-pub fn counts(run: &RecordedRun) -> Counts {
-    let (_, counts) = model(run, &[], &Policy::default(), "");
-    counts
-}
 
 /// Lanes in order: the parent, then children by number.
 fn lane_order(run: &RecordedRun) -> Vec<&str> {
