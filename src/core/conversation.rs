@@ -1090,12 +1090,12 @@ impl Conversation<AwaitingModel> {
 
 /// What the text of an empty reply's `protocol_error` ends with under
 /// [`OnEmptyReply::Continue`] when it is the second empty reply in a row.
-pub const SECOND_EMPTY_REPLY_NOTE: &str =
+pub(crate) const SECOND_EMPTY_REPLY_NOTE: &str =
     " (a second empty reply in a row, after asking the model to continue)";
 
 /// What the text of an empty reply's `protocol_error` ends with under
 /// [`OnEmptyReply::Continue`] when no model call was left to ask again.
-pub const NO_CALL_TO_CONTINUE_NOTE: &str = " (no model call left to ask the model to continue)";
+pub(crate) const NO_CALL_TO_CONTINUE_NOTE: &str = " (no model call left to ask the model to continue)";
 
 /// The stored form of an accepted reply. Empty text blocks are dropped: the
 /// API refuses them when the history is sent back, and they say nothing.
