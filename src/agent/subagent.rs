@@ -52,9 +52,9 @@ use tracing::instrument::WithSubscriber;
 use tracing::{Instrument, Span};
 
 /// The tool's name.
-pub const TASK_TOOL: &str = "task";
+const TASK_TOOL: &str = "task";
 /// The longest task text, in characters after trimming.
-pub const MAX_TASK_CHARS: usize = 600;
+const MAX_TASK_CHARS: usize = 600;
 /// The longest summary passed back whole, in characters.
 pub const MAX_SUMMARY_CHARS: usize = 1200;
 /// Appended to a summary cut at [`MAX_SUMMARY_CHARS`].
@@ -316,6 +316,11 @@ impl std::fmt::Debug for TaskTool {
 }
 
 impl TaskTool {
+    /// The tool's name.
+    pub const NAME: &'static str = TASK_TOOL;
+    /// The longest task text, in characters after trimming.
+    pub const MAX_TASK_CHARS: usize = MAX_TASK_CHARS;
+
     /// Builds the child registry from `parent` by whitelist; fails on a name
     /// the parent lacks or a tool that is not read-only (there is no fallback).
     pub(crate) fn new(
