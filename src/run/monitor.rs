@@ -115,7 +115,7 @@ impl Monitor for Silent {}
 
 /// A list of monitors, shared by the parent and its children; every call goes to each.
 #[derive(Clone, Default)]
-pub struct SharedMonitor(Arc<Mutex<Vec<Box<dyn Monitor>>>>);
+pub(crate) struct SharedMonitor(Arc<Mutex<Vec<Box<dyn Monitor>>>>);
 
 impl std::fmt::Debug for SharedMonitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
