@@ -197,6 +197,14 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
+    /// The text every refused call's result starts with.
+    pub const NOT_EXECUTED: &'static str = "not executed:";
+
+    /// A refused call: `not executed: <reason>`, as an error result.
+    pub fn refusal(reason: impl std::fmt::Display) -> Self {
+        Self::error(format!("{} {reason}", Self::NOT_EXECUTED))
+    }
+
     /// A successful result.
     pub fn ok(content: impl Into<SharedText>) -> Self {
         Self {

@@ -18,7 +18,7 @@ mod todo;
 mod typed;
 
 pub use read_file::Resolution;
-pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, ReadError, ReadFile, ReadFileArgs};
+pub use read_file::{DEFAULT_READ_LIMIT, ReadError, ReadFile, ReadFileArgs};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
 pub use todo::TodoWrite;
@@ -145,10 +145,8 @@ pub trait Tool: Send + Sync {
 /// ```
 pub trait ReadOnlyTool: Tool {}
 
-/// The refusal text every refused call starts with.
-pub const NOT_EXECUTED: &str = "not executed:";
-
-/// A refusal: `not executed: <reason>`, as an error result.
-pub fn refusal(reason: impl std::fmt::Display) -> ToolOutput {
-    ToolOutput::error(format!("{NOT_EXECUTED} {reason}"))
+/// A refusal: `not executed: <reason>`, as an error result
+/// ([`ToolOutput::refusal`]).
+pub(crate) fn refusal(reason: impl std::fmt::Display) -> ToolOutput {
+    ToolOutput::refusal(reason)
 }
