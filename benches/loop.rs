@@ -58,7 +58,7 @@ use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+use subloop::tools::ReadFile;
 
 const TURNS: usize = match option_env!("SUBLOOP_BENCH_TURNS") {
     Some(_) => 4000,
@@ -208,7 +208,7 @@ fn per_turn_ratio(dir: &Path, script: &Script) -> (Duration, f64, f64) {
     let times = Arc::new(std::sync::Mutex::new(Vec::new()));
     let workspace = dir.to_owned();
     let agent = AgentBuilder::new(Arc::new(DenyAll))
-        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT).expect("read_file"))
+        .read_only_tool(ReadFile::new(&workspace, ReadFile::DEFAULT_LIMIT).expect("read_file"))
         .expect("tool")
         .plan()
         .expect("plan")
@@ -293,7 +293,7 @@ fn bench_context_economy() {
     let summary = "The five parts hold 102400 bytes of the letter x and nothing else.";
     let build = |children: ScriptedChildren| {
         AgentBuilder::new(Arc::new(DenyAll))
-            .read_only_tool(ReadFile::new(&dir, DEFAULT_READ_LIMIT).expect("read_file"))
+            .read_only_tool(ReadFile::new(&dir, ReadFile::DEFAULT_LIMIT).expect("read_file"))
             .expect("tool")
             .subagents(SubagentConfig::new(Arc::new(children), Hooks::none()))
             .expect("task")

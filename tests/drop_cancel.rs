@@ -29,7 +29,7 @@ use subloop::record::invariants::{Policy, check};
 use subloop::record::recorded::RecordedRun;
 use subloop::record::trace::TraceWriter;
 use subloop::run::model::{AsyncModel, ChildModels, Model, ModelFuture, Received};
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 /// Answers its script, then never answers.
 struct ThenHang(Vec<ModelResponse>);
@@ -160,7 +160,7 @@ fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
 
     let agent = |trace: &Path, program: &[&str]| {
         AgentBuilder::new(Arc::new(AllowAll))
-            .read_only_tool(ReadFile::new(&dir, DEFAULT_READ_LIMIT).unwrap())
+            .read_only_tool(ReadFile::new(&dir, ReadFile::DEFAULT_LIMIT).unwrap())
             .unwrap()
             .tool(
                 RunMain::new(

@@ -19,7 +19,7 @@ use crate::core::conversation::OutputCheck;
 use crate::tools::schema::Schema;
 
 /// How many times an answer that does not match is sent back by default.
-pub const DEFAULT_OUTPUT_RETRIES: u32 = 1;
+pub(crate) const DEFAULT_OUTPUT_RETRIES: u32 = 1;
 
 /// The JSON value an answer's text holds: the whole text, trimmed, or the
 /// inside of one fenced code block (```` ```json … ``` ````) that is the
@@ -47,6 +47,9 @@ pub struct SchemaOutput {
 }
 
 impl SchemaOutput {
+    /// How many times an answer that does not match is sent back by default.
+    pub const DEFAULT_RETRIES: u32 = DEFAULT_OUTPUT_RETRIES;
+
     /// A check against `schema`.
     pub fn new(schema: Value) -> Self {
         let compiled = Schema::new(&schema);

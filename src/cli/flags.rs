@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::host::{DecisionMode, Settings};
 use subloop::agent::subagent::ChildBudget;
-use subloop::core::error::MAX_READ_LIMIT;
 use subloop::core::error::SetupError;
 use subloop::policy::command_hooks::CommandHooks;
 use subloop::tools::sandbox::Sandbox;
@@ -424,7 +423,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         action: Action::Value("BYTES", |d, v| {
             d.settings.read_limit = v.whole(
                 1,
-                MAX_READ_LIMIT,
+                subloop::tools::ReadFile::MAX_LIMIT,
                 "a byte count from 1 to 1073741824 (1 GiB)",
             )?;
             Ok(())

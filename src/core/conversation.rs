@@ -561,7 +561,7 @@ pub enum OnEmptyReply {
     /// Finish `protocol_error` (the course's rule, and the default).
     #[default]
     Stop,
-    /// Answer the empty reply with a user message, [`CONTINUE_PROMPT`], and
+    /// Answer the empty reply with a user message, [`OnEmptyReply::CONTINUE_PROMPT`], and
     /// ask again — once per turn: a second empty reply in a row is
     /// `protocol_error`. The empty reply is not stored (the API refuses
     /// empty assistant content); it counts against the budget, and with no
@@ -570,6 +570,11 @@ pub enum OnEmptyReply {
 }
 
 impl OnEmptyReply {
+    /// The user message that answers an empty reply under
+    /// [`OnEmptyReply::Continue`], in a new user message, as Anthropic's
+    /// stop-reason documentation recommends (rather than retrying the request).
+    pub const CONTINUE_PROMPT: &'static str = CONTINUE_PROMPT;
+
     /// Parses `stop` or `continue`.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
@@ -591,7 +596,7 @@ impl OnEmptyReply {
 /// The user message that answers an empty reply under
 /// [`OnEmptyReply::Continue`], in a new user message, as Anthropic's
 /// stop-reason documentation recommends (rather than retrying the request).
-pub const CONTINUE_PROMPT: &str = "Please continue.";
+pub(crate) const CONTINUE_PROMPT: &str = "Please continue.";
 
 /// Data shared by every state.
 #[derive(Debug, Clone)]
@@ -604,7 +609,7 @@ struct Core {
     base: u32,
     usage: Usage,
     on_empty: OnEmptyReply,
-    /// The last reply was empty and was answered with [`CONTINUE_PROMPT`].
+    /// The last reply was empty and was answered with [`OnEmptyReply::CONTINUE_PROMPT`].
     continued: bool,
     /// What the answer is checked against, if anything.
     output: Option<Expected>,
@@ -667,7 +672,7 @@ pub enum Reply {
     /// The reply broke the protocol.
     ProtocolError(Conversation<Finished<ProtocolError>>),
     /// The reply was an empty `end_turn` and the policy is
-    /// [`OnEmptyReply::Continue`]: the reply was dropped, [`CONTINUE_PROMPT`]
+    /// [`OnEmptyReply::Continue`]: the reply was dropped, [`OnEmptyReply::CONTINUE_PROMPT`]
     /// was appended as a user message, and the model is asked again.
     Continued(Conversation<AwaitingModel>),
     /// The answer failed the output check ([`Conversation::expect_output`])
@@ -1065,7 +1070,7 @@ impl Conversation<AwaitingModel> {
         }
     }
 
-    /// An empty `end_turn`: answered with [`CONTINUE_PROMPT`] once in a row
+    /// An empty `end_turn`: answered with [`OnEmptyReply::CONTINUE_PROMPT`] once in a row
     /// when the policy says so and a call is left, else `protocol_error`.
     fn empty_reply(mut self, reply: ModelResponse) -> Reply {
         let allowed = self.core.on_empty == OnEmptyReply::Continue;
@@ -1103,7 +1108,8 @@ pub(crate) const SECOND_EMPTY_REPLY_NOTE: &str =
 
 /// What the text of an empty reply's `protocol_error` ends with under
 /// [`OnEmptyReply::Continue`] when no model call was left to ask again.
-pub(crate) const NO_CALL_TO_CONTINUE_NOTE: &str = " (no model call left to ask the model to continue)";
+pub(crate) const NO_CALL_TO_CONTINUE_NOTE: &str =
+    " (no model call left to ask the model to continue)";
 
 /// The stored form of an accepted reply. Empty text blocks are dropped: the
 /// API refuses them when the history is sent back, and they say nothing.

@@ -49,7 +49,7 @@ use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
 use subloop::run::shutdown::{Registration, Shutdown};
 use subloop::tools::sandbox::SandboxPolicy;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 mod protect;
 pub use protect::PlantableHook;
@@ -226,7 +226,7 @@ impl Settings {
             question: DEFAULT_QUESTION.to_owned(),
             max_calls: 8,
             decision: DecisionMode::Ask,
-            read_limit: DEFAULT_READ_LIMIT,
+            read_limit: ReadFile::DEFAULT_LIMIT,
             run: RunSettings::default(),
             sandbox: SandboxPolicy::default(),
             child_budget: ChildBudget::DEFAULT,
@@ -238,7 +238,7 @@ impl Settings {
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
             output_schema: None,
-            output_retries: subloop::agent::output::DEFAULT_OUTPUT_RETRIES,
+            output_retries: subloop::agent::output::SchemaOutput::DEFAULT_RETRIES,
             resume: None,
             follow_up: None,
             view: None,

@@ -12,7 +12,7 @@
 //!
 //! The last recorded reply may have tool calls without results: the process
 //! was killed while they ran. They are not run again (`run_main` may already
-//! have had its effect): each is answered [`INTERRUPTED`] (a `task` call with
+//! have had its effect): each is answered [`ResumeFile::INTERRUPTED`] (a `task` call with
 //! a report of status `cancelled`), so the model can ask again and the gate
 //! asks again. Results a `tool` line recorded (a last round no request
 //! carried, as after `call_limit` or `deadline`) are used as recorded. A
@@ -51,6 +51,9 @@ pub struct ResumeFile {
 }
 
 impl ResumeFile {
+    /// The result given to a call the earlier run started but did not finish.
+    pub const INTERRUPTED: &'static str = INTERRUPTED;
+
     /// Reads the trace from `file`, opened from `path` (named in errors).
     pub fn read(mut file: std::fs::File, path: &std::path::Path) -> Result<Self, ReplayError> {
         use std::io::Read as _;
@@ -100,7 +103,8 @@ impl ResumeFile {
 }
 
 /// The result given to a call the earlier run started but did not finish.
-pub const INTERRUPTED: &str = "not executed: the run was interrupted before this call finished";
+pub(crate) const INTERRUPTED: &str =
+    "not executed: the run was interrupted before this call finished";
 
 /// Why a trace cannot be resumed. Nothing has run when this is returned.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -397,7 +401,7 @@ impl ResumePoint {
 
     /// The trace's `resumed` line fields: the parent calls kept (later lines
     /// of the parent replace any after them), how the earlier part ended,
-    /// what it spent, and the calls answered [`INTERRUPTED`].
+    /// what it spent, and the calls answered [`ResumeFile::INTERRUPTED`].
     pub fn trace_fields(&self) -> Value {
         json!({
             "calls": self.spent.calls,
@@ -453,7 +457,7 @@ fn recorded_results(messages: &[Message], index: usize) -> Option<Vec<ToolResult
 }
 
 /// Results for the last recorded round: each call's `tool` line recorded
-/// after that reply (same id and tool name), or [`INTERRUPTED`] when it has
+/// after that reply (same id and tool name), or [`ResumeFile::INTERRUPTED`] when it has
 /// none.
 fn last_round(
     run: &RecordedRun,
@@ -575,7 +579,7 @@ fn shown(text: &str) -> String {
 /// - each `tool` line answers a call of the reply before it, once, in call
 ///   order, and says what the next request sent the model for that call
 ///   (content and `is_error`); a call the next request answered has its
-///   `tool` line unless it was answered [`INTERRUPTED`] on a resume;
+///   `tool` line unless it was answered [`ResumeFile::INTERRUPTED`] on a resume;
 /// - a run that ended after a whole round (its outcome `call_limit`,
 ///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
 ///   signal forced) has a `tool` line for every call of its last round;

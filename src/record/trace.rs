@@ -3,7 +3,7 @@
 //!
 //! Every line has `agent` (`parent`, `child-1`, ...) and `kind`; a child's
 //! lines also have `parent_tool_use_id`. The first line also carries
-//! `version`, the format version ([`TRACE_VERSION`]); a reader refuses a
+//! `version`, the format version ([`TraceWriter::VERSION`]); a reader refuses a
 //! trace of another version, and reads a trace without one (written before
 //! the field existed, in the same format) as version 1. Kinds:
 //!
@@ -55,11 +55,11 @@ use crate::run::shutdown::{Registration, Shutdown, Termination};
 use crate::tools::sandbox::Sandbox;
 
 /// The trace format version written on a trace's first line, and the only one read.
-pub const TRACE_VERSION: u64 = 1;
+pub(crate) const TRACE_VERSION: u64 = 1;
 
 /// The format version declared by `first`, a trace's first line: its
 /// `version` field, or 1 when there is none (traces written before the field
-/// existed have the same format). Any version but [`TRACE_VERSION`] is an
+/// existed have the same format). Any version but [`TraceWriter::VERSION`] is an
 /// error saying which version was found.
 pub(crate) fn check_version(first: &Value) -> Result<u64, String> {
     match first.get("version") {
@@ -218,6 +218,9 @@ impl TraceFile {
 }
 
 impl TraceWriter {
+    /// The trace format version written on a trace's first line, and the only one read.
+    pub const VERSION: u64 = TRACE_VERSION;
+
     /// Creates (or truncates) the trace file.
     pub fn create(path: &Path) -> std::io::Result<Self> {
         Ok(Self::from_file(File::create(path)?))

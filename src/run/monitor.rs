@@ -44,7 +44,7 @@ pub enum Event<'a> {
     EmptyReplyContinued {
         /// 1-based request number of the empty reply.
         call: u32,
-        /// The user message's text ([`crate::core::conversation::CONTINUE_PROMPT`]).
+        /// The user message's text ([`crate::core::conversation::OnEmptyReply::CONTINUE_PROMPT`]).
         prompt: &'a str,
     },
     /// The answer to request `call` failed the run's output check and was

@@ -18,7 +18,7 @@ mod todo;
 mod typed;
 
 pub use read_file::Resolution;
-pub use read_file::{DEFAULT_READ_LIMIT, ReadError, ReadFile, ReadFileArgs};
+pub use read_file::{ReadError, ReadFile, ReadFileArgs};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
 pub use todo::TodoWrite;

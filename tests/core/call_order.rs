@@ -33,9 +33,7 @@ use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
 use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
-use subloop::tools::{
-    Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
-};
+use subloop::tools::{Capability, ReadFile, RunMain, RunSettings, Tool, ToolContext};
 
 /// The file main.py writes, and what it writes there.
 const MADE: &str = "made.txt";
@@ -109,7 +107,7 @@ fn run(
 ) -> (RunReport, Recording) {
     let recording = Recording::default();
     let agent = AgentBuilder::new(Arc::new(AllowAll))
-        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(RunMain::new(dir.path(), RunSettings::default()).unwrap())
         .unwrap()
@@ -490,7 +488,7 @@ fn a_stop_during_an_earlier_call_keeps_the_batch_after_it_from_starting() {
     let cancel = CancelHandle::new();
     let agent = AgentBuilder::new(Arc::new(AllowAll))
         .limits(Limits::default(), cancel.clone())
-        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(CancelRun(cancel))
         .unwrap()

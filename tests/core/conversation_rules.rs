@@ -13,7 +13,6 @@ use subloop::core::conversation::AfterRound;
 use subloop::core::conversation::AfterTools;
 use subloop::core::conversation::AwaitingModel;
 use subloop::core::conversation::AwaitingTools;
-use subloop::core::conversation::CONTINUE_PROMPT;
 use subloop::core::conversation::Finished;
 use subloop::core::conversation::Fresh;
 use subloop::core::conversation::ModelError;
@@ -1338,10 +1337,10 @@ fn continue_answers_an_empty_reply_once_with_a_new_user_message() {
                 json!({"path": "toolu_1.txt"})
             )]),
             results_message(&["toolu_1"]),
-            Message::user_text(CONTINUE_PROMPT),
+            Message::user_text(OnEmptyReply::CONTINUE_PROMPT),
         ]
     );
-    assert_eq!(CONTINUE_PROMPT, "Please continue.");
+    assert_eq!(OnEmptyReply::CONTINUE_PROMPT, "Please continue.");
     let done = match next.receive(ModelResponse::answer("It prints 42.")) {
         Reply::Answered(done) => done,
         other => panic!("expected an answer, got {other:?}"),
@@ -1377,7 +1376,7 @@ fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_contin
     let prompts = next
         .history()
         .iter()
-        .filter(|message| **message == Message::user_text(CONTINUE_PROMPT))
+        .filter(|message| **message == Message::user_text(OnEmptyReply::CONTINUE_PROMPT))
         .count();
     assert_eq!(prompts, 2);
 }
@@ -1419,7 +1418,7 @@ fn the_driver_reports_a_continued_empty_reply_and_sends_the_prompt_next() {
             },
             Seen::Continued {
                 call: 1,
-                prompt: CONTINUE_PROMPT.to_owned(),
+                prompt: OnEmptyReply::CONTINUE_PROMPT.to_owned(),
             },
         ]
     );
@@ -1428,7 +1427,7 @@ fn the_driver_reports_a_continued_empty_reply_and_sends_the_prompt_next() {
         Seen::Request {
             call: 2,
             history_len: 2,
-            new_messages: vec![Message::user_text(CONTINUE_PROMPT)],
+            new_messages: vec![Message::user_text(OnEmptyReply::CONTINUE_PROMPT)],
         }
     );
     assert_eq!(

@@ -18,7 +18,6 @@ use mock_openai::{chunks, demo_handler, sse, stream_body, usage};
 use serde_json::{Value, json};
 use subloop::ModelResponse;
 use subloop::StatusKind;
-use subloop::agent::subagent::CHILD_SYSTEM;
 use subloop::core::error::FailureKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
@@ -125,7 +124,7 @@ fn check_demo_requests(recorded: &[Recorded], stream: bool) {
                 }
             }
         }
-        if messages[0]["content"] == CHILD_SYSTEM {
+        if messages[0]["content"] == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM {
             child.push(body);
         } else {
             parent.push(body);

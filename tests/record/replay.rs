@@ -13,7 +13,6 @@ use serde_json::Value;
 use crate::host::{self, AppError, DecisionMode, Settings};
 use common::TempDir;
 use subloop::record::replay::{Difference, Part};
-use subloop::record::trace::TRACE_VERSION;
 
 fn subloop(args: &[&str]) -> Output {
     Command::new(common::bin())
@@ -115,7 +114,10 @@ fn every_trace_starts_with_its_format_version() {
     let scene = Scene::new("replay-version-line");
     let trace = scene.record("answer.json", "t.jsonl", &[]);
     let first: Value = serde_json::from_str(trace.lines().next().expect("a line")).expect("JSON");
-    assert_eq!(first["version"], TRACE_VERSION);
+    assert_eq!(
+        first["version"],
+        subloop::record::trace::TraceWriter::VERSION
+    );
     for line in trace.lines().skip(1) {
         let value: Value = serde_json::from_str(line).expect("JSON");
         assert!(
@@ -623,7 +625,7 @@ fn the_library_replays_a_trace_it_wrote() {
     use subloop::providers::scripted::ScriptedModel;
     use subloop::record::replay::Replay;
     use subloop::record::trace::TraceWriter;
-    use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+    use subloop::tools::ReadFile;
     use subloop::{AgentBuilder, Budget, ModelResponse};
 
     let scene = Scene::new("replay-library");
@@ -631,7 +633,10 @@ fn the_library_replays_a_trace_it_wrote() {
     let workspace = scene.workspace();
     let agent = |approver: Arc<dyn subloop::Approver>, workspace: &std::path::Path| {
         AgentBuilder::new(approver)
-            .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT).expect("read_file"))
+            .read_only_tool(
+                ReadFile::new(workspace, subloop::tools::ReadFile::DEFAULT_LIMIT)
+                    .expect("read_file"),
+            )
             .expect("tool")
     };
     let replies = vec![

@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use common::TempDir;
 use subloop::record::recorded::RecordedRun;
-use subloop::record::resume::INTERRUPTED;
 use subloop::record::trace::rebuild_requests;
 
 fn subloop(args: &[&str]) -> Output {
@@ -377,7 +376,11 @@ fn a_run_killed_in_a_tool_round_goes_on_without_running_that_call_again() {
     assert_eq!(results.len(), 2);
     assert_eq!(
         results[0],
-        ("toolu_01".to_owned(), INTERRUPTED.to_owned(), true)
+        (
+            "toolu_01".to_owned(),
+            subloop::record::resume::ResumeFile::INTERRUPTED.to_owned(),
+            true
+        )
     );
     assert!(
         results[1].1.starts_with("not executed"),
@@ -737,7 +740,11 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
     );
     assert_eq!(
         results[1],
-        ("toolu_01".to_owned(), INTERRUPTED.to_owned(), true)
+        (
+            "toolu_01".to_owned(),
+            subloop::record::resume::ResumeFile::INTERRUPTED.to_owned(),
+            true
+        )
     );
     assert_eq!(scene.runs(), 1);
 }

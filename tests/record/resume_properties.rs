@@ -17,7 +17,6 @@ use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Role;
 use subloop::record::recorded::RecordedRun;
-use subloop::record::resume::INTERRUPTED;
 
 /// One tool call of a generated reply.
 fn call() -> impl Strategy<Value = Value> {
@@ -163,7 +162,7 @@ proptest! {
                     prop_assert!(point.sent <= history.len());
                     let interrupted = common::tool_results(history)
                         .into_iter()
-                        .filter(|(_, content, _)| content == INTERRUPTED)
+                        .filter(|(_, content, _)| content == subloop::record::resume::ResumeFile::INTERRUPTED)
                         .count();
                     prop_assert_eq!(interrupted, point.interrupted.len());
                 }

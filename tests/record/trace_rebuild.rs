@@ -18,8 +18,7 @@ use subloop::Model;
 use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
-use subloop::agent::PARENT_SYSTEM;
-use subloop::agent::subagent::{CHILD_SYSTEM, ChildBudget, SubagentConfig};
+use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
@@ -27,7 +26,7 @@ use subloop::policy::permission::{AllowAll, Approver, DenyAll};
 use subloop::providers::demo::{DEMO_QUESTION, DemoChild, DemoParent};
 use subloop::record::trace::{TraceWriter, rebuild_requests};
 use subloop::run::model::ChildModels;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 use common::{SeenRequest, TempDir};
 
@@ -147,16 +146,16 @@ fn the_system_prompt_is_written_on_each_agents_first_request_only() {
         assert_eq!(value.get("tool_definitions").is_some(), first, "{value}");
         if first {
             let expected = if value["agent"] == "parent" {
-                PARENT_SYSTEM
+                AgentBuilder::PARENT_SYSTEM
             } else {
-                CHILD_SYSTEM
+                SubagentConfig::CHILD_SYSTEM
             };
             assert_eq!(value["system"], expected);
         }
     }
     assert_eq!(seen, 7);
-    assert_eq!(trace.matches(PARENT_SYSTEM).count(), 1);
-    assert_eq!(trace.matches(CHILD_SYSTEM).count(), 1);
+    assert_eq!(trace.matches(AgentBuilder::PARENT_SYSTEM).count(), 1);
+    assert_eq!(trace.matches(SubagentConfig::CHILD_SYSTEM).count(), 1);
 }
 
 #[test]
@@ -246,7 +245,7 @@ fn recorded_demo(
     let path = dir.path().join("trace.jsonl");
     let children = Arc::new(RecordedDemoChildren::default());
     let agent = AgentBuilder::new(approver)
-        .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(RunMain::new(workspace, RunSettings::default()).unwrap())
         .unwrap()
@@ -313,7 +312,7 @@ fn the_trace_rebuilds_every_request_of_the_allow_run() {
     for request in &seen["child-1"] {
         let names: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["read_file"]);
-        assert_eq!(request.system, CHILD_SYSTEM);
+        assert_eq!(request.system, SubagentConfig::CHILD_SYSTEM);
         assert_eq!(request.attachment, None);
     }
     for request in &seen["parent"] {

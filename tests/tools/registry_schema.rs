@@ -23,8 +23,8 @@ use subloop::core::plan::SharedPlan;
 use subloop::policy::permission::AllowAll;
 use subloop::tools::schema::{SchemaError, validate};
 use subloop::tools::{
-    Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyRegistry, ReadOnlyTool, Registry, RunMain,
-    RunSettings, TodoWrite, Tool, ToolContext,
+    Capability, ReadFile, ReadOnlyRegistry, ReadOnlyTool, Registry, RunMain, RunSettings,
+    TodoWrite, Tool, ToolContext,
 };
 
 // ---------------------------------------------------------------- validator
@@ -471,7 +471,7 @@ fn refs_follow_recursive_types_and_stop_on_loops() {
 #[test]
 fn the_builtin_schemas_refuse_bad_arguments() {
     let tmp = TempDir::new("schema-builtin");
-    let read = ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap();
+    let read = ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap();
     let schema = read.input_schema();
     validate(&schema, &json!({"path": "a.txt"})).unwrap();
     assert_eq!(err(&schema, json!({})).path, "input.path");
@@ -581,7 +581,7 @@ fn definitions_and_dispatch_come_from_the_same_list() {
     let tmp = TempDir::new("registry-same");
     let mut registry = Registry::new();
     registry
-        .register_read_only(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .register_read_only(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap();
     registry.register(Counting::new("count")).unwrap();
     registry
@@ -606,7 +606,7 @@ fn read_only_subset_refuses_unknown_and_non_read_only_tools() {
     let tmp = TempDir::new("registry-subset");
     let mut registry = Registry::new();
     registry
-        .register_read_only(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .register_read_only(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap();
     registry
         .register(RunMain::new(tmp.path(), RunSettings::default()).unwrap())
@@ -732,7 +732,7 @@ fn invalid_arguments_are_refused_and_the_tool_does_not_run() {
         Ok(ModelResponse::answer("done")),
     ]);
     let report = AgentBuilder::new(Arc::new(AllowAll))
-        .read_only_tool(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(count.clone())
         .unwrap()

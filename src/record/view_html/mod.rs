@@ -56,7 +56,12 @@ pub(crate) struct Counts {
 /// budgets they were checked against (shown on the meters), `title` names
 /// the run (the trace's file name).
 #[cfg(any(test, feature = "testing"))]
-pub(crate) fn page(run: &RecordedRun, verdicts: &[Verdict], policy: &Policy, title: &str) -> String {
+pub(crate) fn page(
+    run: &RecordedRun,
+    verdicts: &[Verdict],
+    policy: &Policy,
+    title: &str,
+) -> String {
     let mut out = Vec::new();
     // Writing to memory cannot fail.
     let _ = write_page(&mut out, run, verdicts, policy, title);
@@ -89,7 +94,6 @@ fn write_page(
         "</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n"
     )
 }
-
 
 /// Lanes in order: the parent, then children by number.
 fn lane_order(run: &RecordedRun) -> Vec<&str> {

@@ -29,7 +29,7 @@ pub use confine::Resolution;
 use confine::Workspace;
 
 /// The default read limit: 64 KiB.
-pub const DEFAULT_READ_LIMIT: usize = 64 * 1024;
+pub(crate) const DEFAULT_READ_LIMIT: usize = 64 * 1024;
 
 /// The largest read limit accepted: 1 GiB.
 use crate::core::error::MAX_READ_LIMIT;
@@ -86,6 +86,12 @@ pub struct ReadFile {
 }
 
 impl ReadFile {
+    /// The default read limit: 64 KiB.
+    pub const DEFAULT_LIMIT: usize = DEFAULT_READ_LIMIT;
+
+    /// The largest `read_file` limit: 1 GiB.
+    pub const MAX_LIMIT: usize = MAX_READ_LIMIT;
+
     /// The longest path accepted, in bytes.
     pub const MAX_PATH_BYTES: usize = MAX_PATH_BYTES;
 

@@ -528,9 +528,14 @@ pub struct Support {
 /// The Landlock ABI the sandbox needs: filesystem rules with truncation
 /// (ABI 3, Linux 6.2), TCP rules (ABI 4, Linux 6.7), signal and
 /// abstract-socket scoping (ABI 6, Linux 6.12).
-pub const NEEDED_LANDLOCK_ABI: u32 = 6;
+pub(crate) const NEEDED_LANDLOCK_ABI: u32 = 6;
 
 impl Support {
+    /// The Landlock ABI the sandbox needs: filesystem rules with truncation
+    /// (ABI 3, Linux 6.2), TCP rules (ABI 4, Linux 6.7), signal and
+    /// abstract-socket scoping (ABI 6, Linux 6.12).
+    pub const NEEDED_LANDLOCK_ABI: u32 = NEEDED_LANDLOCK_ABI;
+
     /// Asks the kernel (a few system calls, no file is opened).
     pub fn probe() -> Self {
         enforce::probe()
