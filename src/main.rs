@@ -190,10 +190,10 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
         }
         Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
     };
-    let verdicts = subloop::record::invariants::check(&run, &cli.view_policy);
+    let verdicts = cli.view_policy.check(&run);
     let broken = verdicts.iter().any(|verdict| !verdict.held());
     if let Some(output) = &cli.view_output {
-        let written = subloop::record::view_html::write_for_trace(
+        let written = subloop::record::view_html::PageOutput::write_for_trace(
             trace,
             output,
             &run,
@@ -221,7 +221,7 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
     }
     let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
         && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
-    let text = subloop::record::view::timeline(&run, &verdicts, colour);
+    let text = run.timeline(&verdicts, colour);
     if let Err(err) = crate::cli::output::print_stdout(text.trim_end(), false) {
         let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
         return ExitCode::from(1);

@@ -395,7 +395,7 @@ fn check_history(outcome: &Outcome, budget: u32, requests: u32) -> Result<Asked,
 /// Tools work in one [`FuzzWorkspace`] per process, made on first use and
 /// shared by every call (the fuzz target runs millions of inputs); it is
 /// left in the temporary directory when the process exits. Tests, which
-/// must leave nothing behind, use [`fuzz_bytes_in`] with their own.
+/// must leave nothing behind, use [`FuzzWorkspace::fuzz_bytes`] with their own.
 pub fn fuzz_bytes(data: &[u8]) {
     static SHARED: std::sync::OnceLock<Option<FuzzWorkspace>> = std::sync::OnceLock::new();
     if let Some(workspace) = SHARED.get_or_init(|| FuzzWorkspace::new().ok()) {
@@ -403,7 +403,7 @@ pub fn fuzz_bytes(data: &[u8]) {
     }
 }
 
-/// A workspace for [`fuzz_bytes_in`]: a fresh temporary directory
+/// A workspace for [`FuzzWorkspace::fuzz_bytes`]: a fresh temporary directory
 /// (`subloop-fuzz-<pid>-<n>`) holding a `main.py` and a file with a
 /// non-ASCII name, removed when the value is dropped — also when a check
 /// panics, as the stack unwinds.
@@ -413,6 +413,11 @@ pub struct FuzzWorkspace {
 }
 
 impl FuzzWorkspace {
+    /// [`fuzz_bytes`] with the tools working in this workspace.
+    pub fn fuzz_bytes(&self, data: &[u8]) {
+        fuzz_bytes_in(self, data);
+    }
+
     /// Creates the directory and its files.
     pub fn new() -> std::io::Result<Self> {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -439,7 +444,7 @@ impl Drop for FuzzWorkspace {
 }
 
 /// [`fuzz_bytes`] with the tools working in `workspace`.
-pub fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
+fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
     let workspace = workspace.path();
     let (replies_part, args_part) = match data.iter().position(|&b| b == 0xFF) {
         Some(cut) => (
@@ -471,7 +476,7 @@ pub fn fuzz_trace(data: &[u8]) {
     };
     let verdicts =
         crate::record::invariants::check(&run, &crate::record::invariants::Policy::default());
-    let _ = crate::record::view::timeline(&run, &verdicts, true);
+    let _ = run.timeline(&verdicts, true);
     let page = crate::record::view_html::page(
         &run,
         &verdicts,

@@ -25,7 +25,7 @@ use subloop::ModelResponse;
 use subloop::agent::subagent::SubagentConfig;
 use subloop::core::protocol::Request;
 use subloop::policy::permission::AllowAll;
-use subloop::record::invariants::{Policy, check};
+use subloop::record::invariants::Policy;
 use subloop::record::recorded::RecordedRun;
 use subloop::record::trace::TraceWriter;
 use subloop::run::model::{AsyncModel, ChildModels, Model, ModelFuture, Received};
@@ -135,7 +135,7 @@ fn assert_closed(path: &Path, agents: &[&str]) {
         child_calls: None,
         child_tools: vec!["read_file".to_owned()],
     };
-    for verdict in check(&run, &policy) {
+    for verdict in policy.check(&run) {
         assert!(verdict.held(), "{:?}", verdict);
     }
 }

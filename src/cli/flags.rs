@@ -12,7 +12,6 @@ use subloop::agent::subagent::ChildBudget;
 use subloop::core::error::SetupError;
 use subloop::policy::command_hooks::CommandHooks;
 use subloop::tools::sandbox::Sandbox;
-use subloop::tools::split_command;
 
 use super::{Command, LiveFlags};
 
@@ -437,10 +436,11 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("CMD", |d, v| {
             let text = v.text()?;
-            d.settings.run.command = split_command(&text).map_err(|err| match err {
-                SetupError::RunCommand(why) => format!("{}: {why}", v.takes("a command line")),
-                other => format!("{}: {other}", v.takes("a command line")),
-            })?;
+            d.settings.run.command =
+                subloop::tools::RunSettings::split_command(&text).map_err(|err| match err {
+                    SetupError::RunCommand(why) => format!("{}: {why}", v.takes("a command line")),
+                    other => format!("{}: {other}", v.takes("a command line")),
+                })?;
             Ok(())
         }),
     },

@@ -3,7 +3,7 @@
 //! the pairing of calls and results, and by hosts that check recorded runs
 //! (for instance in CI).
 //!
-//! [`check`] gives one [`Verdict`] per [`Invariant`]: held, or broken with
+//! [`Policy::check`] gives one [`Verdict`] per [`Invariant`]: held, or broken with
 //! every [`Breach`] and where it is (agent, call, tool_use id).
 
 use std::collections::{BTreeSet, HashSet};
@@ -36,7 +36,7 @@ pub enum Invariant {
     /// A denied call never ran: its result says it was not executed.
     DeniedNeverRan,
     /// The trace agrees with itself, by the rules a resume holds it to
-    /// ([`crate::record::resume::consistency`]): each history is what its replies
+    /// ([`RecordedRun::consistency`]): each history is what its replies
     /// and results make through the conversation's own transitions, each
     /// `tool` line says what the model was sent, the outcome agrees with
     /// the last reply (its status, and the text the loop derives from that
@@ -206,8 +206,16 @@ pub(crate) fn answered_once(messages: &[Message]) -> Result<Vec<(String, String,
     Ok(asked)
 }
 
+impl Policy {
+    /// Checks every [`Invariant`] over `run` under this policy: one
+    /// [`Verdict`] per invariant, held or broken with every place it breaks.
+    pub fn check(&self, run: &RecordedRun) -> Vec<Verdict> {
+        check(run, self)
+    }
+}
+
 /// Checks every [`Invariant`] over `run` under `policy`.
-pub fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
+pub(crate) fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
     let mut found: Vec<(Invariant, Breach)> = Vec::new();
     let agents: Vec<(String, u32)> = run
         .agents()
@@ -367,7 +375,7 @@ pub fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
             });
         }
     }
-    for inconsistency in crate::record::resume::consistency(run) {
+    for inconsistency in run.consistency() {
         found.push((
             Invariant::Consistent,
             Breach {

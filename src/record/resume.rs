@@ -149,7 +149,7 @@ pub enum ResumeError {
         /// The workspace given now.
         given: String,
     },
-    /// The trace contradicts itself (see [`consistency`]).
+    /// The trace contradicts itself (see [`RecordedRun::consistency`]).
     #[error("the trace contradicts itself at {0}")]
     Inconsistent(Inconsistency),
     /// The budget given does not cover the calls already made.
@@ -532,7 +532,7 @@ fn last_plan(history: &[Message]) -> Option<Plan> {
     })
 }
 
-/// One place where a trace contradicts itself (see [`consistency`]).
+/// One place where a trace contradicts itself (see [`RecordedRun::consistency`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inconsistency {
     /// `parent` or `child-N`.
@@ -569,24 +569,31 @@ fn shown(text: &str) -> String {
     format!("{short:?}")
 }
 
-/// The rules by which a recorded run must agree with itself, one set for
-/// every reader that trusts a trace ([`ResumePoint::rebuild`] refuses a
-/// trace that breaks one; `record::invariants::check` reports each as a
-/// breach of its `Consistent` invariant):
-///
-/// - each agent's history is what the conversation's own transitions make
-///   of its recorded replies and results ([`ResumePoint::check_history`]);
-/// - each `tool` line answers a call of the reply before it, once, in call
-///   order, and says what the next request sent the model for that call
-///   (content and `is_error`); a call the next request answered has its
-///   `tool` line unless it was answered [`ResumeFile::INTERRUPTED`] on a resume;
-/// - a run that ended after a whole round (its outcome `call_limit`,
-///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
-///   signal forced) has a `tool` line for every call of its last round;
-/// - the parent's outcome agrees with its last reply, in its status and,
-///   where the loop derives it from that reply, its text;
-/// - every child was started by a `task` call of the parent.
-pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
+impl RecordedRun {
+    /// The rules by which this recorded run must agree with itself, one set for
+    /// every reader that trusts a trace ([`ResumePoint::rebuild`] refuses a
+    /// trace that breaks one; [`crate::record::invariants::Policy::check`] reports each as a
+    /// breach of its `Consistent` invariant):
+    ///
+    /// - each agent's history is what the conversation's own transitions make
+    ///   of its recorded replies and results ([`ResumePoint::check_history`]);
+    /// - each `tool` line answers a call of the reply before it, once, in call
+    ///   order, and says what the next request sent the model for that call
+    ///   (content and `is_error`); a call the next request answered has its
+    ///   `tool` line unless it was answered [`ResumeFile::INTERRUPTED`] on a resume;
+    /// - a run that ended after a whole round (its outcome `call_limit`,
+    ///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
+    ///   signal forced) has a `tool` line for every call of its last round;
+    /// - the parent's outcome agrees with its last reply, in its status and,
+    ///   where the loop derives it from that reply, its text;
+    /// - every child was started by a `task` call of the parent.
+    pub fn consistency(&self) -> Vec<Inconsistency> {
+        consistency(self)
+    }
+}
+
+/// The breaches of [`RecordedRun::consistency`].
+fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
     let mut found = Vec::new();
     let agents: Vec<(String, u32)> = run
         .agents()
@@ -770,7 +777,7 @@ pub(crate) fn expected_outcome(
 /// Files an inconsistency: at which call, about which id, what.
 type Note<'a> = &'a mut dyn FnMut(Option<u32>, Option<&str>, String);
 
-/// The `tool` lines of `agent` against the calls they answer (see [`consistency`]).
+/// The `tool` lines of `agent` against the calls they answer (see [`RecordedRun::consistency`]).
 fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) {
     let early = run
         .tools(agent)

@@ -25,7 +25,7 @@
 //! trace still ends with an `outcome` line, status `cancelled`, for every
 //! agent that had not finished.
 //!
-//! Each message is written once, so the trace grows linearly; [`rebuild_requests`]
+//! Each message is written once, so the trace grows linearly; [`RebuiltRequest::from_trace`]
 //! replays a trace into every request exactly as it was sent. A `tool` line
 //! is written the moment its result exists, so the results of a last round
 //! that no later request carried (the run stopped after it) are on record too. No credential
@@ -454,10 +454,17 @@ pub struct RebuiltRequest {
     pub attachment: Option<String>,
 }
 
-/// Rebuilds every request of a trace, in trace order. A line that is not a
-/// complete JSON object (such as a last line cut by a crash) is an error
-/// naming its number, and so is a first line of another format version.
-pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
+impl RebuiltRequest {
+    /// Rebuilds every request of a trace, in trace order. A line that is not a
+    /// complete JSON object (such as a last line cut by a crash) is an error
+    /// naming its number, and so is a first line of another format version.
+    pub fn from_trace(trace: &str) -> Result<Vec<Self>, String> {
+        rebuild_requests(trace)
+    }
+}
+
+/// [`RebuiltRequest::from_trace`].
+fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
     struct AgentState {
         system: String,
         tools: Vec<ToolDefinition>,

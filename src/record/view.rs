@@ -42,8 +42,19 @@ impl Paint {
     }
 }
 
+impl RecordedRun {
+    /// The run as a compact timeline, one line per model call and per tool
+    /// call, each child indented under the `task` call that started it,
+    /// then the outcome, the counts and the `verdicts` over it; `colour`
+    /// adds ANSI colours. Model and tool text is escaped, so a trace cannot
+    /// drive the terminal.
+    pub fn timeline(&self, verdicts: &[Verdict], colour: bool) -> String {
+        timeline(self, verdicts, colour)
+    }
+}
+
 /// The timeline of `run` and the `verdicts` over it; `colour` adds ANSI colours.
-pub fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
+fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
     let paint = Paint(colour);
     let mut out = String::new();
     let mut shown = Vec::new();

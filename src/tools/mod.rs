@@ -20,7 +20,8 @@ mod typed;
 pub use read_file::Resolution;
 pub use read_file::{ReadError, ReadFile, ReadFileArgs};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
-pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
+pub(crate) use run_main::split_command;
+pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings};
 pub use todo::TodoWrite;
 pub use typed::{TypedTool, input_schema_for};
 

@@ -8,7 +8,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
 use subloop::core::protocol::Message;
-use subloop::record::trace::rebuild_requests;
+use subloop::record::trace::RebuiltRequest;
 
 fn script() -> Value {
     json!({
@@ -91,7 +91,7 @@ fn continue_answers_empty_replies_of_the_parent_and_the_child_and_says_so() {
     assert_eq!(empties, [("parent", 2), ("child-1", 1)]);
     // The prompt is part of the history: the trace rebuilds the requests
     // with it, and it goes in a message of its own, after the tool results.
-    let rebuilt = rebuild_requests(&text).expect("the trace rebuilds");
+    let rebuilt = RebuiltRequest::from_trace(&text).expect("the trace rebuilds");
     let parent: Vec<_> = rebuilt.iter().filter(|r| r.agent == "parent").collect();
     assert_eq!(parent.len(), 4);
     assert_eq!(

@@ -31,7 +31,7 @@ use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
-use subloop::record::trace::{TraceWriter, rebuild_requests};
+use subloop::record::trace::{RebuiltRequest, TraceWriter};
 use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::ChildModels;
 use subloop::tools::{Capability, ReadFile, RunMain, RunSettings, Tool, ToolContext};
@@ -140,7 +140,7 @@ fn run(dir: &TempDir, case: Case) -> (RunReport, Vec<Value>) {
         .unwrap();
     let text = std::fs::read_to_string(&trace_path).unwrap();
     // The trace still rebuilds: a trailing round with no request after it is fine.
-    let requests = rebuild_requests(&text).unwrap();
+    let requests = RebuiltRequest::from_trace(&text).unwrap();
     assert_eq!(
         requests.iter().filter(|r| r.agent == "parent").count(),
         report.outcome.calls as usize

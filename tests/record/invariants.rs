@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 
 use common::TempDir;
-use subloop::record::invariants::{Invariant, Policy, Verdict, check};
+use subloop::record::invariants::{Invariant, Policy, Verdict};
 use subloop::record::recorded::RecordedRun;
 
 /// The trace of `subloop demo ARGS`, as JSON lines.
@@ -39,7 +39,7 @@ fn demo_trace(dir: &TempDir, name: &str, args: &[&str]) -> Vec<Value> {
 
 fn verdicts_of(lines: &[Value], policy: &Policy) -> Vec<Verdict> {
     let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
-    check(&RecordedRun::parse(&text).expect("parse"), policy)
+    policy.check(&RecordedRun::parse(&text).expect("parse"))
 }
 
 fn broken(verdicts: &[Verdict]) -> Vec<Invariant> {

@@ -414,10 +414,12 @@ fn an_unknown_version_is_refused_and_a_trace_without_one_is_read_as_version_1() 
     }
     std::fs::write(scene.path("v0.jsonl"), format!("{first}\n{rest}")).expect("write");
     assert_reproduced(&scene.replay("v0.jsonl", &["--decision", "deny"]));
-    // `rebuild_requests` reads the same versions.
-    assert!(subloop::record::trace::rebuild_requests(&format!("{first}\n{rest}")).is_ok());
+    // `RebuiltRequest::from_trace` reads the same versions.
+    assert!(
+        subloop::record::trace::RebuiltRequest::from_trace(&format!("{first}\n{rest}")).is_ok()
+    );
     let v99 = std::fs::read_to_string(scene.path("v99.jsonl")).expect("read");
-    assert!(subloop::record::trace::rebuild_requests(&v99).is_err());
+    assert!(subloop::record::trace::RebuiltRequest::from_trace(&v99).is_err());
 }
 
 #[test]

@@ -24,7 +24,7 @@ use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::policy::permission::{AllowAll, Approver, DenyAll};
 use subloop::providers::demo::{DEMO_QUESTION, DemoChild, DemoParent};
-use subloop::record::trace::{TraceWriter, rebuild_requests};
+use subloop::record::trace::{RebuiltRequest, TraceWriter};
 use subloop::run::model::ChildModels;
 use subloop::tools::{ReadFile, RunMain, RunSettings};
 
@@ -279,7 +279,7 @@ fn recorded_demo(
 }
 
 fn assert_rebuilds_exactly(trace: &str, seen: &BTreeMap<String, Vec<SeenRequest>>) {
-    let rebuilt = rebuild_requests(trace).expect("the trace rebuilds");
+    let rebuilt = RebuiltRequest::from_trace(trace).expect("the trace rebuilds");
     let total: usize = seen.values().map(Vec::len).sum();
     assert_eq!(rebuilt.len(), total);
     for (agent, requests) in seen {
@@ -339,7 +339,7 @@ fn a_cut_last_line_is_an_error_naming_it() {
     let (_, trace) = library_demo(DecisionMode::Deny, 4);
     let count = trace.lines().count();
     let cut = &trace[..trace.len() - 10];
-    let err = rebuild_requests(cut).unwrap_err();
+    let err = RebuiltRequest::from_trace(cut).unwrap_err();
     assert!(err.starts_with(&format!("line {count}:")), "{err}");
 }
 
@@ -367,7 +367,7 @@ fn the_binary_s_trace_rebuilds_the_seven_demo_requests() {
         7
     );
     // The binary's trace rebuilds into the same seven requests.
-    let rebuilt = rebuild_requests(&trace).unwrap();
+    let rebuilt = RebuiltRequest::from_trace(&trace).unwrap();
     let agents: Vec<(&str, u64)> = rebuilt.iter().map(|r| (r.agent.as_str(), r.call)).collect();
     assert_eq!(
         agents,

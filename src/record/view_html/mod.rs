@@ -6,7 +6,7 @@
 //! at the top of the call that answers it.
 //!
 //! The page is the run's data (built here, from the [`RecordedRun`] and the
-//! [`Verdict`]s of [`crate::record::invariants::check`], so the checks have one
+//! [`Verdict`]s of [`crate::record::invariants::Policy::check`], so the checks have one
 //! definition) and a script that draws it. Everything is inline: no font,
 //! script, style or image comes from anywhere else, and the page's content
 //! security policy forbids any request. Text from the trace is only ever set
@@ -35,7 +35,7 @@ use crate::record::recorded::{RecordedOutcome, RecordedRun};
 
 mod output;
 
-pub use output::{PageOutput, PageTrace, write_for_trace};
+pub use output::{PageOutput, PageTrace};
 
 const STYLE: &str = include_str!("page.css");
 const SCRIPT: &str = include_str!("page.js");

@@ -107,8 +107,31 @@ fn check_name(name: &str) -> Result<(), McpConfigError> {
     }
 }
 
+impl ServerConfig {
+    /// Parses an `mcpServers` file's text; `source_name` names it in errors.
+    pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<Self>, McpConfigError> {
+        parse_file(text, source_name)
+    }
+
+    /// Parses the command-line form `NAME=COMMAND ARGS…` (split without a
+    /// shell, as [`crate::tools::RunSettings::split_command`] splits).
+    pub fn parse_flag(value: &str) -> Result<Self, McpConfigError> {
+        parse_server_flag(value)
+    }
+
+    /// Marks `NAME:TOOL,…` read-only in the configured `servers`.
+    pub fn apply_read_only(servers: &mut [Self], value: &str) -> Result<(), McpConfigError> {
+        apply_read_only(servers, value)
+    }
+
+    /// Adds `more` to `servers`, refusing a name configured twice.
+    pub fn merge(servers: &mut Vec<Self>, more: Vec<Self>) -> Result<(), McpConfigError> {
+        merge(servers, more)
+    }
+}
+
 /// Parses an `mcpServers` file's text; `source_name` names it in errors.
-pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, McpConfigError> {
+fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, McpConfigError> {
     let file: File = serde_json::from_str(text).map_err(|err| McpConfigError::Invalid {
         source_name: source_name.to_owned(),
         message: err.to_string(),
@@ -145,7 +168,7 @@ pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, Mc
 }
 
 /// Parses `--mcp 'NAME=COMMAND ARGS…'` (split without a shell, as `--run-command`).
-pub fn parse_server_flag(value: &str) -> Result<ServerConfig, McpConfigError> {
+fn parse_server_flag(value: &str) -> Result<ServerConfig, McpConfigError> {
     let bad = || McpConfigError::BadServerFlag(value.to_owned());
     let (name, line) = value.split_once('=').ok_or_else(bad)?;
     check_name(name)?;
@@ -165,7 +188,7 @@ pub fn parse_server_flag(value: &str) -> Result<ServerConfig, McpConfigError> {
 }
 
 /// Applies `--mcp-read-only NAME:TOOL,…` to the configured `servers`.
-pub fn apply_read_only(servers: &mut [ServerConfig], value: &str) -> Result<(), McpConfigError> {
+fn apply_read_only(servers: &mut [ServerConfig], value: &str) -> Result<(), McpConfigError> {
     let bad = || McpConfigError::BadReadOnlyFlag(value.to_owned());
     let (name, tools) = value.split_once(':').ok_or_else(bad)?;
     let server = servers
@@ -185,10 +208,7 @@ pub fn apply_read_only(servers: &mut [ServerConfig], value: &str) -> Result<(), 
 }
 
 /// Adds `more` to `servers`, refusing a name configured twice.
-pub fn merge(
-    servers: &mut Vec<ServerConfig>,
-    more: Vec<ServerConfig>,
-) -> Result<(), McpConfigError> {
+fn merge(servers: &mut Vec<ServerConfig>, more: Vec<ServerConfig>) -> Result<(), McpConfigError> {
     for server in more {
         if servers.iter().any(|known| known.name == server.name) {
             return Err(McpConfigError::Duplicate(server.name));
