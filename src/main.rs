@@ -156,7 +156,7 @@ fn chat(settings: host::Settings, models: Models, live_line: Option<String>) -> 
     // answers come through the same buffer, and neither holds it between reads.
     let terminal = std::sync::Arc::clone(&settings.input);
     let at_terminal = terminal.is_terminal();
-    let mut input = subloop::policy::terminal::TerminalLines::new(terminal);
+    let mut input = terminal.lines();
     let mut session = crate::host::chat::Chat::new(settings, models, trace.clone())
         .watched(crate::cli::signals::chat_moment);
     let mut say = |text: &str| {

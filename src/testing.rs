@@ -503,7 +503,10 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
     };
     let call = ToolCall::new("fuzz", "read_file", args.clone());
     let agent = crate::core::agent_id::AgentId::Parent;
-    if schema::validate(&reader.input_schema(), args).is_ok() {
+    if schema::Schema::new(&reader.input_schema())
+        .validate(args)
+        .is_ok()
+    {
         let output = reader.run(
             args,
             &ToolContext {
@@ -522,7 +525,10 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
     }
     let plan = crate::core::plan::SharedPlan::new();
     let todo = crate::tools::TodoWrite::new(plan.clone());
-    if schema::validate(&todo.input_schema(), args).is_ok() {
+    if schema::Schema::new(&todo.input_schema())
+        .validate(args)
+        .is_ok()
+    {
         let before = plan.current();
         let output = todo.run(
             args,

@@ -640,7 +640,7 @@ struct Expected {
 
 /// The user message that sends an answer which failed the output check
 /// back to the model.
-pub fn output_retry_prompt(error: &str) -> String {
+pub(crate) fn output_retry_prompt(error: &str) -> String {
     format!(
         "Your answer does not match the required output schema: {error}. Reply again with only the JSON value, matching the schema."
     )
@@ -677,7 +677,8 @@ pub enum Reply {
     Continued(Conversation<AwaitingModel>),
     /// The answer failed the output check ([`Conversation::expect_output`])
     /// and a retry is left: the answer is in the history, followed by
-    /// [`output_retry_prompt`] with `error`, and the model is asked again.
+    /// a user message naming `error` and asking for the JSON value alone,
+    /// and the model is asked again.
     InvalidAnswer {
         /// The conversation, waiting for the model.
         next: Conversation<AwaitingModel>,
@@ -836,8 +837,8 @@ impl Conversation<Fresh> {
     }
 
     /// Checks every answer with `check`: an answer whose text it refuses is
-    /// sent back to the model with the reason, as a user message
-    /// ([`output_retry_prompt`]), up to `retries` times per question while
+    /// sent back to the model with the reason, as a user message, up to
+    /// `retries` times per question while
     /// calls are left ([`Reply::InvalidAnswer`]); after that the
     /// conversation finishes [`InvalidOutput`]. An answer it accepts
     /// finishes [`Answered`] with the value

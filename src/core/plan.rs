@@ -148,7 +148,7 @@ impl Plan {
 
 /// A plan shared between the `todo_write` tool and the agent that attaches it.
 #[derive(Debug, Clone, Default)]
-pub struct SharedPlan(Arc<Mutex<Plan>>);
+pub(crate) struct SharedPlan(Arc<Mutex<Plan>>);
 
 impl SharedPlan {
     /// An empty shared plan.
@@ -157,6 +157,7 @@ impl SharedPlan {
     }
 
     /// A copy of the current plan.
+    #[cfg(feature = "testing")]
     pub fn current(&self) -> Plan {
         self.0
             .lock()

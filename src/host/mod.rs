@@ -27,9 +27,11 @@ use subloop::core::hook::HookEvent;
 use subloop::core::redact::Redactor;
 use subloop::policy::command_hooks::{CommandHooks, HookSettingsError};
 use subloop::policy::hooks::Hooks;
-use subloop::policy::permission::PromptWatch;
 use subloop::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use subloop::policy::terminal::TerminalInput;
+
+/// Told when an approval prompt opens (with its tool) and closes (`None`).
+type PromptWatch = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 use subloop::providers::demo::DemoChildren;
 use subloop::providers::demo::{DEMO_QUESTION, DemoParent};
 use subloop::providers::scripted::ScriptedChildren;

@@ -22,7 +22,7 @@ pub use read_file::{ReadError, ReadFile, ReadFileArgs};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
 pub(crate) use run_main::split_command;
 pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings};
-pub use todo::TodoWrite;
+pub(crate) use todo::TodoWrite;
 pub use typed::{TypedTool, input_schema_for};
 
 use std::future::Future;
