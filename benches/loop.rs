@@ -41,6 +41,8 @@ use subloop::AgentBuilder;
 #[allow(dead_code, unused_imports)]
 #[path = "../src/host/mod.rs"]
 mod host;
+#[path = "../examples/bench/long_replay.rs"]
+mod long_replay;
 
 use host::{DecisionMode, Settings};
 use subloop::Budget;
@@ -157,7 +159,7 @@ fn long_workspace_of(turns: usize) -> (PathBuf, Script) {
         .take(4096)
         .collect();
     std::fs::write(dir.join("data.txt"), data).expect("data file");
-    let script = subloop::testing::long_replay_script(turns, "data.txt");
+    let script = long_replay::long_replay_script(turns, "data.txt");
     let text = serde_json::to_string(&script).expect("script json");
     std::fs::write(dir.join("script.json"), &text).expect("script file");
     (dir, Script::parse(&text).expect("script parses"))

@@ -740,25 +740,6 @@ fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &V
     }
 }
 
-/// A replay script of `turns` tool rounds, each reading `file`, then one
-/// answer: the long-replay benchmark's input (`examples/long_script.rs`
-/// writes it to disk for `subloop run --script`).
-pub fn long_replay_script(turns: usize, file: &str) -> Value {
-    let mut parent: Vec<Value> = (1..=turns)
-        .map(|turn| {
-            json!({
-                "content": [{"type": "tool_use", "id": format!("toolu_{turn}"), "name": "read_file", "input": {"path": file}}],
-                "stop_reason": "tool_use"
-            })
-        })
-        .collect();
-    parent.push(json!({
-        "content": [{"type": "text", "text": format!("Read {file} {turns} times.")}],
-        "stop_reason": "end_turn"
-    }));
-    json!({"parent": parent})
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
