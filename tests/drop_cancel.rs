@@ -23,19 +23,24 @@ use subloop::Budget;
 use subloop::Hooks;
 use subloop::ModelResponse;
 use subloop::agent::subagent::SubagentConfig;
+use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Request;
 use subloop::policy::permission::AllowAll;
 use subloop::record::invariants::Policy;
 use subloop::record::recorded::RecordedRun;
 use subloop::record::trace::TraceWriter;
-use subloop::run::model::{AsyncModel, ChildModels, Model, ModelFuture, Received};
+use subloop::run::BoxFuture;
+use subloop::run::model::{AsyncModel, ChildModels, Model, Received};
 use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 /// Answers its script, then never answers.
 struct ThenHang(Vec<ModelResponse>);
 
 impl AsyncModel for ThenHang {
-    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+    fn respond_async<'a>(
+        &'a mut self,
+        _request: &'a Request<'_>,
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         if self.0.is_empty() {
             return Box::pin(std::future::pending());
         }

@@ -17,7 +17,7 @@
 //! outcome.
 
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -131,7 +131,7 @@ pub trait Executor {
 }
 
 /// The future of a round of tool calls ([`Executor::execute_round`]).
-pub type RoundFuture<'a> = Pin<Box<dyn Future<Output = Round> + Send + 'a>>;
+pub(crate) type RoundFuture<'a> = crate::run::BoxFuture<'a, Round>;
 
 /// What a round of tool calls gave ([`Executor::execute_round`]).
 #[derive(Debug, Default)]

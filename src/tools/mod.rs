@@ -25,9 +25,6 @@ pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings};
 pub(crate) use todo::TodoWrite;
 pub use typed::{TypedTool, input_schema_for};
 
-use std::future::Future;
-use std::pin::Pin;
-
 use serde_json::Value;
 
 use crate::core::agent_id::AgentId;
@@ -68,10 +65,10 @@ pub struct ToolContext<'a> {
 }
 
 /// The future of a tool's answer in an async run ([`Tool::run_async`]).
-pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
+pub(crate) type ToolFuture<'a> = crate::run::BoxFuture<'a, ToolOutput>;
 
 /// The future of a batch's answers in an async run ([`Tool::run_batch_async`]).
-pub type BatchFuture<'a> = Pin<Box<dyn Future<Output = Vec<ToolOutput>> + Send + 'a>>;
+pub(crate) type BatchFuture<'a> = crate::run::BoxFuture<'a, Vec<ToolOutput>>;
 
 /// A tool the model can call.
 ///

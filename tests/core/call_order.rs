@@ -29,8 +29,9 @@ use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
+use subloop::run::BoxFuture;
 use subloop::run::limits::{CancelHandle, Limits};
-use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
+use subloop::run::model::{AsyncModel, ChildModels, Received};
 use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
 use subloop::tools::{Capability, ReadFile, RunMain, RunSettings, Tool, ToolContext};
@@ -248,7 +249,10 @@ impl Model for MeetThenReadModel {
 }
 
 impl AsyncModel for MeetThenReadModel {
-    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+    fn respond_async<'a>(
+        &'a mut self,
+        _request: &'a Request<'_>,
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         Box::pin(async move {
             let reply = match self.first_step() {
                 Some(reply) => reply,

@@ -39,9 +39,9 @@ use subloop::core::protocol::ToolUseId;
 use subloop::core::protocol::Usage;
 use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedModel;
+use subloop::run::BoxFuture;
 use subloop::run::driver::Executor;
 use subloop::run::driver::Round;
-use subloop::run::driver::RoundFuture;
 use subloop::run::driver::run;
 use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
@@ -788,7 +788,7 @@ impl Executor for OneTooMany {
         calls: &'a [ToolCall],
         _agent: &'a AgentId,
         _monitor: &'a mut dyn Monitor,
-    ) -> RoundFuture<'a> {
+    ) -> BoxFuture<'a, Round> {
         let mut outputs: Vec<ToolOutput> = calls.iter().map(|call| self.execute(call)).collect();
         outputs.push(ToolOutput::ok("for no call"));
         Box::pin(std::future::ready(Round {

@@ -31,8 +31,9 @@ use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::record::trace::TraceWriter;
+use subloop::run::BoxFuture;
 use subloop::run::limits::{CancelHandle, Limits};
-use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
+use subloop::run::model::{AsyncModel, ChildModels, Received};
 use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 fn workspace() -> TempDir {
@@ -704,7 +705,10 @@ impl Model for SlowModel {
 }
 
 impl AsyncModel for SlowModel {
-    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+    fn respond_async<'a>(
+        &'a mut self,
+        _request: &'a Request<'_>,
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         Box::pin(async move {
             tokio::time::sleep(self.0).await;
             Ok(Received::parsed(ModelResponse::answer(format!(

@@ -30,7 +30,8 @@ use subloop::policy::hooks::{Hook, HookCall, HookError, Hooks, Verdict};
 use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedReply;
-use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
+use subloop::run::BoxFuture;
+use subloop::run::model::{AsyncModel, ChildModels, Received};
 use subloop::tools::{Capability, ReadFile, ReadOnlyTool, RunMain, RunSettings, Tool, ToolContext};
 
 use common::{RecordingModel, SeenRequest, TempDir};
@@ -1431,7 +1432,7 @@ impl AsyncModel for RendezvousModel {
     fn respond_async<'a>(
         &'a mut self,
         _request: &'a subloop::core::protocol::Request<'_>,
-    ) -> ModelFuture<'a> {
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         use std::sync::atomic::Ordering;
         Box::pin(async move {
             self.arrived.fetch_add(1, Ordering::SeqCst);
