@@ -77,24 +77,31 @@ impl Invariant {
     }
 }
 
-/// Where a rule breaks.
+/// One place a rule breaks, or a trace contradicts itself
+/// ([`RecordedRun::consistency`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Location {
+pub struct Breach {
     /// `parent` or `child-N`.
     pub agent: String,
     /// The model call (1-based), when the breach is in one.
     pub call: Option<u32>,
     /// The tool_use id, when the breach is about one call.
     pub id: Option<String>,
-}
-
-/// One place a rule breaks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Breach {
-    /// Where.
-    pub at: Location,
     /// What is wrong.
     pub detail: String,
+}
+
+impl std::fmt::Display for Breach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.agent)?;
+        if let Some(call) = self.call {
+            write!(f, " call {call}")?;
+        }
+        if let Some(id) = &self.id {
+            write!(f, " ({id})")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
 }
 
 /// One rule, checked over a run.
@@ -222,13 +229,17 @@ pub(crate) fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
         .map(|(agent, calls)| (agent.to_owned(), calls))
         .collect();
     for (agent, calls) in &agents {
-        let at = |call: Option<u32>, id: Option<&str>| Location {
-            agent: agent.clone(),
-            call,
-            id: id.map(str::to_owned),
-        };
-        let mut breach = |invariant, at: Location, detail: String| {
-            found.push((invariant, Breach { at, detail }));
+        let at = |call: Option<u32>, id: Option<&str>| (call, id.map(str::to_owned));
+        let mut breach = |invariant, (call, id): (Option<u32>, Option<String>), detail: String| {
+            found.push((
+                invariant,
+                Breach {
+                    agent: agent.clone(),
+                    call,
+                    id,
+                    detail,
+                },
+            ));
         };
         // Calls and results, in the history the requests carried...
         if let Err(detail) = answered_once(run.messages(agent)) {
@@ -376,17 +387,7 @@ pub(crate) fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
         }
     }
     for inconsistency in run.consistency() {
-        found.push((
-            Invariant::Consistent,
-            Breach {
-                at: Location {
-                    agent: inconsistency.agent,
-                    call: inconsistency.call,
-                    id: inconsistency.id,
-                },
-                detail: inconsistency.detail,
-            },
-        ));
+        found.push((Invariant::Consistent, inconsistency));
     }
     Invariant::ALL
         .into_iter()

@@ -34,6 +34,7 @@ use crate::core::conversation::{
 use crate::core::error::InputError;
 use crate::core::plan::{Plan, PlanItem};
 use crate::core::protocol::{Block, Message, Role, ToolUseId};
+use crate::record::invariants::Breach;
 use crate::record::recorded::{RecordedRun, ReplayError};
 
 /// A trace about to be resumed, read through its file: the run it records
@@ -151,7 +152,7 @@ pub enum ResumeError {
     },
     /// The trace contradicts itself (see [`RecordedRun::consistency`]).
     #[error("the trace contradicts itself at {0}")]
-    Inconsistent(Inconsistency),
+    Inconsistent(Breach),
     /// The budget given does not cover the calls already made.
     #[error(
         "the recorded run already made {made} parent calls for its current question: give a call budget above {made} to continue it"
@@ -532,33 +533,7 @@ fn last_plan(history: &[Message]) -> Option<Plan> {
     })
 }
 
-/// One place where a trace contradicts itself (see [`RecordedRun::consistency`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inconsistency {
-    /// `parent` or `child-N`.
-    pub agent: String,
-    /// The model call (1-based) where it is, when it is in one.
-    pub call: Option<u32>,
-    /// The tool_use id it is about, if one.
-    pub id: Option<String>,
-    /// What is wrong.
-    pub detail: String,
-}
-
-impl std::fmt::Display for Inconsistency {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.agent)?;
-        if let Some(call) = self.call {
-            write!(f, " call {call}")?;
-        }
-        if let Some(id) = &self.id {
-            write!(f, " ({id})")?;
-        }
-        write!(f, ": {}", self.detail)
-    }
-}
-
-/// At most this many characters of a text in an [`Inconsistency`].
+/// At most this many characters of a text in an [`Breach`].
 const SHOWN: usize = 60;
 
 fn shown(text: &str) -> String {
@@ -587,13 +562,13 @@ impl RecordedRun {
     /// - the parent's outcome agrees with its last reply, in its status and,
     ///   where the loop derives it from that reply, its text;
     /// - every child was started by a `task` call of the parent.
-    pub fn consistency(&self) -> Vec<Inconsistency> {
+    pub fn consistency(&self) -> Vec<Breach> {
         consistency(self)
     }
 }
 
 /// The breaches of [`RecordedRun::consistency`].
-fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
+fn consistency(run: &RecordedRun) -> Vec<Breach> {
     let mut found = Vec::new();
     let agents: Vec<(String, u32)> = run
         .agents()
@@ -601,7 +576,7 @@ fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
         .collect();
     for (agent, calls) in &agents {
         let mut note = |call: Option<u32>, id: Option<&str>, detail: String| {
-            found.push(Inconsistency {
+            found.push(Breach {
                 agent: agent.clone(),
                 call,
                 id: id.map(str::to_owned),
@@ -633,7 +608,7 @@ fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
     if let Some(outcome) = run.outcome() {
         let calls = run.calls("parent");
         if let Some(detail) = outcome_disagrees(outcome, run.reply("parent", calls)) {
-            found.push(Inconsistency {
+            found.push(Breach {
                 agent: "parent".to_owned(),
                 call: Some(calls),
                 id: None,
@@ -728,7 +703,7 @@ pub(crate) fn outcome_disagrees(
     })
 }
 
-/// `a` and `b` as shown in an [`Inconsistency`], each from a little before
+/// `a` and `b` as shown in an [`Breach`], each from a little before
 /// where they first differ, so the difference is in sight.
 fn from_first_difference(a: &str, b: &str) -> (String, String) {
     let same = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();

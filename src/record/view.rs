@@ -97,19 +97,17 @@ fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
         ));
         for breach in &verdict.breaches {
             let call = breach
-                .at
                 .call
                 .map(|call| format!(" call {call}"))
                 .unwrap_or_default();
             let id = breach
-                .at
                 .id
                 .as_deref()
                 .map(|id| format!(" {}", printable(id)))
                 .unwrap_or_default();
             out.push_str(&format!(
                 "      at {}{call}{id}: {}\n",
-                breach.at.agent,
+                breach.agent,
                 printable(&breach.detail)
             ));
         }

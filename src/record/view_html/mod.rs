@@ -232,9 +232,9 @@ fn model<'a>(
                 "rule": verdict.invariant.rule(),
                 "held": verdict.held(),
                 "breaches": verdict.breaches.iter().map(|breach| json!({
-                    "agent": breach.at.agent,
-                    "call": breach.at.call,
-                    "id": breach.at.id,
+                    "agent": breach.agent,
+                    "call": breach.call,
+                    "id": breach.id,
                     "detail": breach.detail,
                 })).collect::<Vec<_>>(),
             })
