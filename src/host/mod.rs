@@ -450,8 +450,7 @@ fn assemble(
         builder = builder.monitor(writer);
     } else if let Some(path) = trace {
         let mut writer =
-            TraceWriter::from_file(target::open(path, &settings.workspace, &protected)?)
-                .redacting(redactor);
+            TraceWriter::open(path, &settings.workspace, &protected)?.redacting(redactor);
         if let Some(workspace) = recorded_workspace(settings) {
             writer = writer.with_workspace(Path::new(&workspace));
         }

@@ -152,7 +152,7 @@ fn same_file(a: &Metadata, b: &Metadata) -> bool {
 /// (compared by device and inode) and not inside `workspace` (compared as
 /// canonical paths), and that it is a regular file or a character device.
 /// A regular file is truncated only after every check passed.
-pub fn open(
+pub(crate) fn open(
     path: &Path,
     workspace: &Path,
     protected: &[(&Path, &'static str)],
@@ -208,8 +208,9 @@ pub fn create_private(prefix: &str) -> std::io::Result<std::path::PathBuf> {
     Err(last.unwrap_or_else(|| std::io::Error::other("no fresh name")))
 }
 
-/// [`open`] for a trace about to be resumed: the same checks, and the lock
-/// taken, but the file is opened for reading too and left as it is. The
+/// Opens a trace about to be resumed, with the checks of
+/// [`crate::record::trace::TraceWriter::open`] and the lock taken, but for
+/// reading too and left as it is. The
 /// trace is read through this file, after the lock: a second resume of the
 /// same trace is refused before it reads a byte, so two resumes cannot
 /// both go on from the same point.

@@ -262,6 +262,19 @@ impl TraceWriter {
         self
     }
 
+    /// A writer on a new trace at `path`, opened after checking that it is
+    /// none of `protected` (compared by device and inode) and not inside
+    /// `workspace` (compared as canonical paths), and that it is a regular
+    /// file or a character device. A regular file is truncated only after
+    /// every check passed.
+    pub fn open(
+        path: &Path,
+        workspace: &Path,
+        protected: &[(&Path, &'static str)],
+    ) -> Result<Self, crate::record::target::TraceTargetError> {
+        crate::record::target::open(path, workspace, protected).map(Self::from_file)
+    }
+
     /// A writer on a file already opened for writing.
     pub fn from_file(file: File) -> Self {
         let shared = Arc::new(Mutex::new(TraceFile {
