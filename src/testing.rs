@@ -42,7 +42,6 @@ use crate::core::protocol::{
 use crate::providers::scripted::ScriptedReply;
 use crate::run::driver::{self, Executor};
 use crate::run::model::Model;
-use crate::run::monitor::Silent;
 
 /// Arbitrary JSON values, a few levels deep.
 pub fn json_value() -> impl Strategy<Value = Value> {
@@ -262,7 +261,7 @@ pub fn check_conversation<E: Executor + Send + ?Sized>(
         executed: Vec::new(),
         skipped: Vec::new(),
     };
-    let outcome = driver::run(conversation, &mut model, &mut recorder, &mut Silent);
+    let outcome = driver::run(conversation, &mut model, &mut recorder, &mut ());
     check_outcome(
         &outcome,
         budget.get(),
