@@ -445,7 +445,7 @@ fn assemble(
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
-        mcp.record(&writer.notes());
+        mcp.record(&writer.status());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     } else if let Some(path) = trace {
@@ -458,7 +458,7 @@ fn assemble(
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
-        mcp.record(&writer.notes());
+        mcp.record(&writer.status());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     }
@@ -572,7 +572,7 @@ struct McpSetup {
 impl McpSetup {
     /// Records the servers in the trace (`notes`): a `started` line each
     /// now, an `exited` line when one exits mid-run.
-    fn record(&self, notes: &subloop::record::trace::TraceNotes) {
+    fn record(&self, notes: &TraceStatus) {
         for (server, tools) in &self.servers {
             notes.line(
                 "mcp_server",

@@ -90,23 +90,19 @@ pub struct TraceWriter {
     _termination: Option<Registration>,
 }
 
-/// Writes lines of the host's own into a trace (see [`TraceWriter::notes`]).
-#[derive(Debug, Clone)]
-pub struct TraceNotes(Arc<Mutex<TraceFile>>);
-
-impl TraceNotes {
-    /// One line for the parent: `kind` and `fields` (an object).
-    pub fn line(&self, kind: &str, fields: Value) {
-        lock(&self.0).emit(&AgentId::Parent, kind, fields);
-    }
-}
-
-/// Whether the trace was written completely: a handle a host keeps after
-/// giving the writer to an agent.
+/// A handle on a trace that a host keeps after giving the writer to an
+/// agent: it writes lines of the host's own into the trace, and tells
+/// afterwards whether the trace was written completely.
 #[derive(Debug, Clone)]
 pub struct TraceStatus(Arc<Mutex<TraceFile>>);
 
 impl TraceStatus {
+    /// One line for the parent: `kind` and `fields` (an object), such as
+    /// the MCP servers' start and exit.
+    pub fn line(&self, kind: &str, fields: Value) {
+        lock(&self.0).emit(&AgentId::Parent, kind, fields);
+    }
+
     /// The first write error, if a write failed (no line was written after it).
     pub fn error(&self) -> Option<String> {
         lock(&self.0).error.clone()
@@ -319,13 +315,9 @@ impl TraceWriter {
         self
     }
 
-    /// A handle that writes lines of the host's own (parent, `kind`,
-    /// `fields`) into this trace, such as the MCP servers' start and exit.
-    pub fn notes(&self) -> TraceNotes {
-        TraceNotes(Arc::clone(&self.shared))
-    }
-
-    /// A handle that tells afterwards whether every line was written.
+    /// A handle that writes lines of the host's own into this trace
+    /// ([`TraceStatus::line`]) and tells afterwards whether every line was
+    /// written ([`TraceStatus::error`]).
     pub fn status(&self) -> TraceStatus {
         TraceStatus(Arc::clone(&self.shared))
     }
