@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::McpError;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RoleClient};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::Value;
-use thiserror::Error;
 
 use super::config::{ServerConfig, server_env};
 use crate::run::harden;
@@ -42,42 +42,6 @@ pub(crate) const MAX_TOOLS: usize = 1000;
 
 /// How long a server may take to exit after its stdin is closed.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
-
-/// Why a server could not be started.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// The program could not be started.
-    #[error("MCP server {name}: cannot start `{command}`: {source}")]
-    Spawn {
-        /// The server.
-        name: String,
-        /// Its command.
-        command: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// It did not finish the handshake and the tool listing in time.
-    #[error("MCP server {name} did not start within {secs} s{stderr}")]
-    Timeout {
-        /// The server.
-        name: String,
-        /// The start timeout.
-        secs: f64,
-        /// Its last stderr lines, if any.
-        stderr: String,
-    },
-    /// The handshake or the listing failed.
-    #[error("MCP server {name} failed to start: {message}{stderr}")]
-    Failed {
-        /// The server.
-        name: String,
-        /// What went wrong.
-        message: String,
-        /// Its last stderr lines, if any.
-        stderr: String,
-    },
-}
 
 /// A tool a server lists, as the wire has it.
 #[derive(Debug, Clone, PartialEq)]
@@ -232,7 +196,7 @@ pub(crate) struct McpServer {
 }
 
 /// What the server's task hands over once it started: its tools and its client's handle.
-type Ready = Result<(Vec<RemoteTool>, rmcp::Peer<RoleClient>), StartError>;
+type Ready = Result<(Vec<RemoteTool>, rmcp::Peer<RoleClient>), McpError>;
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -281,7 +245,7 @@ impl McpServer {
             {
                 Ok(runtime) => runtime,
                 Err(err) => {
-                    let _ = ready_tx.send(Err(StartError::Failed {
+                    let _ = ready_tx.send(Err(McpError::Failed {
                         name: config.name.clone(),
                         message: format!("cannot start its runtime: {err}"),
                         stderr: String::new(),
@@ -485,7 +449,7 @@ impl McpServer {
 impl Starting {
     /// Waits for the handshake and the tool listing (every page); a
     /// cancelled run (Ctrl-C) stops the wait.
-    pub fn wait(self, cancel: &CancelHandle) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
+    pub fn wait(self, cancel: &CancelHandle) -> Result<(McpServer, Vec<RemoteTool>), McpError> {
         let name = self.name.clone();
         let deadline = Instant::now() + self.timeout;
         let ready = loop {
@@ -514,12 +478,12 @@ impl Starting {
                 tools,
             )),
             Ok(Err(err)) => Err(err),
-            Err(_) if cancel.is_cancelled() => Err(StartError::Failed {
+            Err(_) if cancel.is_cancelled() => Err(McpError::Failed {
                 name,
                 message: "the run was cancelled while it started".to_owned(),
                 stderr: String::new(),
             }),
-            Err(_) => Err(StartError::Timeout {
+            Err(_) => Err(McpError::Timeout {
                 name,
                 secs: self.timeout.as_secs_f64(),
                 stderr: self.state.stderr_tail(),
@@ -535,7 +499,7 @@ impl StartingAsync {
     pub async fn wait(
         self,
         cancel: &CancelHandle,
-    ) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
+    ) -> Result<(McpServer, Vec<RemoteTool>), McpError> {
         let stop = Stopper {
             jobs: Some(self.jobs.clone()),
             thread: None,
@@ -548,7 +512,7 @@ impl StartingAsync {
         let ready = tokio::select! {
             ready = tokio::time::timeout(self.timeout, self.ready) => ready,
             () = cancelled => {
-                return Err(StartError::Failed {
+                return Err(McpError::Failed {
                     name: self.name,
                     message: "the run was cancelled while it started".to_owned(),
                     stderr: String::new(),
@@ -571,12 +535,12 @@ impl StartingAsync {
                 ))
             }
             Ok(Ok(Err(err))) => Err(err),
-            Ok(Err(_)) => Err(StartError::Failed {
+            Ok(Err(_)) => Err(McpError::Failed {
                 name: self.name,
                 message: "its task ended before it started".to_owned(),
                 stderr: self.state.stderr_tail(),
             }),
-            Err(_) => Err(StartError::Timeout {
+            Err(_) => Err(McpError::Timeout {
                 name: self.name,
                 secs: self.timeout.as_secs_f64(),
                 stderr: self.state.stderr_tail(),
@@ -634,12 +598,12 @@ async fn serve(
     relist_on_change: bool,
 ) {
     let name = config.name.clone();
-    let failed = |message: String, state: &State| StartError::Failed {
+    let failed = |message: String, state: &State| McpError::Failed {
         name: name.clone(),
         message,
         stderr: state.stderr_tail(),
     };
-    let cannot_spawn = |source| StartError::Spawn {
+    let cannot_spawn = |source| McpError::Spawn {
         name: name.clone(),
         command: config.command.clone(),
         source,

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::McpError;
 use super::config::{ServerConfig, tool_name};
 use super::content::{result_text, rpc_error};
-use super::server::{CallOutcome, ExitNotice, McpServer, RemoteTool, StartError};
+use super::server::{CallOutcome, ExitNotice, McpServer, RemoteTool};
 use crate::core::conversation::ToolOutput;
 use crate::run::limits::CancelHandle;
 use crate::tools::{
@@ -306,7 +307,7 @@ pub struct McpSettings {
 impl McpTools {
     /// Starts every server in `configs` at once and lists their tools; the
     /// first server that fails to start is the error (the others are shut down).
-    pub fn start(configs: &[ServerConfig], settings: &McpSettings) -> Result<Self, StartError> {
+    pub fn start(configs: &[ServerConfig], settings: &McpSettings) -> Result<Self, McpError> {
         let starting: Vec<_> = configs
             .iter()
             .map(|config| McpServer::start(config, settings.timeout, settings.exit_notice.clone()))
@@ -328,7 +329,7 @@ impl McpTools {
     pub async fn start_async(
         configs: &[ServerConfig],
         settings: &McpSettings,
-    ) -> Result<Self, StartError> {
+    ) -> Result<Self, McpError> {
         let starting: Vec<_> = configs
             .iter()
             .map(|config| {
