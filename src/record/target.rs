@@ -209,7 +209,7 @@ pub fn create_private(prefix: &str) -> std::io::Result<std::path::PathBuf> {
 }
 
 /// Opens a trace about to be resumed, with the checks of
-/// [`crate::record::trace::TraceWriter::open`] and the lock taken, but for
+/// `TraceWriter::open` and the lock taken, but for
 /// reading too and left as it is. The
 /// trace is read through this file, after the lock: a second resume of the
 /// same trace is refused before it reads a byte, so two resumes cannot
