@@ -41,6 +41,8 @@ use subloop::AgentBuilder;
 #[allow(dead_code, unused_imports)]
 #[path = "../src/host/mod.rs"]
 mod host;
+#[path = "../examples/bench/long_replay.rs"]
+mod long_replay;
 
 use host::{DecisionMode, Settings};
 use subloop::Budget;
@@ -58,7 +60,7 @@ use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+use subloop::tools::ReadFile;
 
 const TURNS: usize = match option_env!("SUBLOOP_BENCH_TURNS") {
     Some(_) => 4000,
@@ -157,7 +159,7 @@ fn long_workspace_of(turns: usize) -> (PathBuf, Script) {
         .take(4096)
         .collect();
     std::fs::write(dir.join("data.txt"), data).expect("data file");
-    let script = subloop::testing::long_replay_script(turns, "data.txt");
+    let script = long_replay::long_replay_script(turns, "data.txt");
     let text = serde_json::to_string(&script).expect("script json");
     std::fs::write(dir.join("script.json"), &text).expect("script file");
     (dir, Script::parse(&text).expect("script parses"))
@@ -208,7 +210,7 @@ fn per_turn_ratio(dir: &Path, script: &Script) -> (Duration, f64, f64) {
     let times = Arc::new(std::sync::Mutex::new(Vec::new()));
     let workspace = dir.to_owned();
     let agent = AgentBuilder::new(Arc::new(DenyAll))
-        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT).expect("read_file"))
+        .read_only_tool(ReadFile::new(&workspace, ReadFile::DEFAULT_LIMIT).expect("read_file"))
         .expect("tool")
         .plan()
         .expect("plan")
@@ -293,7 +295,7 @@ fn bench_context_economy() {
     let summary = "The five parts hold 102400 bytes of the letter x and nothing else.";
     let build = |children: ScriptedChildren| {
         AgentBuilder::new(Arc::new(DenyAll))
-            .read_only_tool(ReadFile::new(&dir, DEFAULT_READ_LIMIT).expect("read_file"))
+            .read_only_tool(ReadFile::new(&dir, ReadFile::DEFAULT_LIMIT).expect("read_file"))
             .expect("tool")
             .subagents(SubagentConfig::new(Arc::new(children), Hooks::none()))
             .expect("task")

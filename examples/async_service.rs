@@ -35,7 +35,7 @@ use subloop::policy::permission::DenyAll;
 use subloop::providers::demo::DemoParent;
 use subloop::providers::{anthropic, openai};
 use subloop::run::model::{AsyncChildren, AsyncModel};
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 use subloop::{Agent, AgentBuilder, Budget, Hooks};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -146,7 +146,7 @@ fn agent(workspace: &Path, models: &Models) -> Result<Agent, BoxError> {
     Ok(
         AgentBuilder::new(Arc::new(DenyAll)) // a service decides by policy, not by prompt
             .redact(models.redactor())
-            .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT)?)?
+            .read_only_tool(ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?)?
             .tool(RunMain::new(workspace, RunSettings::default())?)?
             .plan()?
             .subagents(

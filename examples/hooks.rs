@@ -23,7 +23,7 @@ use subloop::core::conversation::ToolOutput;
 use subloop::policy::hooks::{HookCall, HookError, Verdict};
 use subloop::policy::permission::DenyAll;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+use subloop::tools::ReadFile;
 
 /// Blocks reading anything named like a secret.
 struct NoSecrets;
@@ -75,7 +75,7 @@ impl subloop::policy::hooks::Hook for SizeWatch {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");
     let agent = AgentBuilder::new(Arc::new(DenyAll))
-        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT)?)?
+        .read_only_tool(ReadFile::new(&workspace, ReadFile::DEFAULT_LIMIT)?)?
         .hooks(Hooks::none().with(NoSecrets).with(SizeWatch))
         .build();
     let mut model = ScriptedModel::new(vec![

@@ -12,12 +12,12 @@ use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::AskTerminal;
 use subloop::providers::demo::DemoChildren;
 use subloop::providers::demo::DemoParent;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = Path::new("examples/workspace");
     let agent = AgentBuilder::new(Arc::new(AskTerminal::new())) // one gate for parent and children
-        .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT)?)?
+        .read_only_tool(ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?)?
         .tool(RunMain::new(workspace, RunSettings::default())?)?
         .plan()? // todo_write, and the plan on each request
         .subagents(

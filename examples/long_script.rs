@@ -14,6 +14,9 @@
     clippy::indexing_slicing
 )]
 
+#[path = "bench/long_replay.rs"]
+mod long_replay;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| "long-replay".to_owned()));
@@ -26,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .take(4096)
         .collect();
     std::fs::write(dir.join("data.txt"), data)?;
-    let script = subloop::testing::long_replay_script(turns, "data.txt");
+    let script = long_replay::long_replay_script(turns, "data.txt");
     std::fs::write(dir.join("script.json"), serde_json::to_string(&script)?)?;
     println!(
         "wrote {} and {}: {turns} turns; replay with --max-calls {}",

@@ -24,7 +24,7 @@ use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");
@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .budget(ChildBudget::new(3)?);
     let agent = AgentBuilder::new(Arc::new(AllowAll))
-        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT)?)?
+        .read_only_tool(ReadFile::new(&workspace, ReadFile::DEFAULT_LIMIT)?)?
         .tool(RunMain::new(&workspace, RunSettings::default())?)?
         .subagents(config)?
         .build();

@@ -21,12 +21,12 @@ use subloop::ModelResponse;
 use subloop::core::protocol::Message;
 use subloop::policy::permission::DenyAll;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+use subloop::tools::ReadFile;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");
     let agent = AgentBuilder::new(Arc::new(DenyAll))
-        .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT)?)?
+        .read_only_tool(ReadFile::new(&workspace, ReadFile::DEFAULT_LIMIT)?)?
         .build();
     let mut model = ScriptedModel::new(vec![
         Ok(ModelResponse::tool_calls([

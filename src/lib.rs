@@ -78,14 +78,14 @@
 //! use subloop::policy::permission::DenyAll;
 //! use subloop::agent::subagent::SubagentConfig;
 //! use subloop::providers::scripted::ScriptedChildren;
-//! use subloop::tools::{ReadFile, DEFAULT_READ_LIMIT};
+//! use subloop::tools::ReadFile;
 //! use subloop::providers::scripted::ScriptedModel;
 //! use subloop::{AgentBuilder, Budget, Hooks, ModelResponse, StatusKind};
 //!
 //! let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/workspace");
 //! let children = ScriptedChildren(vec![vec![Ok(ModelResponse::answer("main.py prints 42"))]]);
 //! let agent = AgentBuilder::new(Arc::new(DenyAll))
-//!     .read_only_tool(ReadFile::new(&workspace, DEFAULT_READ_LIMIT)?)?
+//!     .read_only_tool(ReadFile::new(&workspace, ReadFile::DEFAULT_LIMIT)?)?
 //!     .subagents(SubagentConfig::new(Arc::new(children), Hooks::none()))?
 //!     .build();
 //! let mut model = ScriptedModel::new(vec![

@@ -158,7 +158,7 @@ fn chat(settings: host::Settings, models: Models, live_line: Option<String>) -> 
     // answers come through the same buffer, and neither holds it between reads.
     let terminal = std::sync::Arc::clone(&settings.input);
     let at_terminal = terminal.is_terminal();
-    let mut input = subloop::policy::terminal::TerminalLines::new(terminal);
+    let mut input = terminal.lines();
     let mut session = crate::host::chat::Chat::new(settings, models, trace.clone())
         .watched(crate::cli::signals::chat_moment);
     let mut say = |text: &str| {
@@ -192,10 +192,10 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
         }
         Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
     };
-    let verdicts = subloop::record::invariants::check(&run, &cli.view_policy);
+    let verdicts = cli.view_policy.check(&run);
     let broken = verdicts.iter().any(|verdict| !verdict.held());
     if let Some(output) = &cli.view_output {
-        let written = subloop::record::view_html::write_for_trace(
+        let written = subloop::record::view_html::PageOutput::write_for_trace(
             trace,
             output,
             &run,
@@ -223,7 +223,7 @@ fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
     }
     let colour = std::io::IsTerminal::is_terminal(&std::io::stdout())
         && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
-    let text = subloop::record::view::timeline(&run, &verdicts, colour);
+    let text = run.timeline(&verdicts, colour);
     if let Err(err) = crate::cli::output::print_stdout(text.trim_end(), false) {
         let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
         return ExitCode::from(1);

@@ -42,7 +42,6 @@ use crate::core::protocol::{
 use crate::providers::scripted::ScriptedReply;
 use crate::run::driver::{self, Executor};
 use crate::run::model::Model;
-use crate::run::monitor::Silent;
 
 /// Arbitrary JSON values, a few levels deep.
 pub fn json_value() -> impl Strategy<Value = Value> {
@@ -262,7 +261,7 @@ pub fn check_conversation<E: Executor + Send + ?Sized>(
         executed: Vec::new(),
         skipped: Vec::new(),
     };
-    let outcome = driver::run(conversation, &mut model, &mut recorder, &mut Silent);
+    let outcome = driver::run(conversation, &mut model, &mut recorder, &mut ());
     check_outcome(
         &outcome,
         budget.get(),
@@ -395,7 +394,7 @@ fn check_history(outcome: &Outcome, budget: u32, requests: u32) -> Result<Asked,
 /// Tools work in one [`FuzzWorkspace`] per process, made on first use and
 /// shared by every call (the fuzz target runs millions of inputs); it is
 /// left in the temporary directory when the process exits. Tests, which
-/// must leave nothing behind, use [`fuzz_bytes_in`] with their own.
+/// must leave nothing behind, use [`FuzzWorkspace::fuzz_bytes`] with their own.
 pub fn fuzz_bytes(data: &[u8]) {
     static SHARED: std::sync::OnceLock<Option<FuzzWorkspace>> = std::sync::OnceLock::new();
     if let Some(workspace) = SHARED.get_or_init(|| FuzzWorkspace::new().ok()) {
@@ -403,7 +402,7 @@ pub fn fuzz_bytes(data: &[u8]) {
     }
 }
 
-/// A workspace for [`fuzz_bytes_in`]: a fresh temporary directory
+/// A workspace for [`FuzzWorkspace::fuzz_bytes`]: a fresh temporary directory
 /// (`subloop-fuzz-<pid>-<n>`) holding a `main.py` and a file with a
 /// non-ASCII name, removed when the value is dropped — also when a check
 /// panics, as the stack unwinds.
@@ -413,6 +412,11 @@ pub struct FuzzWorkspace {
 }
 
 impl FuzzWorkspace {
+    /// [`fuzz_bytes`] with the tools working in this workspace.
+    pub fn fuzz_bytes(&self, data: &[u8]) {
+        fuzz_bytes_in(self, data);
+    }
+
     /// Creates the directory and its files.
     pub fn new() -> std::io::Result<Self> {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -439,7 +443,7 @@ impl Drop for FuzzWorkspace {
 }
 
 /// [`fuzz_bytes`] with the tools working in `workspace`.
-pub fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
+fn fuzz_bytes_in(workspace: &FuzzWorkspace, data: &[u8]) {
     let workspace = workspace.path();
     let (replies_part, args_part) = match data.iter().position(|&b| b == 0xFF) {
         Some(cut) => (
@@ -471,7 +475,7 @@ pub fn fuzz_trace(data: &[u8]) {
     };
     let verdicts =
         crate::record::invariants::check(&run, &crate::record::invariants::Policy::default());
-    let _ = crate::record::view::timeline(&run, &verdicts, true);
+    let _ = run.timeline(&verdicts, true);
     let page = crate::record::view_html::page(
         &run,
         &verdicts,
@@ -498,7 +502,10 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
     };
     let call = ToolCall::new("fuzz", "read_file", args.clone());
     let agent = crate::core::agent_id::AgentId::Parent;
-    if schema::validate(&reader.input_schema(), args).is_ok() {
+    if schema::Schema::new(&reader.input_schema())
+        .validate(args)
+        .is_ok()
+    {
         let output = reader.run(
             args,
             &ToolContext {
@@ -517,7 +524,10 @@ fn fuzz_tools(workspace: &std::path::Path, args: &Value) {
     }
     let plan = crate::core::plan::SharedPlan::new();
     let todo = crate::tools::TodoWrite::new(plan.clone());
-    if schema::validate(&todo.input_schema(), args).is_ok() {
+    if schema::Schema::new(&todo.input_schema())
+        .validate(args)
+        .is_ok()
+    {
         let before = plan.current();
         let output = todo.run(
             args,
@@ -727,25 +737,6 @@ fn fuzz_agent(workspace: &std::path::Path, replies: Vec<ScriptedReply>, args: &V
             assert!(record.is_error, "run_main ran behind a denying gate");
         }
     }
-}
-
-/// A replay script of `turns` tool rounds, each reading `file`, then one
-/// answer: the long-replay benchmark's input (`examples/long_script.rs`
-/// writes it to disk for `subloop run --script`).
-pub fn long_replay_script(turns: usize, file: &str) -> Value {
-    let mut parent: Vec<Value> = (1..=turns)
-        .map(|turn| {
-            json!({
-                "content": [{"type": "tool_use", "id": format!("toolu_{turn}"), "name": "read_file", "input": {"path": file}}],
-                "stop_reason": "tool_use"
-            })
-        })
-        .collect();
-    parent.push(json!({
-        "content": [{"type": "text", "text": format!("Read {file} {turns} times.")}],
-        "stop_reason": "end_turn"
-    }));
-    json!({"parent": parent})
 }
 
 #[cfg(test)]

@@ -23,19 +23,24 @@ use subloop::Budget;
 use subloop::Hooks;
 use subloop::ModelResponse;
 use subloop::agent::subagent::SubagentConfig;
+use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Request;
 use subloop::policy::permission::AllowAll;
-use subloop::record::invariants::{Policy, check};
+use subloop::record::invariants::Policy;
 use subloop::record::recorded::RecordedRun;
 use subloop::record::trace::TraceWriter;
-use subloop::run::model::{AsyncModel, ChildModels, Model, ModelFuture, Received};
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::run::BoxFuture;
+use subloop::run::model::{AsyncModel, ChildModels, Model, Received};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 /// Answers its script, then never answers.
 struct ThenHang(Vec<ModelResponse>);
 
 impl AsyncModel for ThenHang {
-    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+    fn respond_async<'a>(
+        &'a mut self,
+        _request: &'a Request<'_>,
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         if self.0.is_empty() {
             return Box::pin(std::future::pending());
         }
@@ -135,7 +140,7 @@ fn assert_closed(path: &Path, agents: &[&str]) {
         child_calls: None,
         child_tools: vec!["read_file".to_owned()],
     };
-    for verdict in check(&run, &policy) {
+    for verdict in policy.check(&run) {
         assert!(verdict.held(), "{:?}", verdict);
     }
 }
@@ -160,7 +165,7 @@ fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
 
     let agent = |trace: &Path, program: &[&str]| {
         AgentBuilder::new(Arc::new(AllowAll))
-            .read_only_tool(ReadFile::new(&dir, DEFAULT_READ_LIMIT).unwrap())
+            .read_only_tool(ReadFile::new(&dir, ReadFile::DEFAULT_LIMIT).unwrap())
             .unwrap()
             .tool(
                 RunMain::new(

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use common::TempDir;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadError, ReadFile, Resolution};
+use subloop::tools::{ReadError, ReadFile, Resolution};
 
 /// How many reads each race makes.
 const READS: usize = 5000;
@@ -254,7 +254,7 @@ fn check(race: &Race, reader: &ReadFile, label: &str) {
 }
 
 fn reader(race: &Race, resolution: Resolution) -> Option<ReadFile> {
-    match ReadFile::with_resolution(&race.ws(), DEFAULT_READ_LIMIT, resolution) {
+    match ReadFile::with_resolution(&race.ws(), ReadFile::DEFAULT_LIMIT, resolution) {
         Ok(reader) => Some(reader),
         Err(err) if resolution == Resolution::Openat2 => {
             common::skipped(format!("openat2 is not available here ({err})"));
@@ -267,14 +267,14 @@ fn reader(race: &Race, resolution: Resolution) -> Option<ReadFile> {
 #[test]
 fn a_swapped_directory_never_leaks_an_outside_file_with_a_long_real_path() {
     let race = Race::long_path();
-    let reader = ReadFile::new(&race.ws(), DEFAULT_READ_LIMIT).unwrap();
+    let reader = ReadFile::new(&race.ws(), ReadFile::DEFAULT_LIMIT).unwrap();
     check(&race, &reader, "long path, default resolution");
 }
 
 #[test]
 fn a_swapped_directory_never_leaks_an_outside_file() {
     let race = Race::plain();
-    let reader = ReadFile::new(&race.ws(), DEFAULT_READ_LIMIT).unwrap();
+    let reader = ReadFile::new(&race.ws(), ReadFile::DEFAULT_LIMIT).unwrap();
     check(&race, &reader, "plain, default resolution");
 }
 

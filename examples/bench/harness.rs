@@ -35,7 +35,7 @@ use subloop::providers::http::Timeouts;
 use subloop::providers::http::retry::RetryPolicy;
 use subloop::providers::openai::OpenAiConfig;
 use subloop::run::model::ChildModels;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 use subloop::{Agent, AgentBuilder, Budget, Hooks, RunReport, StatusKind};
 
 use super::server;
@@ -414,7 +414,7 @@ fn setup_text(error: subloop::core::error::SetupError) -> String {
 
 fn new_tools(workspace: &Path) -> Result<(ReadFile, RunMain), String> {
     Ok((
-        ReadFile::new(workspace, DEFAULT_READ_LIMIT).map_err(setup_text)?,
+        ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT).map_err(setup_text)?,
         RunMain::new(workspace, RunSettings::default()).map_err(setup_text)?,
     ))
 }

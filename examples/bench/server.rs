@@ -4,7 +4,7 @@
 //! models (`providers::demo`), on tokio, with keep-alive connections.
 //!
 //! Each request is read back into a `core::protocol::Request`, answered by
-//! `DemoChild` when its system prompt is the child's (`CHILD_SYSTEM`) and
+//! `DemoChild` when its system prompt is the child's (`SubagentConfig::CHILD_SYSTEM`) and
 //! by `DemoParent` otherwise, and written out as the API's JSON (or its
 //! event stream when the body asks for `"stream": true`), after a fixed
 //! delay. Every K-th request can be refused with a 429 (`retry-after-ms:
@@ -24,7 +24,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use subloop::Model;
 use subloop::ModelResponse;
-use subloop::agent::subagent::CHILD_SYSTEM;
 use subloop::core::protocol::{
     Block, Message, ReplyBlock, Request, Role, StopReason, ToolDefinition, ToolResultContent,
     ToolUseId,
@@ -650,7 +649,7 @@ fn demo_reply(
         // The demo models answer in text; a structured answer is not asked for.
         output: None,
     };
-    let reply = if system == CHILD_SYSTEM {
+    let reply = if system == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM {
         DemoChild.respond(&request)
     } else {
         DemoParent.respond(&request)

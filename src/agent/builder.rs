@@ -37,7 +37,7 @@ use crate::tools::{ReadOnlyTool, Registry, TodoWrite, Tool};
 use tracing::Instrument;
 
 /// The default parent system prompt.
-pub const PARENT_SYSTEM: &str = "You are a careful coding agent working in a workspace. Use the tools to \
+pub(crate) const PARENT_SYSTEM: &str = "You are a careful coding agent working in a workspace. Use the tools to \
 read files, delegate self-contained sub-questions with `task`, keep a plan with `todo_write`, and ask to run \
 the program with `run_main` only when needed. Say plainly what you did not verify.";
 
@@ -81,7 +81,10 @@ impl std::fmt::Debug for AgentBuilder {
 }
 
 impl AgentBuilder {
-    /// A builder with no tools, no hooks, [`PARENT_SYSTEM`] and `approver` as the gate.
+    /// The default parent system prompt.
+    pub const PARENT_SYSTEM: &'static str = PARENT_SYSTEM;
+
+    /// A builder with no tools, no hooks, [`AgentBuilder::PARENT_SYSTEM`] and `approver` as the gate.
     pub fn new(approver: Arc<dyn Approver>) -> Self {
         Self {
             system: PARENT_SYSTEM.to_owned(),
@@ -120,7 +123,7 @@ impl AgentBuilder {
     /// schema goes with every request (a provider with a native structured
     /// output constrains the reply with it), and every answer is checked
     /// here whatever the model: one that does not match is sent back with
-    /// the reason up to [`crate::agent::output::DEFAULT_OUTPUT_RETRIES`]
+    /// the reason up to [`SchemaOutput::DEFAULT_RETRIES`]
     /// times (see [`AgentBuilder::output_retries`]), then the run finishes
     /// `invalid_output`. The value is in the report ([`RunReport::output`]).
     pub fn output_check(mut self, check: Arc<dyn OutputCheck>) -> Self {

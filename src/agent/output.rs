@@ -19,12 +19,12 @@ use crate::core::conversation::OutputCheck;
 use crate::tools::schema::Schema;
 
 /// How many times an answer that does not match is sent back by default.
-pub const DEFAULT_OUTPUT_RETRIES: u32 = 1;
+pub(crate) const DEFAULT_OUTPUT_RETRIES: u32 = 1;
 
 /// The JSON value an answer's text holds: the whole text, trimmed, or the
 /// inside of one fenced code block (```` ```json … ``` ````) that is the
 /// whole text, as models without a native structured output often write it.
-pub fn answer_value(text: &str) -> Result<Value, String> {
+pub(crate) fn answer_value(text: &str) -> Result<Value, String> {
     let trimmed = text.trim();
     let inner = trimmed
         .strip_prefix("```")
@@ -47,6 +47,9 @@ pub struct SchemaOutput {
 }
 
 impl SchemaOutput {
+    /// How many times an answer that does not match is sent back by default.
+    pub const DEFAULT_RETRIES: u32 = DEFAULT_OUTPUT_RETRIES;
+
     /// A check against `schema`.
     pub fn new(schema: Value) -> Self {
         let compiled = Schema::new(&schema);
@@ -78,13 +81,6 @@ impl OutputCheck for SchemaOutput {
     }
 }
 
-/// The JSON schema of `T`, as `schemars` derives it and as typed tools
-/// offer theirs ([`crate::tools::input_schema_for`]): subschemas inline, no
-/// `$schema`, `title` or top-level `description`.
-pub fn schema_of<T: JsonSchema>() -> Value {
-    crate::tools::input_schema_for::<T>()
-}
-
 /// An answer checked against the schema of `T` and deserialized into it.
 pub struct TypedOutput<T> {
     schema: SchemaOutput,
@@ -103,7 +99,7 @@ impl<T: JsonSchema + DeserializeOwned> TypedOutput<T> {
     /// A check against `T`'s schema.
     pub fn new() -> Self {
         Self {
-            schema: SchemaOutput::new(schema_of::<T>()),
+            schema: SchemaOutput::new(crate::tools::input_schema_for::<T>()),
             _type: PhantomData,
         }
     }

@@ -52,15 +52,15 @@ use tracing::instrument::WithSubscriber;
 use tracing::{Instrument, Span};
 
 /// The tool's name.
-pub const TASK_TOOL: &str = "task";
+const TASK_TOOL: &str = "task";
 /// The longest task text, in characters after trimming.
-pub const MAX_TASK_CHARS: usize = 600;
+const MAX_TASK_CHARS: usize = 600;
 /// The longest summary passed back whole, in characters.
-pub const MAX_SUMMARY_CHARS: usize = 1200;
-/// Appended to a summary cut at [`MAX_SUMMARY_CHARS`].
-pub const TRUNCATION_NOTE: &str = "(summary too long, truncated; narrow the task)";
+pub(crate) const MAX_SUMMARY_CHARS: usize = 1200;
+/// Appended to a summary cut at [`TaskTool::MAX_SUMMARY_CHARS`].
+pub(crate) const TRUNCATION_NOTE: &str = "(summary too long, truncated; narrow the task)";
 /// The default child system prompt.
-pub const CHILD_SYSTEM: &str = "You are a subagent working for another agent. Do the task you are given \
+pub(crate) const CHILD_SYSTEM: &str = "You are a subagent working for another agent. Do the task you are given \
 with the tools you have, then answer with a short conclusion. You cannot run programs, change plans or delegate.";
 
 /// A child's call budget: 1 to 8 model requests.
@@ -122,10 +122,13 @@ impl std::fmt::Debug for SubagentConfig {
 }
 
 impl SubagentConfig {
+    /// The default child system prompt.
+    pub const CHILD_SYSTEM: &'static str = CHILD_SYSTEM;
+
     /// Children get their models from `models` and run `hooks`: the parent's
     /// hooks are never inherited, so the host names the child's set here
     /// (pass [`Hooks::none`] for none). Defaults: whitelist `read_file`,
-    /// budget 4, [`CHILD_SYSTEM`].
+    /// budget 4, [`SubagentConfig::CHILD_SYSTEM`].
     pub fn new(models: Arc<dyn ChildModels>, hooks: Hooks) -> Self {
         Self {
             whitelist: vec!["read_file".to_owned()],
@@ -193,7 +196,7 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
 pub struct TaskReport {
     /// The child's final status.
     pub status: StatusKind,
-    /// The child's final text, cut to [`MAX_SUMMARY_CHARS`] with [`TRUNCATION_NOTE`] when longer.
+    /// The child's final text, cut to [`TaskTool::MAX_SUMMARY_CHARS`] with [`TaskTool::TRUNCATION_NOTE`] when longer.
     pub summary: String,
     /// Model requests the child made.
     pub calls: u32,
@@ -317,6 +320,17 @@ impl std::fmt::Debug for TaskTool {
 }
 
 impl TaskTool {
+    /// Appended to a summary cut at [`TaskTool::MAX_SUMMARY_CHARS`].
+    pub const TRUNCATION_NOTE: &'static str = TRUNCATION_NOTE;
+
+    /// The longest summary passed back whole, in characters.
+    pub const MAX_SUMMARY_CHARS: usize = MAX_SUMMARY_CHARS;
+
+    /// The tool's name.
+    pub const NAME: &'static str = TASK_TOOL;
+    /// The longest task text, in characters after trimming.
+    pub const MAX_TASK_CHARS: usize = MAX_TASK_CHARS;
+
     /// Builds the child registry from `parent` by whitelist; fails on a name
     /// the parent lacks or a tool that is not read-only (there is no fallback).
     pub(crate) fn new(

@@ -1,7 +1,7 @@
 //! `subloop doctor`: what this machine can enforce of `run_main`'s sandbox.
 
 use subloop::tools::sandbox::Sandbox;
-use subloop::tools::sandbox::{NEEDED_LANDLOCK_ABI, Support};
+use subloop::tools::sandbox::Support;
 
 /// The report, for `support` (what [`Support::probe`] found).
 pub fn report(support: &Support) -> String {
@@ -15,7 +15,10 @@ pub fn report(support: &Support) -> String {
             .unwrap_or_default()
     );
     let landlock = match support.landlock_abi {
-        Some(abi) => format!("ABI {abi} (the sandbox needs {NEEDED_LANDLOCK_ABI})"),
+        Some(abi) => format!(
+            "ABI {abi} (the sandbox needs {})",
+            Support::NEEDED_LANDLOCK_ABI
+        ),
         None => "not available".to_owned(),
     };
     text.push_str(&format!("Landlock: {landlock}\n"));

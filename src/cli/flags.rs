@@ -9,11 +9,9 @@ use std::time::Duration;
 
 use crate::host::{DecisionMode, Settings};
 use subloop::agent::subagent::ChildBudget;
-use subloop::core::error::MAX_READ_LIMIT;
 use subloop::core::error::SetupError;
 use subloop::policy::command_hooks::CommandHooks;
 use subloop::tools::sandbox::Sandbox;
-use subloop::tools::split_command;
 
 use super::{Command, LiveFlags};
 
@@ -424,7 +422,7 @@ pub(crate) const FLAGS: &[Flag] = &[
         action: Action::Value("BYTES", |d, v| {
             d.settings.read_limit = v.whole(
                 1,
-                MAX_READ_LIMIT,
+                subloop::tools::ReadFile::MAX_LIMIT,
                 "a byte count from 1 to 1073741824 (1 GiB)",
             )?;
             Ok(())
@@ -438,10 +436,11 @@ pub(crate) const FLAGS: &[Flag] = &[
         group: Group::Options,
         action: Action::Value("CMD", |d, v| {
             let text = v.text()?;
-            d.settings.run.command = split_command(&text).map_err(|err| match err {
-                SetupError::RunCommand(why) => format!("{}: {why}", v.takes("a command line")),
-                other => format!("{}: {other}", v.takes("a command line")),
-            })?;
+            d.settings.run.command =
+                subloop::tools::RunSettings::split_command(&text).map_err(|err| match err {
+                    SetupError::RunCommand(why) => format!("{}: {why}", v.takes("a command line")),
+                    other => format!("{}: {other}", v.takes("a command line")),
+                })?;
             Ok(())
         }),
     },

@@ -421,16 +421,17 @@ fn mcp_servers_of(
     for file in files {
         let text = std::fs::read_to_string(file)
             .map_err(|err| format!("--mcp-config {}: {err}", file.display()))?;
-        let more = config::parse_file(&text, &file.display().to_string())
+        let more = config::ServerConfig::parse_file(&text, &file.display().to_string())
             .map_err(|err| err.to_string())?;
-        config::merge(&mut servers, more).map_err(|err| err.to_string())?;
+        config::ServerConfig::merge(&mut servers, more).map_err(|err| err.to_string())?;
     }
     for flag in flags {
-        let server = config::parse_server_flag(flag).map_err(|err| format!("--mcp: {err}"))?;
-        config::merge(&mut servers, vec![server]).map_err(|err| err.to_string())?;
+        let server =
+            config::ServerConfig::parse_flag(flag).map_err(|err| format!("--mcp: {err}"))?;
+        config::ServerConfig::merge(&mut servers, vec![server]).map_err(|err| err.to_string())?;
     }
     for marks in read_only {
-        config::apply_read_only(&mut servers, marks)
+        config::ServerConfig::apply_read_only(&mut servers, marks)
             .map_err(|err| format!("--mcp-read-only: {err}"))?;
     }
     Ok(servers)

@@ -16,7 +16,7 @@
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 
-use subloop::core::text::{is_hidden_format, is_unicode_line_break, printable_lines};
+use subloop::core::text::{needs_escape, printable_lines};
 
 /// Writes `text` and a line break to stdout; `json` says the text is JSON.
 ///
@@ -86,11 +86,8 @@ pub fn terminal_safe(text: &str, json: bool) -> std::borrow::Cow<'_, str> {
         // hidden-format characters or the Unicode line separators; none of
         // those is JSON whitespace, so they only stand inside strings, where
         // `\uXXXX` means the same.
-        let unsafe_in_json = |c: char| {
-            (c.is_control() && !matches!(c, '\n' | '\r' | '\t' | ' '))
-                || is_hidden_format(c)
-                || is_unicode_line_break(c)
-        };
+        let unsafe_in_json =
+            |c: char| (c.is_control() && !matches!(c, '\n' | '\r' | '\t' | ' ')) || needs_escape(c);
         if !text.chars().any(unsafe_in_json) {
             return std::borrow::Cow::Borrowed(text);
         }
@@ -190,9 +187,7 @@ mod tests {
         let text = value.to_string();
         let shown = terminal_safe(&text, true);
         assert!(
-            !shown
-                .chars()
-                .any(|c| c.is_control() || is_hidden_format(c) || is_unicode_line_break(c)),
+            !shown.chars().any(|c| c.is_control() || needs_escape(c)),
             "{shown}"
         );
         let parsed: serde_json::Value = serde_json::from_str(&shown).unwrap();

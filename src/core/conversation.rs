@@ -197,6 +197,14 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
+    /// The text every refused call's result starts with.
+    pub const NOT_EXECUTED: &'static str = "not executed:";
+
+    /// A refused call: `not executed: <reason>`, as an error result.
+    pub fn refusal(reason: impl std::fmt::Display) -> Self {
+        Self::error(format!("{} {reason}", Self::NOT_EXECUTED))
+    }
+
     /// A successful result.
     pub fn ok(content: impl Into<SharedText>) -> Self {
         Self {
@@ -554,7 +562,7 @@ pub enum OnEmptyReply {
     /// Finish `protocol_error` (the course's rule, and the default).
     #[default]
     Stop,
-    /// Answer the empty reply with a user message, [`CONTINUE_PROMPT`], and
+    /// Answer the empty reply with a user message, [`OnEmptyReply::CONTINUE_PROMPT`], and
     /// ask again — once per turn: a second empty reply in a row is
     /// `protocol_error`. The empty reply is not stored (the API refuses
     /// empty assistant content); it counts against the budget, and with no
@@ -563,6 +571,11 @@ pub enum OnEmptyReply {
 }
 
 impl OnEmptyReply {
+    /// The user message that answers an empty reply under
+    /// [`OnEmptyReply::Continue`], in a new user message, as Anthropic's
+    /// stop-reason documentation recommends (rather than retrying the request).
+    pub const CONTINUE_PROMPT: &'static str = CONTINUE_PROMPT;
+
     /// Parses `stop` or `continue`.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
@@ -584,7 +597,7 @@ impl OnEmptyReply {
 /// The user message that answers an empty reply under
 /// [`OnEmptyReply::Continue`], in a new user message, as Anthropic's
 /// stop-reason documentation recommends (rather than retrying the request).
-pub const CONTINUE_PROMPT: &str = "Please continue.";
+pub(crate) const CONTINUE_PROMPT: &str = "Please continue.";
 
 /// Data shared by every state.
 #[derive(Debug, Clone)]
@@ -597,7 +610,7 @@ struct Core {
     base: u32,
     usage: Usage,
     on_empty: OnEmptyReply,
-    /// The last reply was empty and was answered with [`CONTINUE_PROMPT`].
+    /// The last reply was empty and was answered with [`OnEmptyReply::CONTINUE_PROMPT`].
     continued: bool,
     /// What the answer is checked against, if anything.
     output: Option<Expected>,
@@ -628,7 +641,7 @@ struct Expected {
 
 /// The user message that sends an answer which failed the output check
 /// back to the model.
-pub fn output_retry_prompt(error: &str) -> String {
+pub(crate) fn output_retry_prompt(error: &str) -> String {
     format!(
         "Your answer does not match the required output schema: {error}. Reply again with only the JSON value, matching the schema."
     )
@@ -660,12 +673,13 @@ pub enum Reply {
     /// The reply broke the protocol.
     ProtocolError(Conversation<Finished<ProtocolError>>),
     /// The reply was an empty `end_turn` and the policy is
-    /// [`OnEmptyReply::Continue`]: the reply was dropped, [`CONTINUE_PROMPT`]
+    /// [`OnEmptyReply::Continue`]: the reply was dropped, [`OnEmptyReply::CONTINUE_PROMPT`]
     /// was appended as a user message, and the model is asked again.
     Continued(Conversation<AwaitingModel>),
     /// The answer failed the output check ([`Conversation::expect_output`])
     /// and a retry is left: the answer is in the history, followed by
-    /// [`output_retry_prompt`] with `error`, and the model is asked again.
+    /// a user message naming `error` and asking for the JSON value alone,
+    /// and the model is asked again.
     InvalidAnswer {
         /// The conversation, waiting for the model.
         next: Conversation<AwaitingModel>,
@@ -825,8 +839,8 @@ impl Conversation<Fresh> {
     }
 
     /// Checks every answer with `check`: an answer whose text it refuses is
-    /// sent back to the model with the reason, as a user message
-    /// ([`output_retry_prompt`]), up to `retries` times per question while
+    /// sent back to the model with the reason, as a user message, up to
+    /// `retries` times per question while
     /// calls are left ([`Reply::InvalidAnswer`]); after that the
     /// conversation finishes [`InvalidOutput`]. An answer it accepts
     /// finishes [`Answered`] with the value
@@ -1059,7 +1073,7 @@ impl Conversation<AwaitingModel> {
         }
     }
 
-    /// An empty `end_turn`: answered with [`CONTINUE_PROMPT`] once in a row
+    /// An empty `end_turn`: answered with [`OnEmptyReply::CONTINUE_PROMPT`] once in a row
     /// when the policy says so and a call is left, else `protocol_error`.
     fn empty_reply(mut self, reply: ModelResponse) -> Reply {
         let allowed = self.core.on_empty == OnEmptyReply::Continue;
@@ -1092,12 +1106,13 @@ impl Conversation<AwaitingModel> {
 
 /// What the text of an empty reply's `protocol_error` ends with under
 /// [`OnEmptyReply::Continue`] when it is the second empty reply in a row.
-pub const SECOND_EMPTY_REPLY_NOTE: &str =
+pub(crate) const SECOND_EMPTY_REPLY_NOTE: &str =
     " (a second empty reply in a row, after asking the model to continue)";
 
 /// What the text of an empty reply's `protocol_error` ends with under
 /// [`OnEmptyReply::Continue`] when no model call was left to ask again.
-pub const NO_CALL_TO_CONTINUE_NOTE: &str = " (no model call left to ask the model to continue)";
+pub(crate) const NO_CALL_TO_CONTINUE_NOTE: &str =
+    " (no model call left to ask the model to continue)";
 
 /// The stored form of an accepted reply. Empty text blocks are dropped: the
 /// API refuses them when the history is sent back, and they say nothing.

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 /// The largest `read_file` limit: 1 GiB.
-pub const MAX_READ_LIMIT: usize = 1 << 30;
+pub(crate) const MAX_READ_LIMIT: usize = 1 << 30;
 
 use crate::core::protocol::ToolUseId;
 

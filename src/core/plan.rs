@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// At most this many items.
-pub const MAX_ITEMS: usize = 20;
+pub(crate) const MAX_ITEMS: usize = 20;
 /// Item text length bounds, in characters.
-pub const MAX_TEXT_CHARS: usize = 200;
+pub(crate) const MAX_TEXT_CHARS: usize = 200;
 /// The longest item id, in characters.
-pub const MAX_ID_CHARS: usize = 64;
+pub(crate) const MAX_ID_CHARS: usize = 64;
 
 /// The state of one plan item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,10 +45,10 @@ pub struct PlanItem {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum PlanError {
-    /// More than [`MAX_ITEMS`] items.
+    /// More than [`Plan::MAX_ITEMS`] items.
     #[error("a plan holds at most {MAX_ITEMS} items (got {0})")]
     TooManyItems(usize),
-    /// An empty id, or one over [`MAX_ID_CHARS`].
+    /// An empty id, or one over [`Plan::MAX_ID_CHARS`].
     #[error("item {0}: the id must be 1 to {MAX_ID_CHARS} characters")]
     EmptyId(usize),
     /// Control characters (newlines included) in an id or a text.
@@ -77,6 +77,13 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// At most this many items.
+    pub const MAX_ITEMS: usize = MAX_ITEMS;
+    /// Item text length bounds, in characters.
+    pub const MAX_TEXT_CHARS: usize = MAX_TEXT_CHARS;
+    /// The longest item id, in characters.
+    pub const MAX_ID_CHARS: usize = MAX_ID_CHARS;
+
     /// Checks `items` and builds a plan from them.
     pub fn new(items: Vec<PlanItem>) -> Result<Self, PlanError> {
         if items.len() > MAX_ITEMS {
@@ -141,7 +148,7 @@ impl Plan {
 
 /// A plan shared between the `todo_write` tool and the agent that attaches it.
 #[derive(Debug, Clone, Default)]
-pub struct SharedPlan(Arc<Mutex<Plan>>);
+pub(crate) struct SharedPlan(Arc<Mutex<Plan>>);
 
 impl SharedPlan {
     /// An empty shared plan.
@@ -150,6 +157,7 @@ impl SharedPlan {
     }
 
     /// A copy of the current plan.
+    #[cfg(feature = "testing")]
     pub fn current(&self) -> Plan {
         self.0
             .lock()

@@ -1,9 +1,9 @@
 //! [`Redactor`]: the secrets a host holds (an API key, a password in a
 //! base URL), hidden from every text it records or prints.
 //!
-//! A secret is replaced by [`MASK`] wherever it appears whole: in a text,
+//! A secret is replaced by [`Redactor::MASK`] wherever it appears whole: in a text,
 //! in every string (and object key) of a JSON value, in every block of a
-//! model's reply. Secrets shorter than [`MIN_SECRET_CHARS`] are not hidden:
+//! model's reply. Secrets shorter than [`Redactor::MIN_SECRET_CHARS`] are not hidden:
 //! replacing a one-letter "key" would garble every text, and so short a
 //! string is no secret worth hiding. A redactor holds the secrets
 //! themselves, so its `Debug` shows only how many it holds.
@@ -16,10 +16,10 @@ use serde_json::Value;
 use crate::core::protocol::{Block, ModelResponse, ReplyBlock, ToolResultContent};
 
 /// Secrets shorter than this many characters are not hidden.
-pub const MIN_SECRET_CHARS: usize = 8;
+pub(crate) const MIN_SECRET_CHARS: usize = 8;
 
 /// What a secret is replaced by.
-pub const MASK: &str = "***";
+pub(crate) const MASK: &str = "***";
 
 /// The secrets to hide; cloning one shares them. The default hides nothing.
 #[derive(Clone, Default)]
@@ -35,8 +35,14 @@ impl std::fmt::Debug for Redactor {
 }
 
 impl Redactor {
+    /// Secrets shorter than this many characters are not hidden.
+    pub const MIN_SECRET_CHARS: usize = MIN_SECRET_CHARS;
+
+    /// What a secret is replaced by.
+    pub const MASK: &'static str = MASK;
+
     /// A redactor hiding `secrets` (those shorter than
-    /// [`MIN_SECRET_CHARS`] are left out).
+    /// [`Redactor::MIN_SECRET_CHARS`] are left out).
     pub fn new<I, S>(secrets: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -69,7 +75,7 @@ impl Redactor {
         self.secrets.is_empty()
     }
 
-    /// `text` with every secret replaced by [`MASK`]; borrowed when it
+    /// `text` with every secret replaced by [`Redactor::MASK`]; borrowed when it
     /// holds none.
     pub fn text<'t>(&self, text: &'t str) -> Cow<'t, str> {
         let mut out = Cow::Borrowed(text);
@@ -200,13 +206,15 @@ impl Redactor {
 
 /// Text shown as it streams in with every secret hidden: a piece that
 /// could be the start of a secret waits for the text after it.
+#[cfg(feature = "live")]
 #[derive(Debug, Default)]
-pub struct StreamRedactor {
+pub(crate) struct StreamRedactor {
     redactor: Redactor,
     /// Text not shown yet: it may be the start of a secret.
     held: String,
 }
 
+#[cfg(feature = "live")]
 impl StreamRedactor {
     /// Hides `redactor`'s secrets from a stream.
     pub fn new(redactor: Redactor) -> Self {
@@ -261,6 +269,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "live")]
     fn a_secret_split_across_streamed_pieces_is_hidden() {
         for split in 0..=KEY.len() {
             let (head, tail) = KEY.split_at(split);

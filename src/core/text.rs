@@ -16,10 +16,19 @@ pub fn printable_lines(text: &str) -> String {
     escape_controls(text, true)
 }
 
+/// A character that is no control character (`char::is_control`) yet is
+/// shown escaped: the bidi controls and zero-width characters, invisible
+/// yet changing how the text around them reads, and the Unicode line and
+/// paragraph separators (U+2028, U+2029), at which text viewers and some
+/// terminals break lines.
+pub fn needs_escape(c: char) -> bool {
+    is_hidden_format(c) || is_unicode_line_break(c)
+}
+
 /// Bidi controls (U+202A–U+202E, U+2066–U+2069) and zero-width characters
 /// (U+200B–U+200F, U+2060, U+FEFF): invisible, yet they change how text
 /// around them reads, so a terminal is shown them escaped.
-pub fn is_hidden_format(c: char) -> bool {
+fn is_hidden_format(c: char) -> bool {
     matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200b}'..='\u{200f}' | '\u{2060}' | '\u{feff}')
 }
 
@@ -28,7 +37,7 @@ pub fn is_hidden_format(c: char) -> bool {
 /// text holding one could pass for a line of its own. Shown escaped like
 /// `\n`, even where line breaks are kept (only `\n` is). NEL (U+0085) is a
 /// control character and escaped as one.
-pub fn is_unicode_line_break(c: char) -> bool {
+fn is_unicode_line_break(c: char) -> bool {
     matches!(c, '\u{2028}' | '\u{2029}')
 }
 
@@ -37,7 +46,7 @@ fn escape_controls(text: &str, keep_newlines: bool) -> String {
     for c in text.chars() {
         if c.is_control() && !(keep_newlines && c == '\n') {
             out.extend(c.escape_default());
-        } else if is_hidden_format(c) || is_unicode_line_break(c) {
+        } else if needs_escape(c) {
             out.extend(c.escape_unicode());
         } else {
             out.push(c);

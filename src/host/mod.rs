@@ -27,9 +27,11 @@ use subloop::core::hook::HookEvent;
 use subloop::core::redact::Redactor;
 use subloop::policy::command_hooks::{CommandHooks, HookSettingsError};
 use subloop::policy::hooks::Hooks;
-use subloop::policy::permission::PromptWatch;
 use subloop::policy::permission::{AllowAll, Approver, AskTerminal, DenyAll};
 use subloop::policy::terminal::TerminalInput;
+
+/// Told when an approval prompt opens (with its tool) and closes (`None`).
+type PromptWatch = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 use subloop::providers::demo::DemoChildren;
 use subloop::providers::demo::DemoParent;
 use subloop::providers::scripted::ScriptedChildren;
@@ -49,7 +51,7 @@ use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
 use subloop::run::shutdown::{Registration, Shutdown};
 use subloop::tools::sandbox::SandboxPolicy;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 mod protect;
 pub use protect::PlantableHook;
@@ -226,7 +228,7 @@ impl Settings {
             question: DEFAULT_QUESTION.to_owned(),
             max_calls: 8,
             decision: DecisionMode::Ask,
-            read_limit: DEFAULT_READ_LIMIT,
+            read_limit: ReadFile::DEFAULT_LIMIT,
             run: RunSettings::default(),
             sandbox: SandboxPolicy::default(),
             child_budget: ChildBudget::DEFAULT,
@@ -238,7 +240,7 @@ impl Settings {
             temporary_workspace: false,
             on_empty_reply: OnEmptyReply::Stop,
             output_schema: None,
-            output_retries: subloop::agent::output::DEFAULT_OUTPUT_RETRIES,
+            output_retries: subloop::agent::output::SchemaOutput::DEFAULT_RETRIES,
             resume: None,
             follow_up: None,
             view: None,
@@ -443,13 +445,12 @@ fn assemble(
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
-        mcp.record(&writer.notes());
+        mcp.record(&writer.status());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     } else if let Some(path) = trace {
         let mut writer =
-            TraceWriter::from_file(target::open(path, &settings.workspace, &protected)?)
-                .redacting(redactor);
+            TraceWriter::open(path, &settings.workspace, &protected)?.redacting(redactor);
         if let Some(workspace) = recorded_workspace(settings) {
             writer = writer.with_workspace(Path::new(&workspace));
         }
@@ -457,7 +458,7 @@ fn assemble(
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
-        mcp.record(&writer.notes());
+        mcp.record(&writer.status());
         status = Some(writer.status());
         builder = builder.monitor(writer);
     }
@@ -568,7 +569,7 @@ struct McpSetup {
 impl McpSetup {
     /// Records the servers in the trace (`notes`): a `started` line each
     /// now, an `exited` line when one exits mid-run.
-    fn record(&self, notes: &subloop::record::trace::TraceNotes) {
+    fn record(&self, notes: &TraceStatus) {
         for (server, tools) in &self.servers {
             notes.line(
                 "mcp_server",

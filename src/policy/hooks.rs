@@ -163,7 +163,7 @@ pub struct AuditEntry {
 
 /// The audit log of a run, shared by the parent and its children.
 #[derive(Debug, Clone, Default)]
-pub struct AuditLog(Arc<Mutex<Vec<AuditEntry>>>);
+pub(crate) struct AuditLog(Arc<Mutex<Vec<AuditEntry>>>);
 
 impl AuditLog {
     /// An empty log.
@@ -177,14 +177,6 @@ impl AuditLog {
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
             .push(entry);
-    }
-
-    /// A copy of every entry so far.
-    pub fn entries(&self) -> Vec<AuditEntry> {
-        self.0
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .clone()
     }
 
     /// Takes every entry out, leaving the log empty (the end of a run: no copy).

@@ -78,9 +78,8 @@ pub struct AskTerminal {
 }
 
 /// Told when an approval prompt opens (with the tool it asks about) and
-/// when it closes (`None`): a host's Ctrl-C handling can then say that the
-/// call will not run, since it has not started.
-pub type PromptWatch = Arc<dyn Fn(Option<&str>) + Send + Sync>;
+/// when it closes (`None`).
+type PromptWatch = Arc<dyn Fn(Option<&str>) + Send + Sync>;
 
 impl std::fmt::Debug for AskTerminal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -123,7 +122,9 @@ impl AskTerminal {
         self
     }
 
-    /// Tells `watch` when each prompt opens and closes.
+    /// Tells `watch` when each prompt opens (with the tool it asks about)
+    /// and when it closes (`None`): a host's Ctrl-C handling can then say
+    /// that the call will not run, since it has not started.
     pub fn watched(mut self, watch: Option<PromptWatch>) -> Self {
         self.watch = watch;
         self

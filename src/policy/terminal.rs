@@ -18,7 +18,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// What one [`TerminalInput::read_line`] gave.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum LineRead {
+pub(crate) enum LineRead {
     /// A line, with its `\n` when it had one (the last line may not).
     Line(Vec<u8>),
     /// The end of input: nothing more will come.
@@ -90,11 +90,18 @@ impl TerminalInput {
         }
     }
 
+    /// The lines of this input as a [`BufRead`], one line at a time (a
+    /// read never waits for more than the line it is in); a prompt reading
+    /// the same input between two lines reads the line after.
+    pub fn lines(self: Arc<Self>) -> impl BufRead {
+        TerminalLines::new(self)
+    }
+
     /// The next line. `stop` is asked about every few tens of milliseconds
     /// while nothing has come (only for a file descriptor; a reader is read
     /// as it is): when it says `true`, the read gives up with
     /// [`LineRead::Stopped`].
-    pub fn read_line(&self, stop: &dyn Fn() -> bool) -> LineRead {
+    pub(crate) fn read_line(&self, stop: &dyn Fn() -> bool) -> LineRead {
         let mut inner = self
             .inner
             .lock()
@@ -168,7 +175,7 @@ fn read_fd(fd: libc::c_int, buffer: &mut [u8]) -> io::Result<usize> {
 /// A [`BufRead`] over a shared [`TerminalInput`], one line at a time (a
 /// read never waits for more than the line it is in).
 #[derive(Debug)]
-pub struct TerminalLines {
+pub(crate) struct TerminalLines {
     input: Arc<TerminalInput>,
     line: Vec<u8>,
     at: usize,

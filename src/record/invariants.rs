@@ -3,7 +3,7 @@
 //! the pairing of calls and results, and by hosts that check recorded runs
 //! (for instance in CI).
 //!
-//! [`check`] gives one [`Verdict`] per [`Invariant`]: held, or broken with
+//! [`Policy::check`] gives one [`Verdict`] per [`Invariant`]: held, or broken with
 //! every [`Breach`] and where it is (agent, call, tool_use id).
 
 use std::collections::{BTreeSet, HashSet};
@@ -37,11 +37,11 @@ pub enum Invariant {
     /// A denied call never ran: its result says it was not executed.
     DeniedNeverRan,
     /// The trace agrees with itself, by the rules a resume holds it to
-    /// ([`crate::record::resume::consistency`]): each history is what its replies
+    /// ([`RecordedRun::consistency`]): each history is what its replies
     /// and results make through the conversation's own transitions, each
     /// `tool` line says what the model was sent, the outcome agrees with
     /// the last reply (its status, and the text the loop derives from that
-    /// reply: [`crate::record::resume::outcome_disagrees`]), and each child
+    /// reply), and each child
     /// was started by a `task` call.
     Consistent,
 }
@@ -78,24 +78,31 @@ impl Invariant {
     }
 }
 
-/// Where a rule breaks.
+/// One place a rule breaks, or a trace contradicts itself
+/// ([`RecordedRun::consistency`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Location {
+pub struct Breach {
     /// `parent` or `child-N`.
     pub agent: String,
     /// The model call (1-based), when the breach is in one.
     pub call: Option<u32>,
     /// The tool_use id, when the breach is about one call.
     pub id: Option<String>,
-}
-
-/// One place a rule breaks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Breach {
-    /// Where.
-    pub at: Location,
     /// What is wrong.
     pub detail: String,
+}
+
+impl std::fmt::Display for Breach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.agent)?;
+        if let Some(call) = self.call {
+            write!(f, " call {call}")?;
+        }
+        if let Some(id) = &self.id {
+            write!(f, " ({id})")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
 }
 
 /// One rule, checked over a run.
@@ -139,7 +146,7 @@ impl Default for Policy {
 /// answered exactly once, in call order, by the next message, which holds
 /// only those results; and no result answers an id that was not asked.
 /// The error names the message index and what is wrong.
-pub fn answered_once(messages: &[Message]) -> Result<Vec<(String, String, Value)>, String> {
+pub(crate) fn answered_once(messages: &[Message]) -> Result<Vec<(String, String, Value)>, String> {
     let mut asked = Vec::new();
     let mut answered_by_next = false;
     for (index, message) in messages.iter().enumerate() {
@@ -207,21 +214,33 @@ pub fn answered_once(messages: &[Message]) -> Result<Vec<(String, String, Value)
     Ok(asked)
 }
 
+impl Policy {
+    /// Checks every [`Invariant`] over `run` under this policy: one
+    /// [`Verdict`] per invariant, held or broken with every place it breaks.
+    pub fn check(&self, run: &RecordedRun) -> Vec<Verdict> {
+        check(run, self)
+    }
+}
+
 /// Checks every [`Invariant`] over `run` under `policy`.
-pub fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
+pub(crate) fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
     let mut found: Vec<(Invariant, Breach)> = Vec::new();
     let agents: Vec<(String, u32)> = run
         .agents()
         .map(|(agent, calls)| (agent.to_owned(), calls))
         .collect();
     for (agent, calls) in &agents {
-        let at = |call: Option<u32>, id: Option<&str>| Location {
-            agent: agent.clone(),
-            call,
-            id: id.map(str::to_owned),
-        };
-        let mut breach = |invariant, at: Location, detail: String| {
-            found.push((invariant, Breach { at, detail }));
+        let at = |call: Option<u32>, id: Option<&str>| (call, id.map(str::to_owned));
+        let mut breach = |invariant, (call, id): (Option<u32>, Option<String>), detail: String| {
+            found.push((
+                invariant,
+                Breach {
+                    agent: agent.clone(),
+                    call,
+                    id,
+                    detail,
+                },
+            ));
         };
         // Calls and results, in the history the requests carried...
         if let Err(detail) = answered_once(run.messages(agent)) {
@@ -368,18 +387,8 @@ pub fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
             });
         }
     }
-    for inconsistency in crate::record::resume::consistency(run) {
-        found.push((
-            Invariant::Consistent,
-            Breach {
-                at: Location {
-                    agent: inconsistency.agent,
-                    call: inconsistency.call,
-                    id: inconsistency.id,
-                },
-                detail: inconsistency.detail,
-            },
-        ));
+    for inconsistency in run.consistency() {
+        found.push((Invariant::Consistent, inconsistency));
     }
     Invariant::ALL
         .into_iter()

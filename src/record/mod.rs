@@ -2,7 +2,7 @@
 //! [`target`]; each line's shape is checked when it is read), a trace read back
 //! ([`recorded`]), a replay compared with it ([`replay`]), a run resumed
 //! from it ([`resume`]), the loop's [`invariants`] checked over it, the JSON
-//! [`report`] of a run, and the run shown on a terminal ([`view`]) or as a
+//! [`report`] of a run, and the run shown on a terminal ([`recorded::RecordedRun::timeline`]) or as a
 //! page ([`view_html`]).
 //!
 //! May import: every layer below: [`crate::core`], [`crate::run`],
@@ -17,5 +17,5 @@ pub mod report;
 pub mod resume;
 pub mod target;
 pub mod trace;
-pub mod view;
+mod view;
 pub mod view_html;

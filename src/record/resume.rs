@@ -12,7 +12,7 @@
 //!
 //! The last recorded reply may have tool calls without results: the process
 //! was killed while they ran. They are not run again (`run_main` may already
-//! have had its effect): each is answered [`INTERRUPTED`] (a `task` call with
+//! have had its effect): each is answered [`ResumeFile::INTERRUPTED`] (a `task` call with
 //! a report of status `cancelled`), so the model can ask again and the gate
 //! asks again. Results a `tool` line recorded (a last round no request
 //! carried, as after `call_limit` or `deadline`) are used as recorded. A
@@ -34,6 +34,7 @@ use crate::core::conversation::{
 use crate::core::error::InputError;
 use crate::core::plan::{Plan, PlanItem};
 use crate::core::protocol::{Block, Message, Role, ToolUseId};
+use crate::record::invariants::Breach;
 use crate::record::recorded::{RecordedRun, ReplayError};
 
 /// A trace about to be resumed, read through its file: the run it records
@@ -51,6 +52,9 @@ pub struct ResumeFile {
 }
 
 impl ResumeFile {
+    /// The result given to a call the earlier run started but did not finish.
+    pub const INTERRUPTED: &'static str = INTERRUPTED;
+
     /// Reads the trace from `file`, opened from `path` (named in errors).
     pub fn read(mut file: std::fs::File, path: &std::path::Path) -> Result<Self, ReplayError> {
         use std::io::Read as _;
@@ -100,7 +104,8 @@ impl ResumeFile {
 }
 
 /// The result given to a call the earlier run started but did not finish.
-pub const INTERRUPTED: &str = "not executed: the run was interrupted before this call finished";
+pub(crate) const INTERRUPTED: &str =
+    "not executed: the run was interrupted before this call finished";
 
 /// Why a trace cannot be resumed. Nothing has run when this is returned.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -145,9 +150,9 @@ pub enum ResumeError {
         /// The workspace given now.
         given: String,
     },
-    /// The trace contradicts itself (see [`consistency`]).
+    /// The trace contradicts itself (see [`RecordedRun::consistency`]).
     #[error("the trace contradicts itself at {0}")]
-    Inconsistent(Inconsistency),
+    Inconsistent(Breach),
     /// The budget given does not cover the calls already made.
     #[error(
         "the recorded run already made {made} parent calls for its current question: give a call budget above {made} to continue it"
@@ -397,7 +402,7 @@ impl ResumePoint {
 
     /// The trace's `resumed` line fields: the parent calls kept (later lines
     /// of the parent replace any after them), how the earlier part ended,
-    /// what it spent, and the calls answered [`INTERRUPTED`].
+    /// what it spent, and the calls answered [`ResumeFile::INTERRUPTED`].
     pub fn trace_fields(&self) -> Value {
         json!({
             "calls": self.spent.calls,
@@ -453,7 +458,7 @@ fn recorded_results(messages: &[Message], index: usize) -> Option<Vec<ToolResult
 }
 
 /// Results for the last recorded round: each call's `tool` line recorded
-/// after that reply (same id and tool name), or [`INTERRUPTED`] when it has
+/// after that reply (same id and tool name), or [`ResumeFile::INTERRUPTED`] when it has
 /// none.
 fn last_round(
     run: &RecordedRun,
@@ -528,33 +533,7 @@ fn last_plan(history: &[Message]) -> Option<Plan> {
     })
 }
 
-/// One place where a trace contradicts itself (see [`consistency`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inconsistency {
-    /// `parent` or `child-N`.
-    pub agent: String,
-    /// The model call (1-based) where it is, when it is in one.
-    pub call: Option<u32>,
-    /// The tool_use id it is about, if one.
-    pub id: Option<String>,
-    /// What is wrong.
-    pub detail: String,
-}
-
-impl std::fmt::Display for Inconsistency {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.agent)?;
-        if let Some(call) = self.call {
-            write!(f, " call {call}")?;
-        }
-        if let Some(id) = &self.id {
-            write!(f, " ({id})")?;
-        }
-        write!(f, ": {}", self.detail)
-    }
-}
-
-/// At most this many characters of a text in an [`Inconsistency`].
+/// At most this many characters of a text in an [`Breach`].
 const SHOWN: usize = 60;
 
 fn shown(text: &str) -> String {
@@ -565,25 +544,31 @@ fn shown(text: &str) -> String {
     format!("{short:?}")
 }
 
-/// The rules by which a recorded run must agree with itself, one set for
-/// every reader that trusts a trace ([`ResumePoint::rebuild`] refuses a
-/// trace that breaks one; `record::invariants::check` reports each as a
-/// breach of its `Consistent` invariant):
-///
-/// - each agent's history is what the conversation's own transitions make
-///   of its recorded replies and results ([`ResumePoint::check_history`]);
-/// - each `tool` line answers a call of the reply before it, once, in call
-///   order, and says what the next request sent the model for that call
-///   (content and `is_error`); a call the next request answered has its
-///   `tool` line unless it was answered [`INTERRUPTED`] on a resume;
-/// - a run that ended after a whole round (its outcome `call_limit`,
-///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
-///   signal forced) has a `tool` line for every call of its last round;
-/// - the parent's outcome agrees with its last reply, in its status and,
-///   where the loop derives it from that reply, its text
-///   ([`outcome_disagrees`]);
-/// - every child was started by a `task` call of the parent.
-pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
+impl RecordedRun {
+    /// The rules by which this recorded run must agree with itself, one set for
+    /// every reader that trusts a trace ([`ResumePoint::rebuild`] refuses a
+    /// trace that breaks one; [`crate::record::invariants::Policy::check`] reports each as a
+    /// breach of its `Consistent` invariant):
+    ///
+    /// - each agent's history is what the conversation's own transitions make
+    ///   of its recorded replies and results ([`ResumePoint::check_history`]);
+    /// - each `tool` line answers a call of the reply before it, once, in call
+    ///   order, and says what the next request sent the model for that call
+    ///   (content and `is_error`); a call the next request answered has its
+    ///   `tool` line unless it was answered [`ResumeFile::INTERRUPTED`] on a resume;
+    /// - a run that ended after a whole round (its outcome `call_limit`,
+    ///   `deadline`, `token_limit`, `delegation_limit`, or a `cancelled` that no
+    ///   signal forced) has a `tool` line for every call of its last round;
+    /// - the parent's outcome agrees with its last reply, in its status and,
+    ///   where the loop derives it from that reply, its text;
+    /// - every child was started by a `task` call of the parent.
+    pub fn consistency(&self) -> Vec<Breach> {
+        consistency(self)
+    }
+}
+
+/// The breaches of [`RecordedRun::consistency`].
+fn consistency(run: &RecordedRun) -> Vec<Breach> {
     let mut found = Vec::new();
     let agents: Vec<(String, u32)> = run
         .agents()
@@ -591,7 +576,7 @@ pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
         .collect();
     for (agent, calls) in &agents {
         let mut note = |call: Option<u32>, id: Option<&str>, detail: String| {
-            found.push(Inconsistency {
+            found.push(Breach {
                 agent: agent.clone(),
                 call,
                 id: id.map(str::to_owned),
@@ -623,7 +608,7 @@ pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
     if let Some(outcome) = run.outcome() {
         let calls = run.calls("parent");
         if let Some(detail) = outcome_disagrees(outcome, run.reply("parent", calls)) {
-            found.push(Inconsistency {
+            found.push(Breach {
                 agent: "parent".to_owned(),
                 call: Some(calls),
                 id: None,
@@ -652,7 +637,7 @@ pub fn consistency(run: &RecordedRun) -> Vec<Inconsistency> {
 ///   empty reply under `--on-empty-reply continue` adds), the failure
 ///   (`model_error`). The text of a stop (a limit, a signal) is the host's
 ///   and is not judged.
-pub fn outcome_disagrees(
+pub(crate) fn outcome_disagrees(
     outcome: &crate::record::recorded::RecordedOutcome,
     last: Option<&crate::providers::scripted::ScriptedReply>,
 ) -> Option<String> {
@@ -718,7 +703,7 @@ pub fn outcome_disagrees(
     })
 }
 
-/// `a` and `b` as shown in an [`Inconsistency`], each from a little before
+/// `a` and `b` as shown in an [`Breach`], each from a little before
 /// where they first differ, so the difference is in sight.
 fn from_first_difference(a: &str, b: &str) -> (String, String) {
     let same = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
@@ -746,7 +731,7 @@ const EMPTY_REPLY_NOTES: [&str; 2] = [
 /// last thing it gets, by its own transitions ([`Conversation::receive`],
 /// [`Conversation::model_failed`]); `None` when the reply does not finish
 /// it (it asks for tools).
-pub fn expected_outcome(
+pub(crate) fn expected_outcome(
     reply: &crate::providers::scripted::ScriptedReply,
 ) -> Option<(StatusKind, String)> {
     let unbounded = Budget::from_nonzero(std::num::NonZeroU32::MAX);
@@ -767,7 +752,7 @@ pub fn expected_outcome(
 /// Files an inconsistency: at which call, about which id, what.
 type Note<'a> = &'a mut dyn FnMut(Option<u32>, Option<&str>, String);
 
-/// The `tool` lines of `agent` against the calls they answer (see [`consistency`]).
+/// The `tool` lines of `agent` against the calls they answer (see [`RecordedRun::consistency`]).
 fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) {
     let early = run
         .tools(agent)

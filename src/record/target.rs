@@ -152,7 +152,7 @@ fn same_file(a: &Metadata, b: &Metadata) -> bool {
 /// (compared by device and inode) and not inside `workspace` (compared as
 /// canonical paths), and that it is a regular file or a character device.
 /// A regular file is truncated only after every check passed.
-pub fn open(
+pub(crate) fn open(
     path: &Path,
     workspace: &Path,
     protected: &[(&Path, &'static str)],
@@ -166,7 +166,7 @@ pub fn open(
 /// one page at once, and its content is kept: the writer replaces it only
 /// when it has the new content (a run that fails or is killed leaves the
 /// old page).
-pub fn open_output(
+pub(crate) fn open_output(
     path: &Path,
     workspace: Option<&Path>,
     protected: &[(&Path, &'static str)],
@@ -208,20 +208,9 @@ pub fn create_private(prefix: &str) -> std::io::Result<std::path::PathBuf> {
     Err(last.unwrap_or_else(|| std::io::Error::other("no fresh name")))
 }
 
-/// [`open`] for a trace that goes on: the same checks, then the file is cut
-/// to its first `keep` bytes (dropping a last line a crash left unfinished)
-/// and positioned at its end.
-pub fn open_to_append(
-    path: &Path,
-    workspace: &Path,
-    protected: &[(&Path, &'static str)],
-    keep: u64,
-) -> Result<File, TraceTargetError> {
-    open_at(path, Some(workspace), protected, keep, FileRole::Trace)
-}
-
-/// [`open`] for a trace about to be resumed: the same checks, and the lock
-/// taken, but the file is opened for reading too and left as it is. The
+/// Opens a trace about to be resumed, with the checks of
+/// `TraceWriter::open` and the lock taken, but for
+/// reading too and left as it is. The
 /// trace is read through this file, after the lock: a second resume of the
 /// same trace is refused before it reads a byte, so two resumes cannot
 /// both go on from the same point.

@@ -3,7 +3,7 @@
 //!
 //! Every line has `agent` (`parent`, `child-1`, ...) and `kind`; a child's
 //! lines also have `parent_tool_use_id`. The first line also carries
-//! `version`, the format version ([`TRACE_VERSION`]); a reader refuses a
+//! `version`, the format version ([`TraceWriter::VERSION`]); a reader refuses a
 //! trace of another version, and reads a trace without one (written before
 //! the field existed, in the same format) as version 1. Kinds:
 //!
@@ -25,7 +25,7 @@
 //! trace still ends with an `outcome` line, status `cancelled`, for every
 //! agent that had not finished.
 //!
-//! Each message is written once, so the trace grows linearly; [`rebuild_requests`]
+//! Each message is written once, so the trace grows linearly; [`RebuiltRequest::from_trace`]
 //! replays a trace into every request exactly as it was sent. A `tool` line
 //! is written the moment its result exists, so the results of a last round
 //! that no later request carried (the run stopped after it) are on record too. No credential
@@ -55,13 +55,13 @@ use crate::run::shutdown::{Registration, Shutdown, Termination};
 use crate::tools::sandbox::Sandbox;
 
 /// The trace format version written on a trace's first line, and the only one read.
-pub const TRACE_VERSION: u64 = 1;
+pub(crate) const TRACE_VERSION: u64 = 1;
 
 /// The format version declared by `first`, a trace's first line: its
 /// `version` field, or 1 when there is none (traces written before the field
-/// existed have the same format). Any version but [`TRACE_VERSION`] is an
+/// existed have the same format). Any version but [`TraceWriter::VERSION`] is an
 /// error saying which version was found.
-pub fn check_version(first: &Value) -> Result<u64, String> {
+pub(crate) fn check_version(first: &Value) -> Result<u64, String> {
     match first.get("version") {
         None => Ok(1),
         Some(Value::Number(number)) if number.as_u64() == Some(TRACE_VERSION) => Ok(TRACE_VERSION),
@@ -90,23 +90,19 @@ pub struct TraceWriter {
     _termination: Option<Registration>,
 }
 
-/// Writes lines of the host's own into a trace (see [`TraceWriter::notes`]).
-#[derive(Debug, Clone)]
-pub struct TraceNotes(Arc<Mutex<TraceFile>>);
-
-impl TraceNotes {
-    /// One line for the parent: `kind` and `fields` (an object).
-    pub fn line(&self, kind: &str, fields: Value) {
-        lock(&self.0).emit(&AgentId::Parent, kind, fields);
-    }
-}
-
-/// Whether the trace was written completely: a handle a host keeps after
-/// giving the writer to an agent.
+/// A handle on a trace that a host keeps after giving the writer to an
+/// agent: it writes lines of the host's own into the trace, and tells
+/// afterwards whether the trace was written completely.
 #[derive(Debug, Clone)]
 pub struct TraceStatus(Arc<Mutex<TraceFile>>);
 
 impl TraceStatus {
+    /// One line for the parent: `kind` and `fields` (an object), such as
+    /// the MCP servers' start and exit.
+    pub fn line(&self, kind: &str, fields: Value) {
+        lock(&self.0).emit(&AgentId::Parent, kind, fields);
+    }
+
     /// The first write error, if a write failed (no line was written after it).
     pub fn error(&self) -> Option<String> {
         lock(&self.0).error.clone()
@@ -218,13 +214,16 @@ impl TraceFile {
 }
 
 impl TraceWriter {
+    /// The trace format version written on a trace's first line, and the only one read.
+    pub const VERSION: u64 = TRACE_VERSION;
+
     /// Creates (or truncates) the trace file.
     pub fn create(path: &Path) -> std::io::Result<Self> {
         Ok(Self::from_file(File::create(path)?))
     }
 
     /// A writer that goes on with the trace `file` of a run being resumed
-    /// (opened at its end, see [`crate::record::target::open_to_append`]):
+    /// (opened at its end):
     /// writes a `resumed` line with `fields` (the calls kept, what the earlier
     /// part ended with and spent: `ResumePoint::trace_fields` in `record::resume`),
     /// then the resumed run's lines. The first line, with the format version,
@@ -257,6 +256,19 @@ impl TraceWriter {
     pub fn with_sandbox(mut self, level: Sandbox) -> Self {
         self.sandbox = Some(level);
         self
+    }
+
+    /// A writer on a new trace at `path`, opened after checking that it is
+    /// none of `protected` (compared by device and inode) and not inside
+    /// `workspace` (compared as canonical paths), and that it is a regular
+    /// file or a character device. A regular file is truncated only after
+    /// every check passed.
+    pub fn open(
+        path: &Path,
+        workspace: &Path,
+        protected: &[(&Path, &'static str)],
+    ) -> Result<Self, crate::record::target::TraceTargetError> {
+        crate::record::target::open(path, workspace, protected).map(Self::from_file)
     }
 
     /// A writer on a file already opened for writing.
@@ -303,13 +315,9 @@ impl TraceWriter {
         self
     }
 
-    /// A handle that writes lines of the host's own (parent, `kind`,
-    /// `fields`) into this trace, such as the MCP servers' start and exit.
-    pub fn notes(&self) -> TraceNotes {
-        TraceNotes(Arc::clone(&self.shared))
-    }
-
-    /// A handle that tells afterwards whether every line was written.
+    /// A handle that writes lines of the host's own into this trace
+    /// ([`TraceStatus::line`]) and tells afterwards whether every line was
+    /// written ([`TraceStatus::error`]).
     pub fn status(&self) -> TraceStatus {
         TraceStatus(Arc::clone(&self.shared))
     }
@@ -451,11 +459,17 @@ pub struct RebuiltRequest {
     pub attachment: Option<String>,
 }
 
-/// Rebuilds every request of a trace, in trace order. A line that is not a
-/// complete JSON object (such as a last line cut by a crash) is an error
-/// naming its number, and so is a first line of another format version
-/// ([`check_version`]).
-pub fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
+impl RebuiltRequest {
+    /// Rebuilds every request of a trace, in trace order. A line that is not a
+    /// complete JSON object (such as a last line cut by a crash) is an error
+    /// naming its number, and so is a first line of another format version.
+    pub fn from_trace(trace: &str) -> Result<Vec<Self>, String> {
+        rebuild_requests(trace)
+    }
+}
+
+/// [`RebuiltRequest::from_trace`].
+fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
     struct AgentState {
         system: String,
         tools: Vec<ToolDefinition>,

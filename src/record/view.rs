@@ -42,8 +42,19 @@ impl Paint {
     }
 }
 
+impl RecordedRun {
+    /// The run as a compact timeline, one line per model call and per tool
+    /// call, each child indented under the `task` call that started it,
+    /// then the outcome, the counts and the `verdicts` over it; `colour`
+    /// adds ANSI colours. Model and tool text is escaped, so a trace cannot
+    /// drive the terminal.
+    pub fn timeline(&self, verdicts: &[Verdict], colour: bool) -> String {
+        timeline(self, verdicts, colour)
+    }
+}
+
 /// The timeline of `run` and the `verdicts` over it; `colour` adds ANSI colours.
-pub fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
+fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
     let paint = Paint(colour);
     let mut out = String::new();
     let mut shown = Vec::new();
@@ -86,19 +97,17 @@ pub fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String
         ));
         for breach in &verdict.breaches {
             let call = breach
-                .at
                 .call
                 .map(|call| format!(" call {call}"))
                 .unwrap_or_default();
             let id = breach
-                .at
                 .id
                 .as_deref()
                 .map(|id| format!(" {}", printable(id)))
                 .unwrap_or_default();
             out.push_str(&format!(
                 "      at {}{call}{id}: {}\n",
-                breach.at.agent,
+                breach.agent,
                 printable(&breach.detail)
             ));
         }

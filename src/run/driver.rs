@@ -1,23 +1,23 @@
 //! The driver: the only loop in the crate.
 //!
-//! [`drive`] asks the model, hands the reply to the conversation, runs the
+//! The driver asks the model, hands the reply to the conversation, runs the
 //! requested tools through an [`Executor`], and repeats until the
 //! conversation finishes. It knows nothing of particular tools, files or
 //! HTTP: those live behind [`AsyncModel`] and [`Executor`]. A model failure
 //! finishes the conversation `model_error`; the loop never retries.
 //!
 //! The loop is written once, as an `async fn` that names no runtime. The
-//! blocking entry points ([`run`], [`run_from`]) drive it with [`block_on`]
-//! over a [`Blocking`] model and an executor whose work is done when it is
-//! asked for, so their future is complete at its first poll; an async host
-//! awaits [`drive`] on its own runtime. Dropping the future of [`drive`]
+//! blocking entry point ([`run`]) drives it on this thread over a
+//! [`Blocking`] model and an executor whose work is done when it is asked
+//! for, so its future is complete at its first poll; an async host awaits
+//! it on its own runtime through `Agent::run_async`. Dropping that future
 //! before it finishes still finishes the conversation, `cancelled`: the
 //! monitor is told how the request in flight or the round under way
 //! ended, and sees [`Event::Finished`], so a trace always ends with its
 //! outcome.
 
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -131,7 +131,7 @@ pub trait Executor {
 }
 
 /// The future of a round of tool calls ([`Executor::execute_round`]).
-pub type RoundFuture<'a> = Pin<Box<dyn Future<Output = Round> + Send + 'a>>;
+pub(crate) type RoundFuture<'a> = crate::run::BoxFuture<'a, Round>;
 
 /// What a round of tool calls gave ([`Executor::execute_round`]).
 #[derive(Debug, Default)]
@@ -168,7 +168,7 @@ pub fn run(
 /// `new_messages` starts after them, as if the run had never stopped.
 ///
 /// It is [`drive`] under [`block_on`], the model wrapped in [`Blocking`].
-pub fn run_from(
+pub(crate) fn run_from(
     agent: &AgentId,
     conversation: Conversation<AwaitingModel>,
     sent: usize,
@@ -300,7 +300,7 @@ impl<E: Executor + ?Sized> Drop for Live<'_, E> {
 ///
 /// Dropping the future before it completes finishes the conversation
 /// `cancelled` (see the module's text).
-pub async fn drive<M, E>(
+pub(crate) async fn drive<M, E>(
     agent: &AgentId,
     conversation: Conversation<AwaitingModel>,
     sent: usize,
@@ -500,7 +500,7 @@ fn answer_round(
 /// waits. The blocking entry points use it over futures that are complete
 /// at their first poll; it needs no runtime, and is no substitute for one
 /// (a future that waits on a runtime's timers or sockets never wakes here).
-pub fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     struct Unpark(std::thread::Thread);
     impl Wake for Unpark {
         fn wake(self: Arc<Self>) {

@@ -6,6 +6,12 @@
 //!
 //! May import: [`crate::core`].
 
+/// A boxed, `Send` future borrowing for `'a`: what the async methods of
+/// [`model::AsyncModel`], [`driver::Executor`] and the tools' trait return
+/// (an answer, a round of tool calls, a tool's output), so that models,
+/// executors and tools stay object-safe and run on any executor.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
 pub mod driver;
 pub(crate) mod harden;
 pub(crate) mod join;

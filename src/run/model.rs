@@ -3,9 +3,6 @@
 //! A model turns a [`Request`] into a [`ModelResponse`] or a [`ModelFailure`].
 //! The loop never retries: a failure finishes the conversation `model_error`.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use serde_json::Value;
 
 use crate::core::error::{FailureKind, ModelFailure};
@@ -104,8 +101,7 @@ impl<M: Model + ?Sized> Model for Box<M> {
 }
 
 /// The future of an [`AsyncModel`]'s answer.
-pub type ModelFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<Received, ModelFailure>> + Send + 'a>>;
+pub(crate) type ModelFuture<'a> = crate::run::BoxFuture<'a, Result<Received, ModelFailure>>;
 
 /// A model answered without blocking: an async HTTP client, or anything
 /// else that waits on I/O. For a run spawned on a multi-threaded runtime,

@@ -44,7 +44,7 @@ pub enum Event<'a> {
     EmptyReplyContinued {
         /// 1-based request number of the empty reply.
         call: u32,
-        /// The user message's text ([`crate::core::conversation::CONTINUE_PROMPT`]).
+        /// The user message's text ([`crate::core::conversation::OnEmptyReply::CONTINUE_PROMPT`]).
         prompt: &'a str,
     },
     /// The answer to request `call` failed the run's output check and was
@@ -107,15 +107,12 @@ pub trait Monitor: Send {
     }
 }
 
-/// A monitor that ignores everything.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Silent;
-
-impl Monitor for Silent {}
+/// A monitor that ignores everything: `&mut ()`.
+impl Monitor for () {}
 
 /// A list of monitors, shared by the parent and its children; every call goes to each.
 #[derive(Clone, Default)]
-pub struct SharedMonitor(Arc<Mutex<Vec<Box<dyn Monitor>>>>);
+pub(crate) struct SharedMonitor(Arc<Mutex<Vec<Box<dyn Monitor>>>>);
 
 impl std::fmt::Debug for SharedMonitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -25,7 +25,7 @@ use crate::core::protocol::{ModelResponse, Request, Usage};
 use crate::run::model::{ModelIdentity, Received};
 
 /// The `tracing` target of every span here.
-pub const TARGET: &str = "subloop";
+pub(crate) const TARGET: &str = "subloop";
 
 /// What a run's spans may record, set by the host (see
 /// `AgentBuilder::telemetry`).
@@ -36,6 +36,12 @@ pub struct Telemetry {
     /// `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`). Off by
     /// default: content may hold anything a file or a model said.
     pub capture_content: bool,
+}
+
+impl Telemetry {
+    /// The `tracing` target of every span a run opens: a host's filter
+    /// selects them with it.
+    pub const TARGET: &'static str = TARGET;
 }
 
 /// The name an agent's span gives it (`gen_ai.agent.name`).

@@ -18,14 +18,12 @@ mod todo;
 mod typed;
 
 pub use read_file::Resolution;
-pub use read_file::{DEFAULT_READ_LIMIT, MAX_PATH_BYTES, ReadError, ReadFile, ReadFileArgs};
+pub use read_file::{ReadError, ReadFile, ReadFileArgs};
 pub use registry::{ReadOnlyRegistry, Registry, ToolEntry, ToolSource};
-pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings, split_command};
-pub use todo::TodoWrite;
+pub(crate) use run_main::split_command;
+pub use run_main::{ProcessGroups, Programs, RunMain, RunSettings};
+pub(crate) use todo::TodoWrite;
 pub use typed::{TypedTool, input_schema_for};
-
-use std::future::Future;
-use std::pin::Pin;
 
 use serde_json::Value;
 
@@ -78,10 +76,10 @@ impl<'a> ToolContext<'a> {
 }
 
 /// The future of a tool's answer in an async run ([`Tool::run_async`]).
-pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutput> + Send + 'a>>;
+pub(crate) type ToolFuture<'a> = crate::run::BoxFuture<'a, ToolOutput>;
 
 /// The future of a batch's answers in an async run ([`Tool::run_batch_async`]).
-pub type BatchFuture<'a> = Pin<Box<dyn Future<Output = Vec<ToolOutput>> + Send + 'a>>;
+pub(crate) type BatchFuture<'a> = crate::run::BoxFuture<'a, Vec<ToolOutput>>;
 
 /// A tool the model can call.
 ///
@@ -156,10 +154,8 @@ pub trait Tool: Send + Sync {
 /// ```
 pub trait ReadOnlyTool: Tool {}
 
-/// The refusal text every refused call starts with.
-pub const NOT_EXECUTED: &str = "not executed:";
-
-/// A refusal: `not executed: <reason>`, as an error result.
-pub fn refusal(reason: impl std::fmt::Display) -> ToolOutput {
-    ToolOutput::error(format!("{NOT_EXECUTED} {reason}"))
+/// A refusal: `not executed: <reason>`, as an error result
+/// ([`ToolOutput::refusal`]).
+pub(crate) fn refusal(reason: impl std::fmt::Display) -> ToolOutput {
+    ToolOutput::refusal(reason)
 }

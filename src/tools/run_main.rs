@@ -91,12 +91,20 @@ impl RunSettings {
         self.output_cap = bytes;
         self
     }
+
+    /// Splits a command line into words without a shell: whitespace
+    /// separates words, single quotes keep text literally, double quotes
+    /// keep text with `\"` and `\\` escapes, a backslash outside quotes
+    /// escapes one character.
+    pub fn split_command(line: &str) -> Result<Vec<String>, SetupError> {
+        split_command(line)
+    }
 }
 
 /// Splits a command line into words without a shell: whitespace separates
 /// words, single quotes keep text literally, double quotes keep text with
 /// `\"` and `\\` escapes, a backslash outside quotes escapes one character.
-pub fn split_command(line: &str) -> Result<Vec<String>, SetupError> {
+pub(crate) fn split_command(line: &str) -> Result<Vec<String>, SetupError> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;

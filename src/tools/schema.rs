@@ -37,17 +37,9 @@ pub struct SchemaError {
     pub message: String,
 }
 
-/// Checks `value` against `schema`; the first mismatch is reported.
-///
-/// The same as [`Schema::new`] then [`Schema::validate`]; a schema checked
-/// many times is better compiled once (the registry does so for each tool).
-pub fn validate(schema: &Value, value: &Value) -> Result<(), SchemaError> {
-    Schema::new(schema).validate(value)
-}
-
 /// A schema compiled once: the keywords the validator implements, read out
 /// of the schema's JSON when it is made rather than looked up at every
-/// check. What it accepts and the errors it reports are [`validate`]'s.
+/// check.
 ///
 /// ```
 /// use serde_json::json;

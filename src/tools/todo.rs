@@ -10,7 +10,7 @@ use crate::core::plan::{
 
 /// The `todo_write` tool.
 #[derive(Debug, Clone)]
-pub struct TodoWrite {
+pub(crate) struct TodoWrite {
     plan: SharedPlan,
 }
 

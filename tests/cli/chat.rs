@@ -15,7 +15,7 @@ use crate::host::{DecisionMode, Models, Settings};
 use common::TempDir;
 use subloop::StatusKind;
 use subloop::record::recorded::RecordedRun;
-use subloop::record::trace::rebuild_requests;
+use subloop::record::trace::RebuiltRequest;
 
 fn tool_use(id: &str, name: &str, input: Value) -> Value {
     json!({"content": [{"type": "tool_use", "id": id, "name": name, "input": input}],
@@ -88,7 +88,7 @@ fn a_session_answers_each_line_with_the_whole_history_in_one_trace() {
     );
     // One trace: the last request holds every question and answer.
     let text = std::fs::read_to_string(&trace).expect("trace");
-    let last = rebuild_requests(&text)
+    let last = RebuiltRequest::from_trace(&text)
         .expect("rebuild")
         .pop()
         .expect("request");

@@ -29,13 +29,12 @@ use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
+use subloop::run::BoxFuture;
 use subloop::run::limits::{CancelHandle, Limits};
-use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
+use subloop::run::model::{AsyncModel, ChildModels, Received};
 use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
-use subloop::tools::{
-    Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
-};
+use subloop::tools::{Capability, ReadFile, RunMain, RunSettings, Tool, ToolContext};
 
 /// The file main.py writes, and what it writes there.
 const MADE: &str = "made.txt";
@@ -109,7 +108,7 @@ fn run(
 ) -> (RunReport, Recording) {
     let recording = Recording::default();
     let agent = AgentBuilder::new(Arc::new(AllowAll))
-        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(RunMain::new(dir.path(), RunSettings::default()).unwrap())
         .unwrap()
@@ -250,7 +249,10 @@ impl Model for MeetThenReadModel {
 }
 
 impl AsyncModel for MeetThenReadModel {
-    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+    fn respond_async<'a>(
+        &'a mut self,
+        _request: &'a Request<'_>,
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         Box::pin(async move {
             let reply = match self.first_step() {
                 Some(reply) => reply,
@@ -490,7 +492,7 @@ fn a_stop_during_an_earlier_call_keeps_the_batch_after_it_from_starting() {
     let cancel = CancelHandle::new();
     let agent = AgentBuilder::new(Arc::new(AllowAll))
         .limits(Limits::default(), cancel.clone())
-        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(CancelRun(cancel))
         .unwrap()

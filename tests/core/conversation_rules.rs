@@ -13,7 +13,6 @@ use subloop::core::conversation::AfterRound;
 use subloop::core::conversation::AfterTools;
 use subloop::core::conversation::AwaitingModel;
 use subloop::core::conversation::AwaitingTools;
-use subloop::core::conversation::CONTINUE_PROMPT;
 use subloop::core::conversation::Finished;
 use subloop::core::conversation::Fresh;
 use subloop::core::conversation::ModelError;
@@ -40,9 +39,9 @@ use subloop::core::protocol::ToolUseId;
 use subloop::core::protocol::Usage;
 use subloop::providers::scripted::Script;
 use subloop::providers::scripted::ScriptedModel;
+use subloop::run::BoxFuture;
 use subloop::run::driver::Executor;
 use subloop::run::driver::Round;
-use subloop::run::driver::RoundFuture;
 use subloop::run::driver::run;
 use subloop::run::monitor::Event;
 use subloop::run::monitor::Monitor;
@@ -789,7 +788,7 @@ impl Executor for OneTooMany {
         calls: &'a [ToolCall],
         _agent: &'a AgentId,
         _monitor: &'a mut dyn Monitor,
-    ) -> RoundFuture<'a> {
+    ) -> BoxFuture<'a, Round> {
         let mut outputs: Vec<ToolOutput> = calls.iter().map(|call| self.execute(call)).collect();
         outputs.push(ToolOutput::ok("for no call"));
         Box::pin(std::future::ready(Round {
@@ -1328,10 +1327,10 @@ fn continue_answers_an_empty_reply_once_with_a_new_user_message() {
                 json!({"path": "toolu_1.txt"})
             )]),
             results_message(&["toolu_1"]),
-            Message::user_text(CONTINUE_PROMPT),
+            Message::user_text(OnEmptyReply::CONTINUE_PROMPT),
         ]
     );
-    assert_eq!(CONTINUE_PROMPT, "Please continue.");
+    assert_eq!(OnEmptyReply::CONTINUE_PROMPT, "Please continue.");
     let done = match next.receive(ModelResponse::answer("It prints 42.")) {
         Reply::Answered(done) => done,
         other => panic!("expected an answer, got {other:?}"),
@@ -1367,7 +1366,7 @@ fn a_second_empty_reply_in_a_row_is_a_protocol_error_but_a_later_turn_may_contin
     let prompts = next
         .history()
         .iter()
-        .filter(|message| **message == Message::user_text(CONTINUE_PROMPT))
+        .filter(|message| **message == Message::user_text(OnEmptyReply::CONTINUE_PROMPT))
         .count();
     assert_eq!(prompts, 2);
 }
@@ -1409,7 +1408,7 @@ fn the_driver_reports_a_continued_empty_reply_and_sends_the_prompt_next() {
             },
             Seen::Continued {
                 call: 1,
-                prompt: CONTINUE_PROMPT.to_owned(),
+                prompt: OnEmptyReply::CONTINUE_PROMPT.to_owned(),
             },
         ]
     );
@@ -1418,7 +1417,7 @@ fn the_driver_reports_a_continued_empty_reply_and_sends_the_prompt_next() {
         Seen::Request {
             call: 2,
             history_len: 2,
-            new_messages: vec![Message::user_text(CONTINUE_PROMPT)],
+            new_messages: vec![Message::user_text(OnEmptyReply::CONTINUE_PROMPT)],
         }
     );
     assert_eq!(

@@ -20,7 +20,7 @@ use subloop::providers::scripted::{ScriptedChildren, ScriptedModel, ScriptedRepl
 use subloop::record::trace::TraceWriter;
 use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::Blocking;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 use crate::common::{TempDir, runtime};
 
@@ -135,7 +135,7 @@ fn run(case: &Case, driver: crate::common::Driver) -> Left {
         .collect();
     let agent = AgentBuilder::new(approver)
         .limits(limits, CancelHandle::new())
-        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(RunMain::new(dir.path(), settings).unwrap())
         .unwrap()
@@ -204,7 +204,7 @@ fn async_runs_are_send_and_run_side_by_side_on_a_multi_threaded_runtime() {
     let handles: Vec<_> = (0..64)
         .map(|i| {
             let agent = AgentBuilder::new(Arc::new(DenyAll))
-                .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+                .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
                 .unwrap()
                 .subagents(SubagentConfig::new(
                     Arc::new(ScriptedChildren(vec![vec![Ok(ModelResponse::answer(

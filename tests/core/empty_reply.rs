@@ -7,9 +7,8 @@ use crate::common;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
-use subloop::core::conversation::CONTINUE_PROMPT;
 use subloop::core::protocol::Message;
-use subloop::record::trace::rebuild_requests;
+use subloop::record::trace::RebuiltRequest;
 
 fn script() -> Value {
     json!({
@@ -79,7 +78,10 @@ fn continue_answers_empty_replies_of_the_parent_and_the_child_and_says_so() {
         .iter()
         .filter(|line| line["kind"] == "empty_reply")
         .map(|line| {
-            assert_eq!(line["continued_with"], CONTINUE_PROMPT);
+            assert_eq!(
+                line["continued_with"],
+                subloop::core::conversation::OnEmptyReply::CONTINUE_PROMPT
+            );
             (
                 line["agent"].as_str().unwrap_or_default(),
                 line["call"].as_u64().unwrap_or_default(),
@@ -89,18 +91,23 @@ fn continue_answers_empty_replies_of_the_parent_and_the_child_and_says_so() {
     assert_eq!(empties, [("parent", 2), ("child-1", 1)]);
     // The prompt is part of the history: the trace rebuilds the requests
     // with it, and it goes in a message of its own, after the tool results.
-    let rebuilt = rebuild_requests(&text).expect("the trace rebuilds");
+    let rebuilt = RebuiltRequest::from_trace(&text).expect("the trace rebuilds");
     let parent: Vec<_> = rebuilt.iter().filter(|r| r.agent == "parent").collect();
     assert_eq!(parent.len(), 4);
     assert_eq!(
         parent[2].messages.last(),
-        Some(&Message::user_text(CONTINUE_PROMPT))
+        Some(&Message::user_text(
+            subloop::core::conversation::OnEmptyReply::CONTINUE_PROMPT
+        ))
     );
     assert_eq!(parent[2].messages.len(), 4);
     assert_eq!(parent[2].messages[2].content[0].kind(), "tool_result");
     let child: Vec<_> = rebuilt.iter().filter(|r| r.agent == "child-1").collect();
     assert_eq!(child[1].messages.len(), 2);
-    assert_eq!(child[1].messages[1], Message::user_text(CONTINUE_PROMPT));
+    assert_eq!(
+        child[1].messages[1],
+        Message::user_text(subloop::core::conversation::OnEmptyReply::CONTINUE_PROMPT)
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Mutex;
 
-use subloop::testing::{FuzzWorkspace, fuzz_bytes_in};
+use subloop::testing::FuzzWorkspace;
 
 /// The tests below look for their own leftovers: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -46,7 +46,7 @@ fn fuzz_regressions_keep_every_invariant() {
         .unwrap_or_else(|poison| poison.into_inner());
     let workspace = FuzzWorkspace::new().expect("a fuzz workspace");
     for input in REGRESSIONS {
-        fuzz_bytes_in(&workspace, input);
+        workspace.fuzz_bytes(input);
     }
     drop(workspace);
     assert_eq!(
@@ -84,7 +84,7 @@ fn fuzz_seeds_keep_every_invariant() {
     let mut count = 0;
     for entry in std::fs::read_dir(&seeds).expect("fuzz/seeds") {
         let data = std::fs::read(entry.expect("entry").path()).expect("seed");
-        fuzz_bytes_in(&workspace, &data);
+        workspace.fuzz_bytes(&data);
         count += 1;
     }
     assert!(count >= 5, "expected the seed corpus, found {count} files");

@@ -31,12 +31,10 @@ use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
-use subloop::record::trace::{TraceWriter, rebuild_requests};
+use subloop::record::trace::{RebuiltRequest, TraceWriter};
 use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::ChildModels;
-use subloop::tools::{
-    Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
-};
+use subloop::tools::{Capability, ReadFile, RunMain, RunSettings, Tool, ToolContext};
 
 /// What main.py prints.
 const PRINTED: &str = "main ran: 42";
@@ -121,7 +119,7 @@ fn run(dir: &TempDir, case: Case) -> (RunReport, Vec<Value>) {
     let children: Arc<dyn ChildModels> = Arc::new(ScriptedChildren(case.children));
     let agent = AgentBuilder::new(Arc::new(AllowAll))
         .limits(case.limits, case.cancel.clone())
-        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(RunMain::new(dir.path(), RunSettings::default()).unwrap())
         .unwrap()
@@ -142,7 +140,7 @@ fn run(dir: &TempDir, case: Case) -> (RunReport, Vec<Value>) {
         .unwrap();
     let text = std::fs::read_to_string(&trace_path).unwrap();
     // The trace still rebuilds: a trailing round with no request after it is fine.
-    let requests = rebuild_requests(&text).unwrap();
+    let requests = RebuiltRequest::from_trace(&text).unwrap();
     assert_eq!(
         requests.iter().filter(|r| r.agent == "parent").count(),
         report.outcome.calls as usize

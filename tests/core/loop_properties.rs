@@ -38,7 +38,6 @@ use subloop::core::protocol::Usage;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::run::driver::Executor;
-use subloop::run::monitor::Silent;
 
 const QUESTION: &str = "What does main.py print?";
 
@@ -496,7 +495,7 @@ fn check_run(script: Vec<ScriptedReply>, max_calls: u32) -> Result<(), TestCaseE
     };
     let mut executor = AnswerAll::default();
     let outcome: Outcome =
-        subloop::run::driver::run(conversation, &mut model, &mut executor, &mut Silent);
+        subloop::run::driver::run(conversation, &mut model, &mut executor, &mut ());
 
     // Within budget, and `calls` is the number of requests made.
     prop_assert!(outcome.calls >= 1);

@@ -31,9 +31,10 @@ use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
 use subloop::providers::scripted::ScriptedReply;
 use subloop::record::trace::TraceWriter;
+use subloop::run::BoxFuture;
 use subloop::run::limits::{CancelHandle, Limits};
-use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::run::model::{AsyncModel, ChildModels, Received};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 fn workspace() -> TempDir {
     let dir = TempDir::new("limits");
@@ -50,7 +51,7 @@ fn agent(
 ) -> AgentBuilder {
     AgentBuilder::new(Arc::new(AllowAll))
         .limits(limits, cancel)
-        .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(
             RunMain::new(
@@ -664,7 +665,7 @@ proptest! {
         let children: Vec<Vec<ScriptedReply>> = children.into_iter().map(|c| c.into_iter().map(Ok).collect()).collect();
         let agent = AgentBuilder::new(Arc::new(AllowAll))
             .limits(limits, CancelHandle::new())
-            .read_only_tool(ReadFile::new(dir.path(), DEFAULT_READ_LIMIT).unwrap()).unwrap()
+            .read_only_tool(ReadFile::new(dir.path(), ReadFile::DEFAULT_LIMIT).unwrap()).unwrap()
             .subagents(SubagentConfig::new(Arc::new(ScriptedChildren(children)), Hooks::none())).unwrap()
             .build();
         let mut model = ScriptedModel::new(parent.into_iter().map(Ok).collect());
@@ -698,7 +699,10 @@ impl Model for SlowModel {
 }
 
 impl AsyncModel for SlowModel {
-    fn respond_async<'a>(&'a mut self, _request: &'a Request<'_>) -> ModelFuture<'a> {
+    fn respond_async<'a>(
+        &'a mut self,
+        _request: &'a Request<'_>,
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         Box::pin(async move {
             tokio::time::sleep(self.0).await;
             Ok(Received::parsed(ModelResponse::answer(format!(

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use subloop::agent::output::{SchemaOutput, TypedOutput};
 use subloop::agent::subagent::SubagentConfig;
-use subloop::core::conversation::{Finished, InvalidOutput, Reply, output_retry_prompt};
+use subloop::core::conversation::{Finished, InvalidOutput, Reply};
 use subloop::policy::hooks::Hooks;
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::{ScriptedChildren, ScriptedReply};
@@ -81,7 +81,12 @@ fn a_mismatch_is_sent_back_then_finishes_invalid_output() {
     };
     assert_eq!(error, "answer.matches: expected boolean, got string");
     let last = next.history().last().expect("a message");
-    assert_eq!(last.text(), output_retry_prompt(&error));
+    assert_eq!(
+        last.text(),
+        format!(
+            "Your answer does not match the required output schema: {error}. Reply again with only the JSON value, matching the schema."
+        )
+    );
     // The second mismatch, with no retry left, finishes with a status of its own.
     let done: Conversation<Finished<InvalidOutput>> =
         match next.receive(ModelResponse::answer("forty-two")) {

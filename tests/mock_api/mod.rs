@@ -10,7 +10,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use subloop::Model;
 use subloop::ModelResponse;
-use subloop::agent::subagent::CHILD_SYSTEM;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::ToolDefinition;
@@ -270,12 +269,13 @@ pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
             attachment: None,
             output: None,
         };
-        let reply: ModelResponse = if system == CHILD_SYSTEM {
-            child.respond(&request)
-        } else {
-            parent.respond(&request)
-        }
-        .expect("demo models do not fail");
+        let reply: ModelResponse =
+            if system == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM {
+                child.respond(&request)
+            } else {
+                parent.respond(&request)
+            }
+            .expect("demo models do not fail");
         let mut message = serde_json::to_value(&reply).expect("serializable");
         message["id"] = json!(format!("msg_mock_{count}"));
         message["type"] = json!("message");

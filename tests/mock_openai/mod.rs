@@ -7,7 +7,6 @@
 use serde_json::{Value, json};
 use subloop::Model;
 use subloop::ModelResponse;
-use subloop::agent::subagent::CHILD_SYSTEM;
 use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::ReplyBlock;
@@ -240,7 +239,7 @@ pub fn demo_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static {
             attachment: parsed.attachment.as_deref(),
             output: None,
         };
-        let reply = if parsed.system == CHILD_SYSTEM {
+        let reply = if parsed.system == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM {
             child.respond(&request)
         } else {
             parent.respond(&request)

@@ -12,7 +12,6 @@ use mock_api::{MockServer, Recorded, Reply, demo_handler, sse_body};
 use serde_json::{Value, json};
 use subloop::ModelResponse;
 use subloop::StatusKind;
-use subloop::agent::subagent::CHILD_SYSTEM;
 use subloop::core::error::FailureKind;
 use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
@@ -117,7 +116,7 @@ fn check_demo_requests(recorded: &[Recorded]) {
                 .iter()
                 .any(|b| b["cache_control"] == json!({"type": "ephemeral"}))
         );
-        if body["system"][0]["text"] == CHILD_SYSTEM {
+        if body["system"][0]["text"] == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM {
             child.push(body);
         } else {
             parent.push(body);
@@ -147,7 +146,10 @@ fn check_demo_requests(recorded: &[Recorded]) {
             .map(|t| t["name"].as_str().unwrap())
             .collect();
         assert_eq!(names, ["read_file", "run_main", "todo_write", "task"]);
-        assert_ne!(body["system"][0]["text"], CHILD_SYSTEM);
+        assert_ne!(
+            body["system"][0]["text"],
+            subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM
+        );
     }
     // Every tool_result of the parent answers the id of the call just before it.
     let last = parent.last().unwrap()["messages"]

@@ -477,7 +477,9 @@ fn subagents_streaming_side_by_side_never_tear_each_others_lines() {
     let mut child_calls = 0;
     let server = MockServer::start(move |recorded| {
         let body = recorded.json();
-        let message = if body["system"][0]["text"] == subloop::agent::subagent::CHILD_SYSTEM {
+        let message = if body["system"][0]["text"]
+            == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM
+        {
             child_calls += 1;
             let text = &texts[(child_calls - 1) % 2];
             json!({"content": [{"type": "text", "text": format!("child says {text}")}],

@@ -18,7 +18,6 @@ use mock_openai::{chunks, demo_handler, sse, stream_body, usage};
 use serde_json::{Value, json};
 use subloop::ModelResponse;
 use subloop::StatusKind;
-use subloop::agent::subagent::CHILD_SYSTEM;
 use subloop::core::error::FailureKind;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
@@ -126,7 +125,7 @@ fn check_demo_requests(recorded: &[Recorded], stream: bool) {
                 }
             }
         }
-        if messages[0]["content"] == CHILD_SYSTEM {
+        if messages[0]["content"] == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM {
             child.push(body);
         } else {
             parent.push(body);
@@ -955,7 +954,9 @@ fn side_by_side_server() -> (MockServer, Vec<String>) {
     let (mut parent_calls, mut child_calls) = (0, 0);
     let server = MockServer::start(move |recorded| {
         let body = recorded.json();
-        let completion = if body["messages"][0]["content"] == CHILD_SYSTEM {
+        let completion = if body["messages"][0]["content"]
+            == subloop::agent::subagent::SubagentConfig::CHILD_SYSTEM
+        {
             child_calls += 1;
             answer(&format!("child says {}", texts[(child_calls - 1) % 2]))
         } else {

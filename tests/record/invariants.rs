@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 
 use common::TempDir;
-use subloop::record::invariants::{Invariant, Policy, Verdict, check};
+use subloop::record::invariants::{Invariant, Policy, Verdict};
 use subloop::record::recorded::RecordedRun;
 
 /// The trace of `subloop demo ARGS`, as JSON lines.
@@ -39,7 +39,7 @@ fn demo_trace(dir: &TempDir, name: &str, args: &[&str]) -> Vec<Value> {
 
 fn verdicts_of(lines: &[Value], policy: &Policy) -> Vec<Verdict> {
     let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
-    check(&RecordedRun::parse(&text).expect("parse"), policy)
+    policy.check(&RecordedRun::parse(&text).expect("parse"))
 }
 
 fn broken(verdicts: &[Verdict]) -> Vec<Invariant> {
@@ -110,7 +110,7 @@ fn each_hand_broken_trace_breaks_its_rule() {
         [Invariant::AnsweredOnce, Invariant::Consistent]
     );
     let breach = &verdicts[0].breaches[0];
-    assert_eq!(breach.at.agent, "parent");
+    assert_eq!(breach.agent, "parent");
     assert!(breach.detail.contains("answers"), "{}", breach.detail);
 
     // A child whose first request holds more than the task.
@@ -135,10 +135,7 @@ fn each_hand_broken_trace_breaks_its_rule() {
         [Invariant::ChildStartsFresh, Invariant::Consistent]
     );
     let breach = &verdicts[3].breaches[0];
-    assert_eq!(
-        (breach.at.agent.as_str(), breach.at.call),
-        ("child-1", Some(1))
-    );
+    assert_eq!((breach.agent.as_str(), breach.call), ("child-1", Some(1)));
 
     // A child asked something other than its task.
     let mut other = deny.clone();
@@ -174,8 +171,8 @@ fn each_hand_broken_trace_breaks_its_rule() {
         broken(&verdicts),
         [Invariant::DeniedNeverRan, Invariant::Consistent]
     );
-    assert_eq!(verdicts[5].breaches[0].at.agent, "parent");
-    assert!(verdicts[5].breaches[0].at.id.is_some());
+    assert_eq!(verdicts[5].breaches[0].agent, "parent");
+    assert!(verdicts[5].breaches[0].id.is_some());
 
     // More calls than the budget.
     let verdicts = verdicts_of(
@@ -186,7 +183,7 @@ fn each_hand_broken_trace_breaks_its_rule() {
         },
     );
     assert_eq!(broken(&verdicts), [Invariant::WithinBudget]);
-    assert_eq!(verdicts[1].breaches[0].at.call, Some(3));
+    assert_eq!(verdicts[1].breaches[0].call, Some(3));
 
     // A tool that ran without being offered.
     let mut unoffered = deny.clone();

@@ -13,7 +13,6 @@ use serde_json::Value;
 use crate::host::{self, AppError, DecisionMode, Settings};
 use common::TempDir;
 use subloop::record::replay::{Difference, Part};
-use subloop::record::trace::TRACE_VERSION;
 
 fn subloop(args: &[&str]) -> Output {
     Command::new(common::bin())
@@ -115,7 +114,10 @@ fn every_trace_starts_with_its_format_version() {
     let scene = Scene::new("replay-version-line");
     let trace = scene.record("answer.json", "t.jsonl", &[]);
     let first: Value = serde_json::from_str(trace.lines().next().expect("a line")).expect("JSON");
-    assert_eq!(first["version"], TRACE_VERSION);
+    assert_eq!(
+        first["version"],
+        subloop::record::trace::TraceWriter::VERSION
+    );
     for line in trace.lines().skip(1) {
         let value: Value = serde_json::from_str(line).expect("JSON");
         assert!(
@@ -412,10 +414,12 @@ fn an_unknown_version_is_refused_and_a_trace_without_one_is_read_as_version_1() 
     }
     std::fs::write(scene.path("v0.jsonl"), format!("{first}\n{rest}")).expect("write");
     assert_reproduced(&scene.replay("v0.jsonl", &["--decision", "deny"]));
-    // `rebuild_requests` reads the same versions.
-    assert!(subloop::record::trace::rebuild_requests(&format!("{first}\n{rest}")).is_ok());
+    // `RebuiltRequest::from_trace` reads the same versions.
+    assert!(
+        subloop::record::trace::RebuiltRequest::from_trace(&format!("{first}\n{rest}")).is_ok()
+    );
     let v99 = std::fs::read_to_string(scene.path("v99.jsonl")).expect("read");
-    assert!(subloop::record::trace::rebuild_requests(&v99).is_err());
+    assert!(subloop::record::trace::RebuiltRequest::from_trace(&v99).is_err());
 }
 
 #[test]
@@ -623,7 +627,7 @@ fn the_library_replays_a_trace_it_wrote() {
     use subloop::providers::scripted::ScriptedModel;
     use subloop::record::replay::Replay;
     use subloop::record::trace::TraceWriter;
-    use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+    use subloop::tools::ReadFile;
     use subloop::{AgentBuilder, Budget, ModelResponse};
 
     let scene = Scene::new("replay-library");
@@ -631,7 +635,10 @@ fn the_library_replays_a_trace_it_wrote() {
     let workspace = scene.workspace();
     let agent = |approver: Arc<dyn subloop::Approver>, workspace: &std::path::Path| {
         AgentBuilder::new(approver)
-            .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT).expect("read_file"))
+            .read_only_tool(
+                ReadFile::new(workspace, subloop::tools::ReadFile::DEFAULT_LIMIT)
+                    .expect("read_file"),
+            )
             .expect("tool")
     };
     let replies = vec![

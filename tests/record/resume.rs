@@ -14,8 +14,7 @@ use serde_json::{Value, json};
 
 use common::TempDir;
 use subloop::record::recorded::RecordedRun;
-use subloop::record::resume::INTERRUPTED;
-use subloop::record::trace::rebuild_requests;
+use subloop::record::trace::RebuiltRequest;
 
 fn subloop(args: &[&str]) -> Output {
     Command::new(common::bin())
@@ -133,7 +132,7 @@ fn s(path: &Path) -> &str {
 /// the message right after it; returns the results by id.
 fn answered_once(trace: &Path) -> Vec<(String, String, bool)> {
     let trace = std::fs::read_to_string(trace).expect("trace");
-    let last = rebuild_requests(&trace)
+    let last = RebuiltRequest::from_trace(&trace)
         .expect("rebuild")
         .into_iter()
         .rev()
@@ -377,7 +376,11 @@ fn a_run_killed_in_a_tool_round_goes_on_without_running_that_call_again() {
     assert_eq!(results.len(), 2);
     assert_eq!(
         results[0],
-        ("toolu_01".to_owned(), INTERRUPTED.to_owned(), true)
+        (
+            "toolu_01".to_owned(),
+            subloop::record::resume::ResumeFile::INTERRUPTED.to_owned(),
+            true
+        )
     );
     assert!(
         results[1].1.starts_with("not executed"),
@@ -586,7 +589,7 @@ fn a_follow_up_question_continues_an_answered_run_with_its_whole_history() {
         "its own budget of 1; 3 calls in the run"
     );
     let all = std::fs::read_to_string(&trace).expect("trace");
-    let requests = rebuild_requests(&all).expect("rebuild");
+    let requests = RebuiltRequest::from_trace(&all).expect("rebuild");
     let last = requests.last().expect("a request");
     assert_eq!(last.call, 3);
     let texts: Vec<String> = last
@@ -725,7 +728,7 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
     let out = run_script(&ws, &rest, &["--resume", s(&trace), "--quiet"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let all = std::fs::read_to_string(&trace).expect("trace");
-    let last = rebuild_requests(&all)
+    let last = RebuiltRequest::from_trace(&all)
         .expect("rebuild")
         .pop()
         .expect("a request");
@@ -737,7 +740,11 @@ fn a_call_killed_in_a_follow_up_is_interrupted_even_if_an_earlier_call_had_its_i
     );
     assert_eq!(
         results[1],
-        ("toolu_01".to_owned(), INTERRUPTED.to_owned(), true)
+        (
+            "toolu_01".to_owned(),
+            subloop::record::resume::ResumeFile::INTERRUPTED.to_owned(),
+            true
+        )
     );
     assert_eq!(scene.runs(), 1);
 }

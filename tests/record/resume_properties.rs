@@ -17,7 +17,6 @@ use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Role;
 use subloop::record::recorded::RecordedRun;
-use subloop::record::resume::INTERRUPTED;
 
 /// One tool call of a generated reply.
 fn call() -> impl Strategy<Value = Value> {
@@ -163,7 +162,7 @@ proptest! {
                     prop_assert!(point.sent <= history.len());
                     let interrupted = common::tool_results(history)
                         .into_iter()
-                        .filter(|(_, content, _)| content == INTERRUPTED)
+                        .filter(|(_, content, _)| content == subloop::record::resume::ResumeFile::INTERRUPTED)
                         .count();
                     prop_assert_eq!(interrupted, point.interrupted.len());
                 }
@@ -303,14 +302,14 @@ proptest! {
         // The run as recorded holds every rule.
         let run = RecordedRun::parse(&text).expect("the trace reads");
         let policy = subloop::record::invariants::Policy::default();
-        let verdicts = subloop::record::invariants::check(&run, &policy);
+        let verdicts = policy.check(&run);
         prop_assert!(verdicts.iter().all(|v| v.held()), "{:?}", verdicts);
         for (index, mutation) in changes {
             let at = index.index(lines.len());
             let Some(mutated) = mutate(&lines, at, mutation) else { continue };
             // A trace that does not read is refused by view, --check and resume alike.
             let Ok(run) = RecordedRun::parse(&mutated) else { continue };
-            let verdicts = subloop::record::invariants::check(&run, &policy);
+            let verdicts = policy.check(&run);
             let held = verdicts.iter().all(|v| v.held());
             let budget = Budget::new(64).expect("budget");
             let refused = match ResumePoint::rebuild(&run, budget, OnEmptyReply::Stop) {

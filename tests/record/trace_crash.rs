@@ -99,7 +99,8 @@ fn sigkill_mid_run_loses_no_trace_line() {
     );
     assert_eq!(kinds.first().map(String::as_str), Some("request"));
     // The rebuilt requests are a consistent prefix of the run.
-    let rebuilt = subloop::record::trace::rebuild_requests(complete_after).expect("rebuild");
+    let rebuilt =
+        subloop::record::trace::RebuiltRequest::from_trace(complete_after).expect("rebuild");
     assert!(rebuilt.len() >= 10);
     for (index, request) in rebuilt.iter().enumerate() {
         assert_eq!(request.call, index as u64 + 1);

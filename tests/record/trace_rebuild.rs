@@ -18,16 +18,15 @@ use subloop::Model;
 use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
-use subloop::agent::PARENT_SYSTEM;
-use subloop::agent::subagent::{CHILD_SYSTEM, ChildBudget, SubagentConfig};
+use subloop::agent::subagent::{ChildBudget, SubagentConfig};
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::policy::permission::{AllowAll, Approver, DenyAll};
 use subloop::providers::demo::{DemoChild, DemoParent};
-use subloop::record::trace::{TraceWriter, rebuild_requests};
+use subloop::record::trace::{RebuiltRequest, TraceWriter};
 use subloop::run::model::ChildModels;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings};
+use subloop::tools::{ReadFile, RunMain, RunSettings};
 
 use common::{SeenRequest, TempDir};
 
@@ -147,16 +146,16 @@ fn the_system_prompt_is_written_on_each_agents_first_request_only() {
         assert_eq!(value.get("tool_definitions").is_some(), first, "{value}");
         if first {
             let expected = if value["agent"] == "parent" {
-                PARENT_SYSTEM
+                AgentBuilder::PARENT_SYSTEM
             } else {
-                CHILD_SYSTEM
+                SubagentConfig::CHILD_SYSTEM
             };
             assert_eq!(value["system"], expected);
         }
     }
     assert_eq!(seen, 7);
-    assert_eq!(trace.matches(PARENT_SYSTEM).count(), 1);
-    assert_eq!(trace.matches(CHILD_SYSTEM).count(), 1);
+    assert_eq!(trace.matches(AgentBuilder::PARENT_SYSTEM).count(), 1);
+    assert_eq!(trace.matches(SubagentConfig::CHILD_SYSTEM).count(), 1);
 }
 
 #[test]
@@ -246,7 +245,7 @@ fn recorded_demo(
     let path = dir.path().join("trace.jsonl");
     let children = Arc::new(RecordedDemoChildren::default());
     let agent = AgentBuilder::new(approver)
-        .read_only_tool(ReadFile::new(workspace, DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(RunMain::new(workspace, RunSettings::default()).unwrap())
         .unwrap()
@@ -280,7 +279,7 @@ fn recorded_demo(
 }
 
 fn assert_rebuilds_exactly(trace: &str, seen: &BTreeMap<String, Vec<SeenRequest>>) {
-    let rebuilt = rebuild_requests(trace).expect("the trace rebuilds");
+    let rebuilt = RebuiltRequest::from_trace(trace).expect("the trace rebuilds");
     let total: usize = seen.values().map(Vec::len).sum();
     assert_eq!(rebuilt.len(), total);
     for (agent, requests) in seen {
@@ -313,7 +312,7 @@ fn the_trace_rebuilds_every_request_of_the_allow_run() {
     for request in &seen["child-1"] {
         let names: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["read_file"]);
-        assert_eq!(request.system, CHILD_SYSTEM);
+        assert_eq!(request.system, SubagentConfig::CHILD_SYSTEM);
         assert_eq!(request.attachment, None);
     }
     for request in &seen["parent"] {
@@ -340,7 +339,7 @@ fn a_cut_last_line_is_an_error_naming_it() {
     let (_, trace) = library_demo(DecisionMode::Deny, 4);
     let count = trace.lines().count();
     let cut = &trace[..trace.len() - 10];
-    let err = rebuild_requests(cut).unwrap_err();
+    let err = RebuiltRequest::from_trace(cut).unwrap_err();
     assert!(err.starts_with(&format!("line {count}:")), "{err}");
 }
 
@@ -368,7 +367,7 @@ fn the_binary_s_trace_rebuilds_the_seven_demo_requests() {
         7
     );
     // The binary's trace rebuilds into the same seven requests.
-    let rebuilt = rebuild_requests(&trace).unwrap();
+    let rebuilt = RebuiltRequest::from_trace(&trace).unwrap();
     let agents: Vec<(&str, u64)> = rebuilt.iter().map(|r| (r.agent.as_str(), r.call)).collect();
     assert_eq!(
         agents,

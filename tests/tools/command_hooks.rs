@@ -29,7 +29,7 @@ use subloop::policy::command_hooks::CommandHooks;
 use subloop::policy::hooks::Phase;
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile};
+use subloop::tools::ReadFile;
 use subloop::{AgentBuilder, Budget, ModelResponse, StatusKind};
 
 fn have(program: &str) -> bool {
@@ -1101,7 +1101,7 @@ fn library_run(driver: common::Driver) {
         .workspace(ws.path());
     assert!(hooks.has(HookEvent::PreToolUse) && !hooks.has(HookEvent::SessionEnd));
     let agent = AgentBuilder::new(Arc::new(AllowAll))
-        .read_only_tool(ReadFile::new(ws.path(), DEFAULT_READ_LIMIT).expect("read_file"))
+        .read_only_tool(ReadFile::new(ws.path(), ReadFile::DEFAULT_LIMIT).expect("read_file"))
         .expect("registry")
         .command_hooks(hooks)
         .build();

@@ -18,7 +18,12 @@ use subloop::core::protocol::Block;
 use subloop::core::protocol::Role;
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::tools::schema::validate;
+use subloop::tools::schema::{Schema, SchemaError};
+
+/// `value` checked against `schema`.
+fn validate(schema: &Value, value: &Value) -> Result<(), SchemaError> {
+    Schema::new(schema).validate(value)
+}
 use subloop::tools::{Capability, Tool, ToolContext};
 
 type Runs = Arc<Mutex<HashMap<String, usize>>>;

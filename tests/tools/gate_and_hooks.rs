@@ -22,9 +22,7 @@ use subloop::core::conversation::ToolOutput;
 use subloop::core::protocol::ToolUseId;
 use subloop::policy::hooks::{AuditEntry, Hook, HookCall, HookError, Hooks, Phase, Verdict};
 use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
-use subloop::tools::{
-    Capability, DEFAULT_READ_LIMIT, ReadFile, RunMain, RunSettings, Tool, ToolContext,
-};
+use subloop::tools::{Capability, ReadFile, RunMain, RunSettings, Tool, ToolContext};
 
 /// A read-only tool that counts its runs.
 #[derive(Clone)]
@@ -289,7 +287,7 @@ fn an_after_hook_sees_the_result() {
     tmp.write("a.txt", "alpha\n");
     let hook = TestHook::new("watch", Before::Continue, After::Ok);
     let builder = AgentBuilder::new(Arc::new(AllowAll))
-        .read_only_tool(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .hooks(Hooks::none().with(hook.clone()));
     let report = run(
@@ -517,7 +515,7 @@ fn read_only_tools_never_reach_the_approver() {
     };
     let counter = Counting::new("count", Capability::ReadOnly);
     let builder = AgentBuilder::new(Arc::new(approver))
-        .read_only_tool(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(counter.clone())
         .unwrap()

@@ -716,7 +716,7 @@ fn a_changed_tool_list_holds_for_the_next_agent_on_the_same_servers() {
         return;
     }
     let ws = workspace();
-    let servers = vec![config::parse_server_flag(&server(&ws)).expect("spec")];
+    let servers = vec![config::ServerConfig::parse_flag(&server(&ws)).expect("spec")];
     let tools = McpTools::start(&servers, &McpSettings::new(65536, Duration::from_secs(20)))
         .expect("started");
     let agent = |replies: Vec<Value>| {
@@ -866,7 +866,7 @@ fn in_async_runs_servers_are_tasks_and_a_dropped_call_is_cancelled() {
         return;
     }
     let ws = workspace();
-    let servers = vec![config::parse_server_flag(&server(&ws)).expect("spec")];
+    let servers = vec![config::ServerConfig::parse_flag(&server(&ws)).expect("spec")];
     let settings = McpSettings::new(65536, Duration::from_secs(20));
     let runtime = common::runtime();
     runtime.block_on(async {

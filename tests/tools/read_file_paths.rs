@@ -14,7 +14,7 @@ use common::TempDir;
 use serde_json::json;
 use subloop::core::agent_id::AgentId;
 use subloop::core::conversation::ToolCall;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadError, ReadFile, Resolution, Tool, ToolContext};
+use subloop::tools::{ReadError, ReadFile, Resolution, Tool, ToolContext};
 
 /// A workspace `ws/` inside a temp dir, with `outside/secret.txt` next to it.
 struct Fixture {
@@ -72,7 +72,7 @@ fn mkfifo(path: &Path) {
 #[test]
 fn a_plain_file_inside_is_read() {
     let fx = Fixture::new("rf-plain");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(read_within(&reader, "hello.txt").unwrap(), "hello\n");
     assert_eq!(read_within(&reader, "./sub/inner.txt").unwrap(), "inner\n");
 }
@@ -80,7 +80,7 @@ fn a_plain_file_inside_is_read() {
 #[test]
 fn absolute_paths_are_refused() {
     let fx = Fixture::new("rf-abs");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(refused(&reader, "/etc/passwd"), ReadError::Absolute);
     // Even an absolute path that points into the workspace itself.
     let inside = fx.ws().join("hello.txt");
@@ -93,7 +93,7 @@ fn absolute_paths_are_refused() {
 #[test]
 fn dotdot_leaving_the_workspace_is_refused() {
     let fx = Fixture::new("rf-dotdot");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(
         refused(&reader, "../outside/secret.txt"),
         ReadError::Escapes
@@ -109,7 +109,7 @@ fn dotdot_leaving_the_workspace_is_refused() {
 #[test]
 fn dotdot_that_stays_inside_is_fine() {
     let fx = Fixture::new("rf-dotdot-in");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(read_within(&reader, "sub/../hello.txt").unwrap(), "hello\n");
     assert_eq!(
         read_within(&reader, "sub/./../sub/inner.txt").unwrap(),
@@ -123,7 +123,7 @@ fn a_symlink_to_a_file_outside_is_refused() {
     symlink(fx.outside().join("secret.txt"), fx.ws().join("leak.txt")).unwrap();
     // A relative symlink target too.
     symlink("../outside/secret.txt", fx.ws().join("leak2.txt")).unwrap();
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(refused(&reader, "leak.txt"), ReadError::OutsideWorkspace);
     assert_eq!(refused(&reader, "leak2.txt"), ReadError::OutsideWorkspace);
 }
@@ -132,7 +132,7 @@ fn a_symlink_to_a_file_outside_is_refused() {
 fn a_symlinked_directory_pointing_outside_is_refused() {
     let fx = Fixture::new("rf-dirlink-out");
     symlink(fx.outside(), fx.ws().join("link")).unwrap();
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(
         refused(&reader, "link/secret.txt"),
         ReadError::OutsideWorkspace
@@ -150,7 +150,7 @@ fn symlinks_inside_pointing_inside_are_fine() {
     let fx = Fixture::new("rf-link-in");
     symlink("hello.txt", fx.ws().join("alias.txt")).unwrap();
     symlink("sub", fx.ws().join("subalias")).unwrap();
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(read_within(&reader, "alias.txt").unwrap(), "hello\n");
     assert_eq!(
         read_within(&reader, "subalias/inner.txt").unwrap(),
@@ -161,7 +161,7 @@ fn symlinks_inside_pointing_inside_are_fine() {
 #[test]
 fn directories_are_refused() {
     let fx = Fixture::new("rf-dir");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(
         refused(&reader, "sub"),
         ReadError::NotRegular("a directory")
@@ -177,7 +177,7 @@ fn directories_are_refused() {
 fn a_fifo_is_refused_without_hanging() {
     let fx = Fixture::new("rf-fifo");
     mkfifo(&fx.ws().join("pipe"));
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     let started = Instant::now();
     assert_eq!(refused(&reader, "pipe"), ReadError::NotRegular("a FIFO"));
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -193,7 +193,7 @@ fn a_fifo_is_refused_without_hanging() {
 fn a_unix_socket_is_refused() {
     let fx = Fixture::new("rf-sock");
     let _listener = std::os::unix::net::UnixListener::bind(fx.ws().join("sock")).unwrap();
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(refused(&reader, "sock"), ReadError::NotRegular("a socket"));
 }
 
@@ -202,7 +202,7 @@ fn devices_are_refused() {
     let fx = Fixture::new("rf-dev");
     symlink("/dev/null", fx.ws().join("null")).unwrap();
     symlink("/dev/zero", fx.ws().join("zero")).unwrap();
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     for path in ["null", "zero"] {
         let err = refused(&reader, path);
         assert!(
@@ -235,7 +235,7 @@ fn devices_are_refused() {
 #[test]
 fn a_device_inside_the_workspace_is_refused_as_a_device() {
     // With `/dev` as the workspace, the devices are inside it: only the type check stops them.
-    let reader = ReadFile::new(Path::new("/dev"), DEFAULT_READ_LIMIT).unwrap();
+    let reader = ReadFile::new(Path::new("/dev"), ReadFile::DEFAULT_LIMIT).unwrap();
     assert_eq!(refused(&reader, "null"), ReadError::NotRegular("a device"));
     assert_eq!(refused(&reader, "zero"), ReadError::NotRegular("a device"));
     assert_eq!(
@@ -247,7 +247,7 @@ fn a_device_inside_the_workspace_is_refused_as_a_device() {
 #[test]
 fn nul_bytes_and_overlong_paths_are_refused() {
     let fx = Fixture::new("rf-nul");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(refused(&reader, "hello.txt\0"), ReadError::Nul);
     assert_eq!(refused(&reader, "a\0/../hello.txt"), ReadError::Nul);
     let long = "a/".repeat(2100) + "hello.txt";
@@ -261,7 +261,7 @@ fn nul_bytes_and_overlong_paths_are_refused() {
 #[test]
 fn missing_files_are_refused() {
     let fx = Fixture::new("rf-missing");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(refused(&reader, "nope.txt"), ReadError::NotFound);
     assert_eq!(refused(&reader, "sub/nope/deeper.txt"), ReadError::NotFound);
     // A dangling symlink inside is missing too.
@@ -274,7 +274,7 @@ fn non_utf8_content_is_refused() {
     let fx = Fixture::new("rf-utf8");
     fx.tmp.write("ws/latin1.txt", b"caf\xe9\n");
     fx.tmp.write("ws/bin.dat", [0xffu8, 0xfe, 0x00, 0x80]);
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     assert_eq!(refused(&reader, "latin1.txt"), ReadError::NotUtf8);
     assert_eq!(refused(&reader, "bin.dat"), ReadError::NotUtf8);
 }
@@ -365,7 +365,7 @@ fn a_20_mb_file_with_limit_16_returns_quickly() {
 #[test]
 fn errors_through_the_tool_are_error_results() {
     let fx = Fixture::new("rf-tool");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     let run = |path: &str| {
         let call = ToolCall::new("t1", "read_file", json!({ "path": path }));
         let span = tracing::Span::none();
@@ -403,9 +403,9 @@ fn a_bad_workspace_or_zero_limit_is_a_setup_error() {
 fn both_resolutions(ws: &Path) -> Vec<(Resolution, ReadFile)> {
     let mut readers = vec![(
         Resolution::Walk,
-        ReadFile::with_resolution(ws, DEFAULT_READ_LIMIT, Resolution::Walk).unwrap(),
+        ReadFile::with_resolution(ws, ReadFile::DEFAULT_LIMIT, Resolution::Walk).unwrap(),
     )];
-    match ReadFile::with_resolution(ws, DEFAULT_READ_LIMIT, Resolution::Openat2) {
+    match ReadFile::with_resolution(ws, ReadFile::DEFAULT_LIMIT, Resolution::Openat2) {
         Ok(reader) => readers.push((Resolution::Openat2, reader)),
         Err(err) => common::skipped(format!("openat2 cases: {err}")),
     }
@@ -493,7 +493,7 @@ fn the_walk_and_openat2_give_the_same_answers() {
 #[test]
 fn the_default_resolution_is_openat2_where_the_kernel_has_it() {
     let fx = Fixture::new("rf-default");
-    let reader = fx.reader(DEFAULT_READ_LIMIT);
+    let reader = fx.reader(ReadFile::DEFAULT_LIMIT);
     let kernel = ReadFile::with_resolution(&fx.ws(), 16, Resolution::Openat2).is_ok();
     let expected = if kernel {
         Resolution::Openat2

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::TempDir;
-use subloop::tools::{DEFAULT_READ_LIMIT, ReadFile, Resolution};
+use subloop::tools::{ReadFile, Resolution};
 
 /// Set (to the workspace) when this binary runs under `strace`.
 const CHILD_ENV: &str = "SUBLOOP_TRACED_READS_WORKSPACE";
@@ -29,7 +29,7 @@ fn traced_reads() {
     let ws = Path::new(&ws);
     for resolution in [Resolution::Openat2, Resolution::Walk] {
         marker(&format!("begin-setup-{resolution:?}"));
-        let made = ReadFile::with_resolution(ws, DEFAULT_READ_LIMIT, resolution);
+        let made = ReadFile::with_resolution(ws, ReadFile::DEFAULT_LIMIT, resolution);
         marker(&format!("end-setup-{resolution:?}"));
         let Ok(reader) = made else {
             continue;

@@ -19,15 +19,19 @@ use subloop::StatusKind;
 use subloop::core::call::CallDecision;
 use subloop::core::conversation::ToolOutput;
 use subloop::core::error::SetupError;
-use subloop::core::plan::SharedPlan;
 use subloop::policy::permission::AllowAll;
-use subloop::tools::schema::{SchemaError, validate};
+use subloop::tools::schema::{Schema, SchemaError};
 use subloop::tools::{
-    Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyRegistry, ReadOnlyTool, Registry, RunMain,
-    RunSettings, TodoWrite, Tool, ToolContext,
+    Capability, ReadFile, ReadOnlyRegistry, ReadOnlyTool, Registry, RunMain, RunSettings, Tool,
+    ToolContext,
 };
 
 // ---------------------------------------------------------------- validator
+
+/// `value` checked against `schema`.
+fn validate(schema: &Value, value: &Value) -> Result<(), SchemaError> {
+    Schema::new(schema).validate(value)
+}
 
 fn err(schema: &Value, value: Value) -> SchemaError {
     validate(schema, &value).expect_err(&format!("{value} should be refused"))
@@ -471,7 +475,7 @@ fn refs_follow_recursive_types_and_stop_on_loops() {
 #[test]
 fn the_builtin_schemas_refuse_bad_arguments() {
     let tmp = TempDir::new("schema-builtin");
-    let read = ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap();
+    let read = ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap();
     let schema = read.input_schema();
     validate(&schema, &json!({"path": "a.txt"})).unwrap();
     assert_eq!(err(&schema, json!({})).path, "input.path");
@@ -483,8 +487,12 @@ fn the_builtin_schemas_refuse_bad_arguments() {
     );
     assert_eq!(err(&schema, json!("a.txt")).path, "input");
 
-    let todo = TodoWrite::new(SharedPlan::new());
-    let schema = todo.input_schema();
+    let planning = AgentBuilder::new(Arc::new(AllowAll)).plan().unwrap();
+    let schema = planning
+        .registry()
+        .get("todo_write")
+        .expect("plan() registers todo_write")
+        .input_schema();
     let e = err(
         &schema,
         json!({"items": [{"id": "1", "text": "t", "status": "pending"}, {"id": "2", "text": "t", "status": "blocked"}]}),
@@ -569,9 +577,8 @@ fn duplicate_names_are_refused() {
     assert_eq!(registry.definitions().len(), 1);
 
     let builder = AgentBuilder::new(Arc::new(AllowAll)).plan().unwrap();
-    let plan = SharedPlan::new();
     assert_eq!(
-        builder.tool(TodoWrite::new(plan)).err(),
+        builder.tool(Counting::new("todo_write")).err(),
         Some(SetupError::DuplicateTool("todo_write".to_owned()))
     );
 }
@@ -581,7 +588,7 @@ fn definitions_and_dispatch_come_from_the_same_list() {
     let tmp = TempDir::new("registry-same");
     let mut registry = Registry::new();
     registry
-        .register_read_only(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .register_read_only(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap();
     registry.register(Counting::new("count")).unwrap();
     registry
@@ -606,14 +613,15 @@ fn read_only_subset_refuses_unknown_and_non_read_only_tools() {
     let tmp = TempDir::new("registry-subset");
     let mut registry = Registry::new();
     registry
-        .register_read_only(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .register_read_only(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap();
     registry
         .register(RunMain::new(tmp.path(), RunSettings::default()).unwrap())
         .unwrap();
-    registry
-        .register(TodoWrite::new(SharedPlan::new()))
-        .unwrap();
+    // Plans, as the real todo_write does.
+    let mut todo = Counting::new("todo_write");
+    todo.capability = Capability::Plans;
+    registry.register(todo).unwrap();
     // Read-only by capability, but registered as a general tool.
     registry.register(Counting::new("general")).unwrap();
     // Registered as read-only, but its capability says otherwise.
@@ -732,7 +740,7 @@ fn invalid_arguments_are_refused_and_the_tool_does_not_run() {
         Ok(ModelResponse::answer("done")),
     ]);
     let report = AgentBuilder::new(Arc::new(AllowAll))
-        .read_only_tool(ReadFile::new(tmp.path(), DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(tmp.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(count.clone())
         .unwrap()

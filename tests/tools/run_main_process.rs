@@ -18,7 +18,7 @@ use subloop::StatusKind;
 use subloop::core::call::CallDecision;
 use subloop::core::conversation::ToolOutput;
 use subloop::policy::permission::{AllowAll, Approver, DenyAll};
-use subloop::tools::{RunMain, RunSettings, split_command};
+use subloop::tools::{RunMain, RunSettings};
 
 /// A parent that calls `run_main` once and then answers.
 fn run_main_once(approver: Arc<dyn Approver>, tool: RunMain) -> subloop::RunReport {
@@ -320,25 +320,25 @@ fn the_program_runs_in_the_workspace() {
 #[test]
 fn split_command_handles_quotes() {
     assert_eq!(
-        split_command("python3 main.py").unwrap(),
+        RunSettings::split_command("python3 main.py").unwrap(),
         ["python3", "main.py"]
     );
     assert_eq!(
-        split_command("  python3   -u\t'my main.py'  ").unwrap(),
+        RunSettings::split_command("  python3   -u\t'my main.py'  ").unwrap(),
         ["python3", "-u", "my main.py"]
     );
     assert_eq!(
-        split_command(r#"sh -c "echo \"hi\" \\ there""#).unwrap(),
+        RunSettings::split_command(r#"sh -c "echo \"hi\" \\ there""#).unwrap(),
         ["sh", "-c", r#"echo "hi" \ there"#]
     );
     assert_eq!(
-        split_command(r#"a\ b 'c'd"e f"g"#).unwrap(),
+        RunSettings::split_command(r#"a\ b 'c'd"e f"g"#).unwrap(),
         ["a b", "cde fg"]
     );
-    assert_eq!(split_command("run ''").unwrap(), ["run", ""]);
+    assert_eq!(RunSettings::split_command("run ''").unwrap(), ["run", ""]);
     // A shell would expand these; split_command keeps them literally.
     assert_eq!(
-        split_command("echo $HOME; rm *").unwrap(),
+        RunSettings::split_command("echo $HOME; rm *").unwrap(),
         ["echo", "$HOME;", "rm", "*"]
     );
 }
@@ -353,7 +353,10 @@ fn split_command_rejects_unbalanced_quotes_and_empty_lines() {
         "",
         "   \t ",
     ] {
-        assert!(split_command(line).is_err(), "{line:?} was accepted");
+        assert!(
+            RunSettings::split_command(line).is_err(),
+            "{line:?} was accepted"
+        );
     }
     assert!(
         RunMain::new(

@@ -17,10 +17,7 @@ use subloop::Model;
 use subloop::ModelResponse;
 use subloop::RunReport;
 use subloop::StatusKind;
-use subloop::agent::PARENT_SYSTEM;
-use subloop::agent::subagent::{
-    CHILD_SYSTEM, ChildBudget, MAX_SUMMARY_CHARS, SubagentConfig, TRUNCATION_NOTE,
-};
+use subloop::agent::subagent::{ChildBudget, SubagentConfig, TaskTool};
 use subloop::core::call::CallDecision;
 use subloop::core::conversation::ToolOutput;
 use subloop::core::error::ModelFailure;
@@ -33,10 +30,9 @@ use subloop::policy::hooks::{Hook, HookCall, HookError, Hooks, Verdict};
 use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedReply;
-use subloop::run::model::{AsyncModel, ChildModels, ModelFuture, Received};
-use subloop::tools::{
-    Capability, DEFAULT_READ_LIMIT, ReadFile, ReadOnlyTool, RunMain, RunSettings, Tool, ToolContext,
-};
+use subloop::run::BoxFuture;
+use subloop::run::model::{AsyncModel, ChildModels, Received};
+use subloop::tools::{Capability, ReadFile, ReadOnlyTool, RunMain, RunSettings, Tool, ToolContext};
 
 use common::{RecordingModel, SeenRequest, TempDir};
 
@@ -225,7 +221,7 @@ fn marker(dir: &TempDir) -> PathBuf {
 /// The full parent tool set: read_file (read-only), run_main, todo_write.
 fn builder(ws: &Path, approver: Arc<dyn Approver>) -> AgentBuilder {
     AgentBuilder::new(approver)
-        .read_only_tool(ReadFile::new(ws, DEFAULT_READ_LIMIT).unwrap())
+        .read_only_tool(ReadFile::new(ws, ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .tool(RunMain::new(ws, RunSettings::default()).unwrap())
         .unwrap()
@@ -337,8 +333,8 @@ fn parent_and_child_histories_are_separate() {
         vec![Message::user_text("Read main.py and say what it prints.")]
     );
     for request in &seen {
-        assert_eq!(request.system, CHILD_SYSTEM);
-        assert_ne!(request.system, PARENT_SYSTEM);
+        assert_eq!(request.system, SubagentConfig::CHILD_SYSTEM);
+        assert_ne!(request.system, AgentBuilder::PARENT_SYSTEM);
         assert_eq!(request.attachment, None, "no plan for the child");
     }
     // The child's second request holds only its own messages.
@@ -349,7 +345,7 @@ fn parent_and_child_histories_are_separate() {
     let parent_seen = parent.requests();
     assert_eq!(parent_seen.len(), 2);
     for request in &parent_seen {
-        assert_eq!(request.system, PARENT_SYSTEM);
+        assert_eq!(request.system, AgentBuilder::PARENT_SYSTEM);
         assert!(
             request.attachment.is_some(),
             "the plan is attached to the parent"
@@ -720,9 +716,9 @@ fn summary_run(text: String) -> (String, bool, RunReport) {
 
 #[test]
 fn a_summary_of_1201_characters_is_truncated_and_flagged() {
-    assert_eq!(MAX_SUMMARY_CHARS, 1200);
+    assert_eq!(TaskTool::MAX_SUMMARY_CHARS, 1200);
     assert_eq!(
-        TRUNCATION_NOTE,
+        TaskTool::TRUNCATION_NOTE,
         "(summary too long, truncated; narrow the task)"
     );
     let text: String = (0..1201)
@@ -741,7 +737,7 @@ fn a_summary_of_1201_characters_is_truncated_and_flagged() {
     assert_eq!(summary, expected);
     assert_eq!(
         summary.chars().count(),
-        1200 + TRUNCATION_NOTE.chars().count()
+        1200 + TaskTool::TRUNCATION_NOTE.chars().count()
     );
     // The child's own outcome keeps the whole text; only the report is cut.
     assert_eq!(report.children[0].outcome.text, text);
@@ -769,7 +765,7 @@ fn multibyte_summaries_are_cut_at_character_boundaries() {
     assert!(is_error);
     let summary = report_json(&raw)["summary"].as_str().unwrap().to_owned();
     let kept: String = text.chars().take(1200).collect();
-    assert_eq!(summary, format!("{kept}{TRUNCATION_NOTE}"));
+    assert_eq!(summary, format!("{kept}{}", TaskTool::TRUNCATION_NOTE));
 
     // 1200 multibyte characters (more than 1200 bytes) pass whole.
     let text: String = (0..1200).map(|i| cycle[i % cycle.len()]).collect();
@@ -1019,7 +1015,7 @@ fn whitelist_errors_at_construction() {
 
     // read_file registered as a general tool cannot be whitelisted either.
     let err = AgentBuilder::new(Arc::new(AllowAll))
-        .tool(ReadFile::new(ws.path(), DEFAULT_READ_LIMIT).unwrap())
+        .tool(ReadFile::new(ws.path(), ReadFile::DEFAULT_LIMIT).unwrap())
         .unwrap()
         .subagents(config())
         .unwrap_err();
@@ -1436,7 +1432,7 @@ impl AsyncModel for RendezvousModel {
     fn respond_async<'a>(
         &'a mut self,
         _request: &'a subloop::core::protocol::Request<'_>,
-    ) -> ModelFuture<'a> {
+    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
         use std::sync::atomic::Ordering;
         Box::pin(async move {
             self.arrived.fetch_add(1, Ordering::SeqCst);

@@ -5,16 +5,15 @@
 //!
 //! [`CommandHooks`] is built once from the settings ([`CommandHooks::load`])
 //! and handed to the agent (`AgentBuilder::command_hooks`), which runs them
-//! for the parent and every child. An embedder can also run an event's
-//! hooks itself with [`CommandHooks::run`].
+//! for the parent and every child.
 //!
 //! Hooks of one event run one after another, in the order written, each
 //! whose matcher matches; the first that blocks, denies, fails closed or
 //! says `continue: false` ends the event (the later ones do not run). A
 //! hook runs as `run_main` runs a program: `sh -c` in the workspace, in its
-//! own process group (killed at its timeout, default 60 s, and when
-//! subloop ends), its environment cleared to [`HOOK_ENV`], its output read
-//! up to [`HOOK_OUTPUT_CAP`]. It starts hardened: pid 1 of a PID namespace
+//! own process group (killed at its timeout, default 60 s, [`CommandHooks::DEFAULT_TIMEOUT`], and when
+//! subloop ends), its environment cleared to [`CommandHooks::HOOK_ENV`], its output read
+//! up to [`CommandHooks::OUTPUT_CAP`]. It starts hardened: pid 1 of a PID namespace
 //! of its own where the machine allows one (what it leaves behind dies with
 //! it), no descriptor but its stdio, `no_new_privs`, no capability.
 
@@ -22,8 +21,7 @@ mod output;
 mod process;
 mod settings;
 
-pub use process::{HOOK_ENV, HOOK_OUTPUT_CAP};
-pub use settings::{DEFAULT_HOOK_TIMEOUT, HookSettingsError};
+pub use settings::HookSettingsError;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,7 +35,7 @@ use crate::run::process::Programs;
 use settings::Config;
 
 /// The `agent_type` of a child in a hook's input (the parent's is `parent`).
-pub const SUBAGENT_TYPE: &str = "subagent";
+const SUBAGENT_TYPE: &str = "subagent";
 
 /// The command hooks of a settings file, with what a run tells them: the
 /// session id, the trace (`transcript_path`) and the workspace (`cwd`).
@@ -78,6 +76,19 @@ fn new_session_id() -> String {
 }
 
 impl CommandHooks {
+    /// How long a hook may run when its settings give no `timeout`.
+    pub const DEFAULT_TIMEOUT: std::time::Duration = settings::DEFAULT_HOOK_TIMEOUT;
+
+    /// How many bytes of a hook's stdout, and of its stderr, are read; the
+    /// rest is counted and dropped, and a hook whose output was cut counts
+    /// as failed (its JSON is not whole).
+    pub const OUTPUT_CAP: usize = process::HOOK_OUTPUT_CAP;
+
+    /// The variables of subloop's environment a hook gets (when set); every
+    /// other one (API keys among them) is left out. `CLAUDE_PROJECT_DIR` and
+    /// `SUBLOOP_WORKSPACE` are set to the workspace.
+    pub const HOOK_ENV: [&'static str; 10] = process::HOOK_ENV;
+
     /// No hook at all.
     pub fn none() -> Self {
         Self::with_config(Config::default())
@@ -188,7 +199,7 @@ impl CommandHooks {
     }
 
     /// The JSON object a hook reads on stdin for `input`.
-    pub fn input_json(&self, input: &HookInput<'_>) -> Value {
+    pub(crate) fn input_json(&self, input: &HookInput<'_>) -> Value {
         let mut object = Map::new();
         object.insert("session_id".into(), json!(self.session_id));
         if let Some(trace) = &self.transcript {
@@ -234,7 +245,7 @@ impl CommandHooks {
     /// Runs the hooks of `input`'s event whose matcher matches, in the
     /// order written, until one blocks, denies, fails closed or stops the
     /// run; returns what they decided together, with a record of each.
-    pub fn run(&self, input: &HookInput<'_>) -> HookOutcome {
+    pub(crate) fn run(&self, input: &HookInput<'_>) -> HookOutcome {
         let mut outcome = HookOutcome::default();
         if !self.has(input.event) {
             return outcome;
@@ -301,7 +312,7 @@ impl CommandHooks {
 }
 
 /// `parent`, or [`SUBAGENT_TYPE`] for a child.
-pub fn agent_type(agent: &AgentId) -> &'static str {
+fn agent_type(agent: &AgentId) -> &'static str {
     match agent {
         AgentId::Parent => "parent",
         AgentId::Child { .. } => SUBAGENT_TYPE,
@@ -312,7 +323,7 @@ pub fn agent_type(agent: &AgentId) -> &'static str {
 /// event; every input also carries the agent (`agent_id`, `agent_type`,
 /// and a child's `parent_tool_use_id`).
 #[derive(Debug, Clone, Copy)]
-pub struct HookInput<'a> {
+pub(crate) struct HookInput<'a> {
     event: HookEvent,
     agent: &'a AgentId,
     call: Option<&'a ToolCall>,
@@ -428,7 +439,7 @@ impl<'a> HookInput<'a> {
 /// What an event's hooks decided together.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum HookVerdict {
+pub(crate) enum HookVerdict {
     /// No decision.
     #[default]
     Continue,
@@ -446,7 +457,7 @@ pub enum HookVerdict {
 /// the run is to stop, their warnings and a record of each.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
-pub struct HookOutcome {
+pub(crate) struct HookOutcome {
     /// What they decided.
     pub verdict: HookVerdict,
     /// Context for the model, in order.

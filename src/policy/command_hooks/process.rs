@@ -30,12 +30,12 @@ const GRACE: Duration = Duration::from_millis(500);
 /// How many bytes of a hook's stdout, and of its stderr, are read; the
 /// rest is counted and dropped, and a hook whose output was cut counts as
 /// failed (its JSON is not whole).
-pub const HOOK_OUTPUT_CAP: usize = 1024 * 1024;
+pub(crate) const HOOK_OUTPUT_CAP: usize = 1024 * 1024;
 
 /// The variables of subloop's environment a hook gets (when set); every
 /// other one (API keys among them) is left out. `CLAUDE_PROJECT_DIR` and
 /// `SUBLOOP_WORKSPACE` are set to the workspace.
-pub const HOOK_ENV: [&str; 10] = [
+pub(crate) const HOOK_ENV: [&str; 10] = [
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
 ];
 

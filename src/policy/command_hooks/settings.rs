@@ -21,7 +21,7 @@ use thiserror::Error;
 use crate::core::hook::HookEvent;
 
 /// How long a hook may run when its settings give no `timeout`.
-pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A settings file whose hooks cannot be used.
 #[derive(Debug, Error)]

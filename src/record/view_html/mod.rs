@@ -6,7 +6,7 @@
 //! at the top of the call that answers it.
 //!
 //! The page is the run's data (built here, from the [`RecordedRun`] and the
-//! [`Verdict`]s of [`crate::record::invariants::check`], so the checks have one
+//! [`Verdict`]s of [`crate::record::invariants::Policy::check`], so the checks have one
 //! definition) and a script that draws it. Everything is inline: no font,
 //! script, style or image comes from anywhere else, and the page's content
 //! security policy forbids any request. Text from the trace is only ever set
@@ -35,7 +35,7 @@ use crate::record::recorded::{RecordedOutcome, RecordedRun};
 
 mod output;
 
-pub use output::{PageOutput, PageTrace, write_for_trace};
+pub use output::{PageOutput, PageTrace};
 
 const STYLE: &str = include_str!("page.css");
 const SCRIPT: &str = include_str!("page.js");
@@ -43,7 +43,7 @@ const SCRIPT: &str = include_str!("page.js");
 /// What the page counts, as the trace has it: the browser check compares
 /// these with what the page drew.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Agents that made a model call (parent and children).
     pub lanes: usize,
     /// Model calls of every agent.
@@ -55,7 +55,13 @@ pub struct Counts {
 /// The page for `run`: `verdicts` are its invariant checks, `policy` the
 /// budgets they were checked against (shown on the meters), `title` names
 /// the run (the trace's file name).
-pub fn page(run: &RecordedRun, verdicts: &[Verdict], policy: &Policy, title: &str) -> String {
+#[cfg(any(test, feature = "testing"))]
+pub(crate) fn page(
+    run: &RecordedRun,
+    verdicts: &[Verdict],
+    policy: &Policy,
+    title: &str,
+) -> String {
     let mut out = Vec::new();
     // Writing to memory cannot fail.
     let _ = write_page(&mut out, run, verdicts, policy, title);
@@ -87,12 +93,6 @@ fn write_page(
         out,
         "</script>\n<script>\n{SCRIPT}</script>\n</body>\n</html>\n"
     )
-}
-
-/// The counts of `run` the page draws.
-pub fn counts(run: &RecordedRun) -> Counts {
-    let (_, counts) = model(run, &[], &Policy::default(), "");
-    counts
 }
 
 /// Lanes in order: the parent, then children by number.
@@ -232,9 +232,9 @@ fn model<'a>(
                 "rule": verdict.invariant.rule(),
                 "held": verdict.held(),
                 "breaches": verdict.breaches.iter().map(|breach| json!({
-                    "agent": breach.at.agent,
-                    "call": breach.at.call,
-                    "id": breach.at.id,
+                    "agent": breach.agent,
+                    "call": breach.call,
+                    "id": breach.id,
                     "detail": breach.detail,
                 })).collect::<Vec<_>>(),
             })

@@ -150,10 +150,23 @@ impl PageOutput {
     }
 }
 
-/// `subloop view TRACE -o FILE`: the page of `run` (read from `trace`)
-/// and its `verdicts` written to `output` (checked like a trace file, never
-/// the trace itself; an old page is replaced only by the new one).
-pub fn write_for_trace(
+impl PageOutput {
+    /// `subloop view TRACE -o FILE`: the page of `run` (read from `trace`)
+    /// and its `verdicts` written to `output` (checked like a trace file, never
+    /// the trace itself; an old page is replaced only by the new one).
+    pub fn write_for_trace(
+        trace: &Path,
+        output: &Path,
+        run: &RecordedRun,
+        verdicts: &[invariants::Verdict],
+        policy: &Policy,
+    ) -> Result<(), String> {
+        write_for_trace(trace, output, run, verdicts, policy)
+    }
+}
+
+/// [`PageOutput::write_for_trace`].
+fn write_for_trace(
     trace: &Path,
     output: &Path,
     run: &RecordedRun,

@@ -4,12 +4,14 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use thiserror::Error;
+
+use super::McpError;
 
 use crate::tools::split_command;
 
 /// The longest tool name the API accepts.
-pub const MAX_TOOL_NAME: usize = 64;
+#[cfg(feature = "mcp")]
+pub(crate) const MAX_TOOL_NAME: usize = 64;
 
 /// One configured server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,42 +28,6 @@ pub struct ServerConfig {
     pub read_only: Vec<String>,
     /// Whether the server's `readOnlyHint` annotations count as the host's mark.
     pub trust_annotations: bool,
-}
-
-/// A configuration that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[non_exhaustive]
-pub enum McpConfigError {
-    /// The file is not JSON of the expected shape.
-    #[error("MCP config {source_name}: {message}")]
-    Invalid {
-        /// The file (or flag) it came from.
-        source_name: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// A server name that cannot be part of a tool name.
-    #[error(
-        "MCP server name {0:?} is not usable: use 1 to 40 letters, digits, `_` or `-`, without `__` and not ending in `_`"
-    )]
-    BadName(String),
-    /// Two servers with one name.
-    #[error("MCP server {0} is configured twice")]
-    Duplicate(String),
-    /// A server spec without `NAME=COMMAND`.
-    #[error("MCP server {0:?}: expected NAME=COMMAND ARGS…")]
-    BadServerFlag(String),
-    /// A server spec whose command line cannot be split (a quote left open).
-    #[error("MCP server {value:?}: {reason}")]
-    BadServerCommand {
-        /// The value given.
-        value: String,
-        /// Why it cannot be split.
-        reason: String,
-    },
-    /// A read-only list without `NAME:TOOL`.
-    #[error("read-only MCP tools {0:?}: expected NAME:TOOL,… (a configured server, tool names)")]
-    BadReadOnlyFlag(String),
 }
 
 /// Other keys of the file (other tools' settings) are left alone.
@@ -91,7 +57,7 @@ struct Entry {
     transport: Option<String>,
 }
 
-fn check_name(name: &str) -> Result<(), McpConfigError> {
+fn check_name(name: &str) -> Result<(), McpError> {
     // No `__`, and no `_` at the end: `mcp__a___x` must name one tool.
     let fits = (1..=40).contains(&name.len())
         && name
@@ -102,13 +68,36 @@ fn check_name(name: &str) -> Result<(), McpConfigError> {
     if fits {
         Ok(())
     } else {
-        Err(McpConfigError::BadName(name.to_owned()))
+        Err(McpError::BadName(name.to_owned()))
+    }
+}
+
+impl ServerConfig {
+    /// Parses an `mcpServers` file's text; `source_name` names it in errors.
+    pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<Self>, McpError> {
+        parse_file(text, source_name)
+    }
+
+    /// Parses the command-line form `NAME=COMMAND ARGS…` (split without a
+    /// shell, as [`crate::tools::RunSettings::split_command`] splits).
+    pub fn parse_flag(value: &str) -> Result<Self, McpError> {
+        parse_server_flag(value)
+    }
+
+    /// Marks `NAME:TOOL,…` read-only in the configured `servers`.
+    pub fn apply_read_only(servers: &mut [Self], value: &str) -> Result<(), McpError> {
+        apply_read_only(servers, value)
+    }
+
+    /// Adds `more` to `servers`, refusing a name configured twice.
+    pub fn merge(servers: &mut Vec<Self>, more: Vec<Self>) -> Result<(), McpError> {
+        merge(servers, more)
     }
 }
 
 /// Parses an `mcpServers` file's text; `source_name` names it in errors.
-pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, McpConfigError> {
-    let file: File = serde_json::from_str(text).map_err(|err| McpConfigError::Invalid {
+fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, McpError> {
+    let file: File = serde_json::from_str(text).map_err(|err| McpError::Invalid {
         source_name: source_name.to_owned(),
         message: err.to_string(),
     })?;
@@ -118,7 +107,7 @@ pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, Mc
         .map(|(name, entry)| {
             check_name(&name)?;
             if let Some(transport) = entry.transport.as_deref().filter(|t| *t != "stdio") {
-                return Err(McpConfigError::Invalid {
+                return Err(McpError::Invalid {
                     source_name: source_name.to_owned(),
                     message: format!(
                         "server {name}: transport {transport:?} is not supported (only stdio)"
@@ -126,7 +115,7 @@ pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, Mc
                 });
             }
             if entry.command.trim().is_empty() {
-                return Err(McpConfigError::Invalid {
+                return Err(McpError::Invalid {
                     source_name: source_name.to_owned(),
                     message: format!("server {name}: the command is empty"),
                 });
@@ -144,11 +133,11 @@ pub fn parse_file(text: &str, source_name: &str) -> Result<Vec<ServerConfig>, Mc
 }
 
 /// Parses `--mcp 'NAME=COMMAND ARGS…'` (split without a shell, as `--run-command`).
-pub fn parse_server_flag(value: &str) -> Result<ServerConfig, McpConfigError> {
-    let bad = || McpConfigError::BadServerFlag(value.to_owned());
+fn parse_server_flag(value: &str) -> Result<ServerConfig, McpError> {
+    let bad = || McpError::BadServerFlag(value.to_owned());
     let (name, line) = value.split_once('=').ok_or_else(bad)?;
     check_name(name)?;
-    let words = split_command(line).map_err(|err| McpConfigError::BadServerCommand {
+    let words = split_command(line).map_err(|err| McpError::BadServerCommand {
         value: value.to_owned(),
         reason: err.to_string(),
     })?;
@@ -164,8 +153,8 @@ pub fn parse_server_flag(value: &str) -> Result<ServerConfig, McpConfigError> {
 }
 
 /// Applies `--mcp-read-only NAME:TOOL,…` to the configured `servers`.
-pub fn apply_read_only(servers: &mut [ServerConfig], value: &str) -> Result<(), McpConfigError> {
-    let bad = || McpConfigError::BadReadOnlyFlag(value.to_owned());
+fn apply_read_only(servers: &mut [ServerConfig], value: &str) -> Result<(), McpError> {
+    let bad = || McpError::BadReadOnlyFlag(value.to_owned());
     let (name, tools) = value.split_once(':').ok_or_else(bad)?;
     let server = servers
         .iter_mut()
@@ -184,13 +173,10 @@ pub fn apply_read_only(servers: &mut [ServerConfig], value: &str) -> Result<(), 
 }
 
 /// Adds `more` to `servers`, refusing a name configured twice.
-pub fn merge(
-    servers: &mut Vec<ServerConfig>,
-    more: Vec<ServerConfig>,
-) -> Result<(), McpConfigError> {
+fn merge(servers: &mut Vec<ServerConfig>, more: Vec<ServerConfig>) -> Result<(), McpError> {
     for server in more {
         if servers.iter().any(|known| known.name == server.name) {
-            return Err(McpConfigError::Duplicate(server.name));
+            return Err(McpError::Duplicate(server.name));
         }
         servers.push(server);
     }
@@ -199,7 +185,8 @@ pub fn merge(
 
 /// The registered name `mcp__SERVER__TOOL`, or `None` when it does not fit
 /// the API's rule `^[a-zA-Z0-9_-]{1,64}$` (such a tool is skipped with a warning).
-pub fn tool_name(server: &str, tool: &str) -> Option<String> {
+#[cfg(feature = "mcp")]
+pub(crate) fn tool_name(server: &str, tool: &str) -> Option<String> {
     let name = format!("mcp__{server}__{tool}");
     let fits = name.len() <= MAX_TOOL_NAME
         && !tool.is_empty()
@@ -212,7 +199,8 @@ pub fn tool_name(server: &str, tool: &str) -> Option<String> {
 /// The environment a server starts with: `PATH`, `HOME`, `LANG` and `LC_*`
 /// from `parent` (subloop's own environment), then the configured `env`
 /// on top. Nothing else — in particular no API key — is passed on.
-pub fn server_env(
+#[cfg(feature = "mcp")]
+pub(crate) fn server_env(
     configured: &BTreeMap<String, String>,
     parent: impl IntoIterator<Item = (String, String)>,
 ) -> BTreeMap<String, String> {
@@ -252,7 +240,7 @@ mod tests {
     fn unusable_files_and_names_are_errors() {
         assert!(matches!(
             parse_file("{}", "x.json"),
-            Err(McpConfigError::Invalid { .. })
+            Err(McpError::Invalid { .. })
         ));
         // Other tools' keys are left alone; a disabled server is left out;
         // a transport other than stdio and an ambiguous name are refused.
@@ -271,19 +259,19 @@ mod tests {
         );
         assert!(matches!(
             parse_file(r#"{"mcpServers": {"a_": {"command": "x"}}}"#, "x.json"),
-            Err(McpConfigError::BadName(_))
+            Err(McpError::BadName(_))
         ));
         assert!(matches!(
             parse_server_flag("t=python3 \"open"),
-            Err(McpConfigError::BadServerCommand { .. })
+            Err(McpError::BadServerCommand { .. })
         ));
         assert!(matches!(
             parse_file(r#"{"mcpServers": {"a__b": {"command": "x"}}}"#, "x.json"),
-            Err(McpConfigError::BadName(_))
+            Err(McpError::BadName(_))
         ));
         assert!(matches!(
             parse_file(r#"{"mcpServers": {"a": {"command": " "}}}"#, "x.json"),
-            Err(McpConfigError::Invalid { .. })
+            Err(McpError::Invalid { .. })
         ));
     }
 
@@ -299,13 +287,14 @@ mod tests {
         assert!(apply_read_only(&mut servers, "other:look").is_err());
         assert!(apply_read_only(&mut servers, "t:").is_err());
         let again = vec![parse_server_flag("t=x").unwrap()];
-        assert_eq!(
+        assert!(matches!(
             merge(&mut servers, again),
-            Err(McpConfigError::Duplicate("t".to_owned()))
-        );
+            Err(McpError::Duplicate(name)) if name == "t"
+        ));
     }
 
     #[test]
+    #[cfg(feature = "mcp")]
     fn tool_names_follow_the_api_rule() {
         assert_eq!(
             tool_name("fs", "read_text_file").as_deref(),
@@ -317,6 +306,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "mcp")]
     fn servers_get_no_api_key() {
         let parent = [
             ("PATH", "/bin"),

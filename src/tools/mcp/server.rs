@@ -5,12 +5,12 @@
 //! `SIGKILL` included, and on shutdown the whole group is killed. It gets
 //! only the configured environment plus `PATH`, `HOME` and the locale.
 //!
-//! Started with [`McpServer::start`], the client (rmcp) runs on a
+//! Started with `McpServer::start`, the client (rmcp) runs on a
 //! current-thread tokio runtime on a thread of its own; the rest of subloop
 //! talks to it over channels and stays synchronous. Started with
-//! [`McpServer::start_async`] (for async runs), it runs as a task of the
+//! `McpServer::start_async` (for async runs), it runs as a task of the
 //! caller's tokio runtime, with no thread or runtime of its own, and calls
-//! are awaited on the run's own task ([`McpServer::call_async`]). Each call
+//! are awaited on the run's own task (`McpServer::call_async`). Each call
 //! has a timeout, and gives up when the run is cancelled or its future is
 //! dropped; either way the request future is dropped, which sends the
 //! server `notifications/cancelled`.
@@ -20,11 +20,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::McpError;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RoleClient};
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::Value;
-use thiserror::Error;
 
 use super::config::{ServerConfig, server_env};
 use crate::run::harden;
@@ -38,50 +38,14 @@ const STDERR_LINE_BYTES: usize = 300;
 /// The most `tools/list` pages a listing follows.
 const MAX_PAGES: usize = 100;
 /// The most tools a server may list.
-pub const MAX_TOOLS: usize = 1000;
+pub(crate) const MAX_TOOLS: usize = 1000;
 
 /// How long a server may take to exit after its stdin is closed.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
-/// Why a server could not be started.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// The program could not be started.
-    #[error("MCP server {name}: cannot start `{command}`: {source}")]
-    Spawn {
-        /// The server.
-        name: String,
-        /// Its command.
-        command: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// It did not finish the handshake and the tool listing in time.
-    #[error("MCP server {name} did not start within {secs} s{stderr}")]
-    Timeout {
-        /// The server.
-        name: String,
-        /// The start timeout.
-        secs: f64,
-        /// Its last stderr lines, if any.
-        stderr: String,
-    },
-    /// The handshake or the listing failed.
-    #[error("MCP server {name} failed to start: {message}{stderr}")]
-    Failed {
-        /// The server.
-        name: String,
-        /// What went wrong.
-        message: String,
-        /// Its last stderr lines, if any.
-        stderr: String,
-    },
-}
-
 /// A tool a server lists, as the wire has it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RemoteTool {
+pub(crate) struct RemoteTool {
     /// The server's name for it.
     pub name: String,
     /// Its description.
@@ -94,7 +58,7 @@ pub struct RemoteTool {
 
 /// How one call ended.
 #[derive(Debug, Clone, PartialEq)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     /// The `tools/call` result, as JSON.
     Result(Value),
     /// A JSON-RPC error.
@@ -219,20 +183,20 @@ enum Job {
 
 /// A started server. Dropping it shuts the server down: its stdin is
 /// closed, it gets half a second to exit, then its process group is killed.
-pub struct McpServer {
+pub(crate) struct McpServer {
     name: String,
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
-    /// The thread of a server started with [`McpServer::start`].
+    /// The thread of a server started with `McpServer::start`.
     thread: Option<std::thread::JoinHandle<()>>,
     /// The client's handle, for calls awaited on the caller's task.
     peer: rmcp::Peer<RoleClient>,
-    /// Started with [`McpServer::start_async`]: a task of the caller's runtime.
+    /// Started with `McpServer::start_async`: a task of the caller's runtime.
     on_caller_runtime: bool,
 }
 
 /// What the server's task hands over once it started: its tools and its client's handle.
-type Ready = Result<(Vec<RemoteTool>, rmcp::Peer<RoleClient>), StartError>;
+type Ready = Result<(Vec<RemoteTool>, rmcp::Peer<RoleClient>), McpError>;
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -243,7 +207,7 @@ impl std::fmt::Debug for McpServer {
 }
 
 /// A server being started: [`Starting::wait`] gives it, with its tools.
-pub struct Starting {
+pub(crate) struct Starting {
     name: String,
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
@@ -254,7 +218,7 @@ pub struct Starting {
 
 /// A server being started on the caller's runtime:
 /// [`StartingAsync::wait`] gives it, with its tools.
-pub struct StartingAsync {
+pub(crate) struct StartingAsync {
     name: String,
     jobs: tokio::sync::mpsc::UnboundedSender<Job>,
     state: Arc<State>,
@@ -281,7 +245,7 @@ impl McpServer {
             {
                 Ok(runtime) => runtime,
                 Err(err) => {
-                    let _ = ready_tx.send(Err(StartError::Failed {
+                    let _ = ready_tx.send(Err(McpError::Failed {
                         name: config.name.clone(),
                         message: format!("cannot start its runtime: {err}"),
                         stderr: String::new(),
@@ -418,7 +382,7 @@ impl McpServer {
 
     /// Whether the server said its tool list changed since the last
     /// [`McpServer::list`]. For a server started with
-    /// [`McpServer::start_async`]: whether the new list has been read.
+    /// `McpServer::start_async`: whether the new list has been read.
     pub fn list_changed(&self) -> bool {
         if self.on_caller_runtime {
             return self
@@ -432,7 +396,7 @@ impl McpServer {
     }
 
     /// Lists the server's tools again (`tools/list`, every page), within
-    /// `timeout`. A server started with [`McpServer::start_async`] has read
+    /// `timeout`. A server started with `McpServer::start_async` has read
     /// its new list as soon as it said it changed (a turn boundary never
     /// waits on the run's own runtime): this hands that list over.
     pub fn list(&self, timeout: Duration) -> Result<Vec<RemoteTool>, String> {
@@ -485,7 +449,7 @@ impl McpServer {
 impl Starting {
     /// Waits for the handshake and the tool listing (every page); a
     /// cancelled run (Ctrl-C) stops the wait.
-    pub fn wait(self, cancel: &CancelHandle) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
+    pub fn wait(self, cancel: &CancelHandle) -> Result<(McpServer, Vec<RemoteTool>), McpError> {
         let name = self.name.clone();
         let deadline = Instant::now() + self.timeout;
         let ready = loop {
@@ -514,12 +478,12 @@ impl Starting {
                 tools,
             )),
             Ok(Err(err)) => Err(err),
-            Err(_) if cancel.is_cancelled() => Err(StartError::Failed {
+            Err(_) if cancel.is_cancelled() => Err(McpError::Failed {
                 name,
                 message: "the run was cancelled while it started".to_owned(),
                 stderr: String::new(),
             }),
-            Err(_) => Err(StartError::Timeout {
+            Err(_) => Err(McpError::Timeout {
                 name,
                 secs: self.timeout.as_secs_f64(),
                 stderr: self.state.stderr_tail(),
@@ -535,7 +499,7 @@ impl StartingAsync {
     pub async fn wait(
         self,
         cancel: &CancelHandle,
-    ) -> Result<(McpServer, Vec<RemoteTool>), StartError> {
+    ) -> Result<(McpServer, Vec<RemoteTool>), McpError> {
         let stop = Stopper {
             jobs: Some(self.jobs.clone()),
             thread: None,
@@ -548,7 +512,7 @@ impl StartingAsync {
         let ready = tokio::select! {
             ready = tokio::time::timeout(self.timeout, self.ready) => ready,
             () = cancelled => {
-                return Err(StartError::Failed {
+                return Err(McpError::Failed {
                     name: self.name,
                     message: "the run was cancelled while it started".to_owned(),
                     stderr: String::new(),
@@ -571,12 +535,12 @@ impl StartingAsync {
                 ))
             }
             Ok(Ok(Err(err))) => Err(err),
-            Ok(Err(_)) => Err(StartError::Failed {
+            Ok(Err(_)) => Err(McpError::Failed {
                 name: self.name,
                 message: "its task ended before it started".to_owned(),
                 stderr: self.state.stderr_tail(),
             }),
-            Err(_) => Err(StartError::Timeout {
+            Err(_) => Err(McpError::Timeout {
                 name: self.name,
                 secs: self.timeout.as_secs_f64(),
                 stderr: self.state.stderr_tail(),
@@ -634,12 +598,12 @@ async fn serve(
     relist_on_change: bool,
 ) {
     let name = config.name.clone();
-    let failed = |message: String, state: &State| StartError::Failed {
+    let failed = |message: String, state: &State| McpError::Failed {
         name: name.clone(),
         message,
         stderr: state.stderr_tail(),
     };
-    let cannot_spawn = |source| StartError::Spawn {
+    let cannot_spawn = |source| McpError::Spawn {
         name: name.clone(),
         command: config.command.clone(),
         source,

@@ -1,16 +1,17 @@
 //! Each tool an MCP server lists, as a [`Tool`]: registered as
 //! `mcp__SERVER__TOOL`, its `inputSchema` offered to the model unchanged,
 //! `executes` — so it passes the permission gate — unless the host marked
-//! it read-only ([`McpReadOnlyTool`], the only form a child may hold).
+//! it read-only (`McpReadOnlyTool`, the only form a child may hold).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use super::McpError;
 use super::config::{ServerConfig, tool_name};
 use super::content::{result_text, rpc_error};
-use super::server::{CallOutcome, ExitNotice, McpServer, RemoteTool, StartError};
+use super::server::{CallOutcome, ExitNotice, McpServer, RemoteTool};
 use crate::core::conversation::ToolOutput;
 use crate::run::limits::CancelHandle;
 use crate::tools::{
@@ -22,7 +23,7 @@ const MAX_ACTION_ARGUMENTS: usize = 400;
 
 /// One MCP tool that executes: it runs only after the gate allows it.
 #[derive(Debug, Clone)]
-pub struct McpTool {
+pub(crate) struct McpTool {
     server: Arc<McpServer>,
     remote: String,
     name: String,
@@ -36,7 +37,7 @@ pub struct McpTool {
 /// One MCP tool the host marked read-only: it runs freely and may be in a
 /// child's whitelist.
 #[derive(Debug, Clone)]
-pub struct McpReadOnlyTool(McpTool);
+pub(crate) struct McpReadOnlyTool(McpTool);
 
 impl McpTool {
     /// The call's arguments as the server takes them, or the refusal.
@@ -320,7 +321,7 @@ impl McpSettings {
 impl McpTools {
     /// Starts every server in `configs` at once and lists their tools; the
     /// first server that fails to start is the error (the others are shut down).
-    pub fn start(configs: &[ServerConfig], settings: &McpSettings) -> Result<Self, StartError> {
+    pub fn start(configs: &[ServerConfig], settings: &McpSettings) -> Result<Self, McpError> {
         let starting: Vec<_> = configs
             .iter()
             .map(|config| McpServer::start(config, settings.timeout, settings.exit_notice.clone()))
@@ -336,13 +337,13 @@ impl McpTools {
     }
 
     /// [`McpTools::start`] for async runs: every server is a task of the
-    /// current tokio runtime ([`McpServer::start_async`]), with no thread
+    /// current tokio runtime, with no thread
     /// or runtime of its own, and its tools' calls are awaited on the run's
     /// task.
     pub async fn start_async(
         configs: &[ServerConfig],
         settings: &McpSettings,
-    ) -> Result<Self, StartError> {
+    ) -> Result<Self, McpError> {
         let starting: Vec<_> = configs
             .iter()
             .map(|config| {

@@ -29,13 +29,13 @@ pub use confine::Resolution;
 use confine::Workspace;
 
 /// The default read limit: 64 KiB.
-pub const DEFAULT_READ_LIMIT: usize = 64 * 1024;
+pub(crate) const DEFAULT_READ_LIMIT: usize = 64 * 1024;
 
 /// The largest read limit accepted: 1 GiB.
 use crate::core::error::MAX_READ_LIMIT;
 
 /// The longest path accepted, in bytes.
-pub const MAX_PATH_BYTES: usize = 4096;
+pub(crate) const MAX_PATH_BYTES: usize = 4096;
 
 /// Why a file was not read.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -47,7 +47,7 @@ pub enum ReadError {
     /// The path holds a NUL byte.
     #[error("the path contains a NUL byte")]
     Nul,
-    /// The path is longer than [`MAX_PATH_BYTES`].
+    /// The path is longer than [`ReadFile::MAX_PATH_BYTES`].
     #[error("the path is {0} bytes long; the limit is 4096")]
     TooLong(usize),
     /// The path is absolute.
@@ -86,6 +86,15 @@ pub struct ReadFile {
 }
 
 impl ReadFile {
+    /// The default read limit: 64 KiB.
+    pub const DEFAULT_LIMIT: usize = DEFAULT_READ_LIMIT;
+
+    /// The largest `read_file` limit: 1 GiB.
+    pub const MAX_LIMIT: usize = MAX_READ_LIMIT;
+
+    /// The longest path accepted, in bytes.
+    pub const MAX_PATH_BYTES: usize = MAX_PATH_BYTES;
+
     /// A reader confined to `workspace` (which must be a directory), showing at most `limit` bytes.
     pub fn new(workspace: &Path, limit: usize) -> Result<Self, SetupError> {
         Self::with_resolution(workspace, limit, Resolution::Auto)

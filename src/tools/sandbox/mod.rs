@@ -9,8 +9,8 @@
 //!   only read and execute with [`Sandbox::ReadOnly`]) and in a private
 //!   temporary directory made for the run (its `TMPDIR`, mode 0700, removed
 //!   when the [`Confinement`] is dropped);
-//! * may read and execute [`SYSTEM_PATHS`], read `/proc` and use the
-//!   [`DEVICES`], and touch nothing else of the file system (Landlock);
+//! * may read and execute [`SandboxPolicy::SYSTEM_PATHS`], read `/proc` and use
+//!   `/dev/null`, `/dev/zero`, `/dev/urandom` and `/dev/random`, and touch nothing else of the file system (Landlock);
 //! * opens no socket at all (seccomp: `socket(2)` fails with `EPERM` for
 //!   every address family, `io_uring_setup(2)` too, and TCP `bind`/`connect`
 //!   are denied by Landlock as well); `socketpair(2)` still works;
@@ -43,7 +43,7 @@ use thiserror::Error;
 
 use crate::run::shutdown::{Registration, Shutdown};
 
-pub use temp::PrivateTemp;
+pub(crate) use temp::PrivateTemp;
 
 /// How far a program started by `run_main` is confined.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -95,7 +95,7 @@ impl std::fmt::Display for Sandbox {
 /// The directories a confined program may read and execute from (those
 /// that exist): where interpreters, their libraries and the system's
 /// configuration live.
-pub const SYSTEM_PATHS: [&str; 9] = [
+pub(crate) const SYSTEM_PATHS: [&str; 9] = [
     "/usr",
     "/lib",
     "/lib64",
@@ -109,13 +109,13 @@ pub const SYSTEM_PATHS: [&str; 9] = [
 
 /// The devices a confined program may open: `/dev/null` to read and write,
 /// the others to read.
-pub const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"];
+pub(crate) const DEVICES: [&str; 4] = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"];
 
 /// The variables a confined program gets from subloop's environment when
 /// they are set (`PATH` less the directories the program may not run
 /// programs from; `/usr/local/bin:/usr/bin:/bin` when none is left);
 /// `HOME` and `TMPDIR` are set by the sandbox (see [`SandboxPolicy::environment`]).
-pub const PASSED_ENV: [&str; 3] = ["PATH", "LANG", "LC_ALL"];
+pub(crate) const PASSED_ENV: [&str; 3] = ["PATH", "LANG", "LC_ALL"];
 
 /// Paths inside the workspace a confined program may never write, even at
 /// [`Sandbox::WorkspaceWrite`]: what code outside the sandbox reads or runs
@@ -124,7 +124,7 @@ pub const PASSED_ENV: [&str; 3] = ["PATH", "LANG", "LC_ALL"];
 /// read-only in the program's view; those that do not and that the program
 /// creates are removed when it ends ([`Confinement::remove_planted`]).
 /// A host adds its own with [`SandboxPolicy::protect`].
-pub const PROTECTED_PATHS: [&str; 19] = [
+pub(crate) const PROTECTED_PATHS: [&str; 19] = [
     ".git/config",
     ".git/hooks",
     ".git/info",
@@ -150,7 +150,8 @@ pub const PROTECTED_PATHS: [&str; 19] = [
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// What a [`Confinement`] is made from: a level, and the names of the
-/// environment variables passed through besides [`PASSED_ENV`].
+/// environment variables passed through besides `PATH`, `LANG` and
+/// `LC_ALL`.
 ///
 /// ```
 /// use subloop::tools::sandbox::{Sandbox, SandboxPolicy};
@@ -167,7 +168,22 @@ pub struct SandboxPolicy {
 }
 
 impl SandboxPolicy {
-    /// A policy of `level`, passing only [`PASSED_ENV`].
+    /// The directories a confined program may read and execute from (those
+    /// that exist): where interpreters, their libraries and the system's
+    /// configuration live.
+    pub const SYSTEM_PATHS: [&'static str; 9] = SYSTEM_PATHS;
+
+    /// Paths inside the workspace a confined program may never write, even
+    /// at [`Sandbox::WorkspaceWrite`]: what code outside the sandbox reads
+    /// or runs (git's configuration and hooks, agents' settings and MCP
+    /// configurations, shell start-up files). Those that exist are mounted
+    /// read-only in the program's view; those that do not and that the
+    /// program creates are removed when it ends
+    /// ([`Confinement::remove_planted`]). A host adds its own with
+    /// [`SandboxPolicy::protect`].
+    pub const PROTECTED_PATHS: [&'static str; 19] = PROTECTED_PATHS;
+
+    /// A policy of `level`, passing only `PATH`, `LANG` and `LC_ALL`.
     pub fn new(level: Sandbox) -> Self {
         Self {
             level,
@@ -178,7 +194,7 @@ impl SandboxPolicy {
     }
 
     /// Also keeps the program from writing `path` (absolute, or relative
-    /// to the workspace), as it is kept from [`PROTECTED_PATHS`]: a hook's
+    /// to the workspace), as it is kept from [`SandboxPolicy::PROTECTED_PATHS`]: a hook's
     /// script, a configuration file the host reads again. Paths outside
     /// the workspace need nothing: the program cannot write there anyway.
     pub fn protect(mut self, path: impl Into<PathBuf>) -> Self {
@@ -190,7 +206,7 @@ impl SandboxPolicy {
     }
 
     /// The paths inside `workspace` (a canonical directory) the program may
-    /// not write: [`PROTECTED_PATHS`] and those of [`SandboxPolicy::protect`].
+    /// not write: [`SandboxPolicy::PROTECTED_PATHS`] and those of [`SandboxPolicy::protect`].
     pub fn protected_paths(&self, workspace: &Path) -> Vec<PathBuf> {
         let mut paths: Vec<PathBuf> = PROTECTED_PATHS
             .iter()
@@ -249,13 +265,13 @@ impl SandboxPolicy {
         self.level
     }
 
-    /// The names passed through besides [`PASSED_ENV`].
+    /// The names passed through besides `PATH`, `LANG` and `LC_ALL`.
     pub fn passed_env(&self) -> &[String] {
         &self.pass_env
     }
 
     /// The environment a confined program gets, from `parent` (subloop's
-    /// own, for [`SandboxPolicy::confine`]): [`PASSED_ENV`] where set
+    /// own, for [`SandboxPolicy::confine`]): `PATH`, `LANG` and `LC_ALL` where set
     /// (`PATH` without the directories the program may not run programs
     /// from, and `/usr/local/bin:/usr/bin:/bin` when none is left), `HOME` (the
     /// workspace, or with [`Sandbox::ReadOnly`] the private temporary
@@ -411,7 +427,7 @@ impl Confinement {
         self.temp.as_deref().map(PrivateTemp::path)
     }
 
-    /// Removes each protected path ([`PROTECTED_PATHS`],
+    /// Removes each protected path ([`SandboxPolicy::PROTECTED_PATHS`],
     /// [`SandboxPolicy::protect`]) that did not exist when the run was
     /// prepared and exists now, the program having made it; call once the
     /// program's group is gone. Returns the paths removed (symbolic links
@@ -512,9 +528,14 @@ pub struct Support {
 /// The Landlock ABI the sandbox needs: filesystem rules with truncation
 /// (ABI 3, Linux 6.2), TCP rules (ABI 4, Linux 6.7), signal and
 /// abstract-socket scoping (ABI 6, Linux 6.12).
-pub const NEEDED_LANDLOCK_ABI: u32 = 6;
+pub(crate) const NEEDED_LANDLOCK_ABI: u32 = 6;
 
 impl Support {
+    /// The Landlock ABI the sandbox needs: filesystem rules with truncation
+    /// (ABI 3, Linux 6.2), TCP rules (ABI 4, Linux 6.7), signal and
+    /// abstract-socket scoping (ABI 6, Linux 6.12).
+    pub const NEEDED_LANDLOCK_ABI: u32 = NEEDED_LANDLOCK_ABI;
+
     /// Asks the kernel (a few system calls, no file is opened).
     pub fn probe() -> Self {
         enforce::probe()
