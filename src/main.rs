@@ -134,7 +134,7 @@ fn chat(settings: host::Settings, models: Models, live_line: Option<String>) -> 
     // link), readable by its owner only.
     let (trace, temporary) = match &settings.trace {
         Some(path) => (path.clone(), false),
-        None => match subloop::record::target::create_private("subloop-chat") {
+        None => match subloop::record::trace::TraceWriter::create_temporary("subloop-chat") {
             Ok(path) => (path, true),
             Err(err) => {
                 return usage_error(CliError::new(

@@ -12,4 +12,5 @@ mod resume_point;
 pub mod subagent;
 
 pub use builder::*;
-pub use resume_point::{ResumePoint, Spent};
+pub use resume_point::ResumePoint;
+pub(crate) use resume_point::Spent;

@@ -16,7 +16,19 @@
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 
-use subloop::core::text::{needs_escape, printable_lines};
+use subloop::core::text::{printable, printable_lines};
+
+/// Whether `c`, no ASCII character, is one the library shows escaped on a
+/// terminal although it is no control character (the bidi controls, the
+/// zero-width characters, the Unicode line and paragraph separators).
+fn needs_escape(c: char) -> bool {
+    if c.is_ascii() {
+        return false;
+    }
+    let mut buf = [0u8; 4];
+    let text: &str = c.encode_utf8(&mut buf);
+    printable(text) != text
+}
 
 /// Writes `text` and a line break to stdout; `json` says the text is JSON.
 ///
@@ -119,9 +131,9 @@ pub fn finish(run: &crate::host::Run, json: bool) -> std::process::ExitCode {
             tools: &'a [String],
         }
         #[derive(serde::Serialize)]
-        struct WithServers<'a> {
+        struct WithServers<'a, R: serde::Serialize> {
             #[serde(flatten)]
-            report: subloop::record::report::JsonReport<'a>,
+            report: R,
             mcp_servers: Vec<Server<'a>>,
         }
         print_json_stdout(&WithServers {

@@ -21,7 +21,7 @@ pub fn printable_lines(text: &str) -> String {
 /// yet changing how the text around them reads, and the Unicode line and
 /// paragraph separators (U+2028, U+2029), at which text viewers and some
 /// terminals break lines.
-pub fn needs_escape(c: char) -> bool {
+pub(crate) fn needs_escape(c: char) -> bool {
     is_hidden_format(c) || is_unicode_line_break(c)
 }
 

@@ -728,7 +728,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
     // script's `children` are the resumed part's, from its first.
     let earlier = resuming
         .as_ref()
-        .map_or(0, |(_, point)| point.spent.delegations);
+        .map_or(0, |(_, point)| point.spent_delegations());
     // A request in flight gives up as soon as this run is stopped.
     #[cfg(feature = "live")]
     let stop_slot: subloop::providers::http::StopSlot = Arc::default();
@@ -882,7 +882,10 @@ impl Prepared {
         };
         Some(format!(
             "[resumed] after parent call {} (the earlier run ended {}; {} tokens, {} delegations spent){interrupted}{asked}",
-            point.spent.calls, point.ended, point.spent.tokens, point.spent.delegations
+            point.spent_calls(),
+            point.ended,
+            point.spent_tokens(),
+            point.spent_delegations()
         ))
     }
 

@@ -85,11 +85,11 @@ struct RecordedAgent {
 
 /// The parent's recorded `outcome` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecordedOutcome {
+pub(crate) struct RecordedOutcome {
     /// The status.
-    pub status: crate::core::conversation::StatusKind,
+    pub(crate) status: crate::core::conversation::StatusKind,
     /// The final text.
-    pub text: String,
+    pub(crate) text: String,
 }
 
 /// A trace read for replay. Each message is held once, however many
@@ -603,8 +603,16 @@ impl RecordedRun {
             .map_or(0, |entry| entry.calls.len())
     }
 
-    /// The parent's recorded outcome, when the trace has one.
-    pub fn outcome(&self) -> Option<&RecordedOutcome> {
+    /// The parent's recorded outcome, when the trace has one: its status
+    /// and its final text.
+    pub fn outcome(&self) -> Option<(crate::core::conversation::StatusKind, &str)> {
+        self.outcome
+            .as_ref()
+            .map(|outcome| (outcome.status, outcome.text.as_str()))
+    }
+
+    /// [`RecordedRun::outcome`], whole.
+    pub(crate) fn recorded_outcome(&self) -> Option<&RecordedOutcome> {
         self.outcome.as_ref()
     }
 }

@@ -169,7 +169,7 @@ impl Replay {
         }
         Ok(ReplayReport {
             run,
-            recorded_status: recorded.outcome().map(|outcome| outcome.status),
+            recorded_status: recorded.recorded_outcome().map(|outcome| outcome.status),
             recorded_requests: recorded.request_count(),
             divergences: log.divergences(),
         })
@@ -214,7 +214,7 @@ fn compare_after(recorded: &RecordedRun, log: &ReplayLog, run: &RunReport) {
         }
     }
     let now = format!("{} {:?}", run.outcome.status, run.outcome.text);
-    let difference = match recorded.outcome() {
+    let difference = match recorded.recorded_outcome() {
         Some(outcome)
             if outcome.status == run.outcome.status && outcome.text == run.outcome.text =>
         {

@@ -18,7 +18,7 @@ use crate::core::protocol::{ToolUseId, Usage};
 /// `children`, `warnings`, `usage`, `accounting` and `limits`. Borrowed from
 /// the report; serialize it with any serde serializer.
 #[derive(Debug, Serialize)]
-pub struct JsonReport<'a> {
+pub(crate) struct JsonReport<'a> {
     status: StatusKind,
     text: &'a str,
     calls: u32,
@@ -247,7 +247,7 @@ impl RunReport {
     }
 
     /// The `--json` object as a typed view of this report, to serialize directly.
-    pub fn json_report(&self) -> JsonReport<'_> {
+    pub fn json_report(&self) -> impl serde::Serialize + '_ {
         JsonReport::new(self)
     }
 

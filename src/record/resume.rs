@@ -20,7 +20,7 @@
 //! (`model_error`) is asked again, and counted once.
 //!
 //! The run's limits span both parts: the rebuilt conversation already counts
-//! the earlier model calls against the budget, and [`Spent`] carries the
+//! the earlier model calls against the budget, and the point carries the
 //! tokens and delegations used, which [`crate::Agent::resume`] counts before
 //! anything runs. The plan is the one the last successful `todo_write` set.
 
@@ -363,7 +363,7 @@ impl ResumePoint {
         }
         if follow_up.is_some() {
             return Err(ResumeError::NotAnswered {
-                ended: run.outcome().map_or_else(
+                ended: run.recorded_outcome().map_or_else(
                     || "interrupted".to_owned(),
                     |outcome| outcome.status.to_string(),
                 ),
@@ -385,7 +385,7 @@ impl ResumePoint {
             tokens: run.spent_tokens(),
             delegations: run.delegations(),
         };
-        let ended = run.outcome().map_or_else(
+        let ended = run.recorded_outcome().map_or_else(
             || "interrupted".to_owned(),
             |outcome| outcome.status.to_string(),
         );
@@ -605,7 +605,7 @@ fn consistency(run: &RecordedRun) -> Vec<Breach> {
             }
         }
     }
-    if let Some(outcome) = run.outcome() {
+    if let Some(outcome) = run.recorded_outcome() {
         let calls = run.calls("parent");
         if let Some(detail) = outcome_disagrees(outcome, run.reply("parent", calls)) {
             found.push(Breach {
@@ -767,7 +767,7 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
     }
     let messages = run.messages(agent);
     let whole_round = agent == "parent"
-        && run.outcome().is_some_and(|outcome| {
+        && run.recorded_outcome().is_some_and(|outcome| {
             matches!(
                 outcome.status,
                 StatusKind::CallLimit

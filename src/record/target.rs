@@ -180,7 +180,7 @@ const KEEP_ALL: u64 = u64::MAX;
 
 /// Creates a fresh file for a temporary trace in the temporary directory:
 /// a new name (never an existing file or link), readable by its owner only.
-pub fn create_private(prefix: &str) -> std::io::Result<std::path::PathBuf> {
+pub(crate) fn create_private(prefix: &str) -> std::io::Result<std::path::PathBuf> {
     use std::os::unix::fs::OpenOptionsExt as _;
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);

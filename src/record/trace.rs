@@ -271,6 +271,13 @@ impl TraceWriter {
         crate::record::target::open(path, workspace, protected).map(Self::from_file)
     }
 
+    /// Creates a fresh file for a temporary trace in the temporary
+    /// directory, named after `prefix`: a new name (never an existing file
+    /// or link), readable by its owner only. The caller removes it.
+    pub fn create_temporary(prefix: &str) -> std::io::Result<std::path::PathBuf> {
+        crate::record::target::create_private(prefix)
+    }
+
     /// A writer on a file already opened for writing.
     pub fn from_file(file: File) -> Self {
         let shared = Arc::new(Mutex::new(TraceFile {

@@ -76,7 +76,7 @@ fn timeline(run: &RecordedRun, verdicts: &[Verdict], colour: bool) -> String {
     let agents = run.agents().count();
     let calls: u32 = run.agents().map(|(_, calls)| calls).sum();
     let tools: usize = run.agents().map(|(agent, _)| run.tools(agent).len()).sum();
-    match run.outcome() {
+    match run.recorded_outcome() {
         Some(outcome) => out.push_str(&format!(
             "outcome: {} — {}\n",
             paint.mark(outcome.status.as_str()),

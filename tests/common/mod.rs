@@ -12,7 +12,9 @@ use subloop::core::protocol::Block;
 use subloop::core::protocol::Message;
 use subloop::core::protocol::Request;
 use subloop::core::protocol::ToolDefinition;
-use subloop::providers::scripted::ScriptedReply;
+
+/// One scripted reply: a response, or the failure the model gives.
+pub type ScriptedReply = Result<subloop::ModelResponse, subloop::core::error::ModelFailure>;
 
 /// A temporary directory removed on drop.
 pub struct TempDir(PathBuf);

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::ScriptedReply;
 use common::{TempDir, tool_results};
 use serde_json::{Value, json};
 use subloop::AgentBuilder;
@@ -28,7 +29,6 @@ use subloop::core::protocol::Request;
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::providers::scripted::ScriptedReply;
 use subloop::run::BoxFuture;
 use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::{AsyncModel, ChildModels, Received};

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use crate::common::ScriptedReply;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use subloop::AgentBuilder;
@@ -16,7 +17,7 @@ use subloop::ModelResponse;
 use subloop::agent::subagent::SubagentConfig;
 use subloop::core::protocol::Usage;
 use subloop::policy::permission::{AllowAll, DenyAll};
-use subloop::providers::scripted::{ScriptedChildren, ScriptedModel, ScriptedReply};
+use subloop::providers::scripted::{ScriptedChildren, ScriptedModel};
 use subloop::record::trace::TraceWriter;
 use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::Blocking;

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::ScriptedReply;
 use common::{TempDir, tool_results};
 use serde_json::{Value, json};
 use subloop::AgentBuilder;
@@ -30,7 +31,6 @@ use subloop::core::protocol::Usage;
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::providers::scripted::ScriptedReply;
 use subloop::record::trace::{RebuiltRequest, TraceWriter};
 use subloop::run::limits::{CancelHandle, Limits};
 use subloop::run::model::ChildModels;

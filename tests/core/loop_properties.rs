@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 
+use crate::common::ScriptedReply;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
@@ -36,7 +37,6 @@ use subloop::core::protocol::ToolResultContent;
 use subloop::core::protocol::ToolUseId;
 use subloop::core::protocol::Usage;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::providers::scripted::ScriptedReply;
 use subloop::run::driver::Executor;
 
 const QUESTION: &str = "What does main.py print?";

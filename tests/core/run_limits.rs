@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::ScriptedReply;
 use common::TempDir;
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -29,7 +30,6 @@ use subloop::core::protocol::Usage;
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::providers::scripted::ScriptedModel;
-use subloop::providers::scripted::ScriptedReply;
 use subloop::record::trace::TraceWriter;
 use subloop::run::BoxFuture;
 use subloop::run::limits::{CancelHandle, Limits};

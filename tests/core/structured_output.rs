@@ -9,6 +9,7 @@ use crate::common::{RecordingModel, RunDriven};
 
 use std::sync::Arc;
 
+use crate::common::ScriptedReply;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,7 +18,7 @@ use subloop::agent::subagent::SubagentConfig;
 use subloop::core::conversation::{Finished, InvalidOutput, Reply};
 use subloop::policy::hooks::Hooks;
 use subloop::policy::permission::AllowAll;
-use subloop::providers::scripted::{ScriptedChildren, ScriptedReply};
+use subloop::providers::scripted::ScriptedChildren;
 use subloop::{AgentBuilder, Budget, Conversation, ModelResponse, StatusKind};
 
 /// The answer the tests ask for.

@@ -71,7 +71,7 @@ fn holds_the_protocol(
     let run = RecordedRun::parse(&recorded).unwrap_or_else(|err| panic!("{what}: {err}"));
     let status = run
         .outcome()
-        .map(|outcome| outcome.status.to_string())
+        .map(|(status, _)| status.to_string())
         .unwrap_or_default();
     assert!(
         ["answered", "call_limit", "model_stopped", "protocol_error"].contains(&status.as_str()),

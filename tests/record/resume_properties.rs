@@ -271,11 +271,11 @@ fn contradiction(run: &RecordedRun) -> Option<String> {
             }
         }
     }
-    let outcome = run.outcome()?;
+    let (status, _) = run.outcome()?;
     let last = run.reply("parent", run.calls("parent"));
     let answered = matches!(last, Some(Ok(reply))
         if reply.stop_reason == Some(subloop::core::protocol::StopReason::EndTurn));
-    (outcome.status == subloop::StatusKind::Answered && !answered)
+    (status == subloop::StatusKind::Answered && !answered)
         .then(|| "an answered outcome after a reply that is no answer".to_owned())
 }
 

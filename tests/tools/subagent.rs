@@ -10,6 +10,7 @@ use common::tool_results;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use crate::common::ScriptedReply;
 use serde_json::{Value, json};
 use subloop::AgentBuilder;
 use subloop::Budget;
@@ -29,7 +30,6 @@ use subloop::core::protocol::StopReason;
 use subloop::policy::hooks::{Hook, HookCall, HookError, Hooks, Verdict};
 use subloop::policy::permission::{AllowAll, ApprovalRequest, Approver, Decision, DenyAll};
 use subloop::providers::scripted::ScriptedChildren;
-use subloop::providers::scripted::ScriptedReply;
 use subloop::run::BoxFuture;
 use subloop::run::model::{AsyncModel, ChildModels, Received};
 use subloop::tools::{Capability, ReadFile, ReadOnlyTool, RunMain, RunSettings, Tool, ToolContext};

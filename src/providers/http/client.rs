@@ -151,7 +151,7 @@ impl<P: Protocol> Client<P> {
 
     /// Sends a serialized request body, retrying what is worth retrying;
     /// no retry starts once `stop` says the run was stopped.
-    pub fn send_body(
+    pub(crate) fn send_body(
         &self,
         body: &[u8],
         stop: Option<&StopProbe>,
@@ -320,7 +320,7 @@ mod remote {
 
         /// Sends a serialized request body; no retry starts once `stop` says
         /// the run was stopped. Dropping the future abandons the request.
-        pub async fn send_body(
+        pub(crate) async fn send_body(
             &self,
             body: &[u8],
             stop: Option<&StopProbe>,

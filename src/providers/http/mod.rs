@@ -169,10 +169,11 @@ impl Secrets {
 }
 
 /// Says whether the run was stopped (cancelled, deadline passed, tokens spent).
-pub type StopProbe = Arc<dyn Fn() -> bool + Send + Sync>;
+pub(crate) type StopProbe = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// Where a run puts its [`StopProbe`] once it exists; one slot per run.
-pub type StopSlot = Arc<OnceLock<StopProbe>>;
+/// Where a run puts its stop probe (`Agent::stop_probe`: whether
+/// the run was stopped) once it exists; one slot per run.
+pub type StopSlot = Arc<OnceLock<Arc<dyn Fn() -> bool + Send + Sync>>>;
 
 /// Finds an error's kind and text (`name: message`, its name and message
 /// as the server gave them) in an error body (`status`, body text); `None`

@@ -26,7 +26,7 @@ use crate::core::protocol::{ModelResponse, Request};
 use crate::run::model::{ChildModels, Model, Received};
 
 /// One scripted reply: a response, or a failed request.
-pub type ScriptedReply = Result<ModelResponse, ModelFailure>;
+pub(crate) type ScriptedReply = Result<ModelResponse, ModelFailure>;
 
 /// A parsed replay script: every reply checked, each kept as written.
 ///
@@ -84,7 +84,7 @@ impl RawReplies {
     /// The `index`-th reply, typed. A text that is not a reply (only
     /// possible for texts not read by [`Script::parse`]) is a failed
     /// request of kind `invalid_script` saying why.
-    pub fn reply(&self, index: usize) -> Option<ScriptedReply> {
+    pub fn reply(&self, index: usize) -> Option<Result<ModelResponse, ModelFailure>> {
         self.get(index).map(|text| {
             reader::reply_text(text).unwrap_or_else(|message| {
                 Err(ModelFailure::with_kind(
@@ -96,7 +96,7 @@ impl RawReplies {
     }
 
     /// Every reply, typed, in order.
-    pub fn replies(&self) -> Vec<ScriptedReply> {
+    pub fn replies(&self) -> Vec<Result<ModelResponse, ModelFailure>> {
         (0..self.len())
             .filter_map(|index| self.reply(index))
             .collect()

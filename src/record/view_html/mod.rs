@@ -240,10 +240,12 @@ fn model<'a>(
             })
         })
         .collect();
-    let outcome = run.outcome().map(|outcome: &RecordedOutcome| OutcomeData {
-        status: outcome.status.as_str(),
-        text: &outcome.text,
-    });
+    let outcome = run
+        .recorded_outcome()
+        .map(|outcome: &RecordedOutcome| OutcomeData {
+            status: outcome.status.as_str(),
+            text: &outcome.text,
+        });
     let data = PageData {
         title,
         question: run.question(),

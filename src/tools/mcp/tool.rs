@@ -188,7 +188,7 @@ impl ReadOnlyTool for McpReadOnlyTool {}
 /// One server's tools, as a [`ToolSource`]: listed at start, and again at
 /// a turn boundary after the server sent `notifications/tools/list_changed`.
 #[derive(Debug)]
-pub struct McpSource {
+pub(crate) struct McpSource {
     config: ServerConfig,
     server: Arc<McpServer>,
     settings: McpSettings,
@@ -280,14 +280,24 @@ impl ToolSource for McpSource {
 
 /// The started servers, each a [`ToolSource`], with a line per server
 /// (its registered tools) and a warning per tool skipped.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct McpTools {
     /// One source per server, in configuration order.
-    pub sources: Vec<Arc<McpSource>>,
+    pub sources: Vec<Arc<dyn ToolSource>>,
     /// The servers, with the registered names of their tools.
     pub servers: Vec<(String, Vec<String>)>,
     /// Tools skipped (a name that does not fit the API's rule, or listed twice).
     pub warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for McpTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpTools")
+            .field("sources", &self.sources.len())
+            .field("servers", &self.servers)
+            .field("warnings", &self.warnings)
+            .finish()
+    }
 }
 
 /// How MCP tools run: the byte cap of results, the start and per-call
