@@ -193,6 +193,7 @@ Returns a JSON report {status, summary, calls}; only the summary comes back, not
 
 /// What the parent gets back: `{"status", "summary", "calls"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct TaskReport {
     /// The child's final status.
     pub status: StatusKind,

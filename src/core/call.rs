@@ -52,6 +52,7 @@ impl CallDecision {
 
 /// One tool call as the host sees it afterwards.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ToolRecord {
     /// The tool name the model used.
     pub name: String,
@@ -67,11 +68,23 @@ pub struct ToolRecord {
     pub content: SharedText,
 }
 
-/// A warning raised by a hook.
+/// A warning of a run: raised by a hook, or added by the host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Warning {
     /// The agent whose call raised it.
     pub agent: AgentId,
     /// The text.
     pub text: String,
+}
+
+impl Warning {
+    /// A warning of `agent`'s saying `text` (a host adds its own to a
+    /// report, such as a trace it could not write).
+    pub fn new(agent: AgentId, text: impl Into<String>) -> Self {
+        Self {
+            agent,
+            text: text.into(),
+        }
+    }
 }

@@ -467,11 +467,22 @@ impl InterruptKind {
 
 /// A host's reason to stop at a turn boundary, with a readable text.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Interrupt {
     /// Which limit.
     pub kind: InterruptKind,
     /// What was cut short, for the outcome's text.
     pub text: String,
+}
+
+impl Interrupt {
+    /// A stop of `kind`, saying `text` (what was cut short) in the outcome.
+    pub fn new(kind: InterruptKind, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            text: text.into(),
+        }
+    }
 }
 
 /// A conversation stopped by an [`Interrupt`].
@@ -715,6 +726,7 @@ pub enum AfterRound {
 /// Results were refused ([`Conversation::submit`],
 /// [`Conversation::answer_round`]); the unchanged state is handed back.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Rejected<C> {
     /// The conversation, as it was before the call.
     pub conversation: C,

@@ -900,13 +900,13 @@ impl Prepared {
         };
         let trace_error = self.trace.and_then(|status| status.error());
         if let (Some(error), Some(path)) = (&trace_error, &self.trace_path) {
-            report.warnings.push(Warning {
-                agent: AgentId::Parent,
-                text: format!(
+            report.warnings.push(Warning::new(
+                AgentId::Parent,
+                format!(
                     "writing the trace {} failed: {error}; the trace is incomplete",
                     path.display()
                 ),
-            });
+            ));
         }
         // The page last: it is drawn from the finished trace.
         let page_error = self.page.and_then(|page| {
@@ -918,10 +918,9 @@ impl Prepared {
                 "subloop: {}",
                 subloop::core::text::printable(&text)
             );
-            report.warnings.push(Warning {
-                agent: AgentId::Parent,
-                text: text.clone(),
-            });
+            report
+                .warnings
+                .push(Warning::new(AgentId::Parent, text.clone()));
             Some(text)
         });
         Ok(Run {

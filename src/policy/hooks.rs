@@ -27,6 +27,7 @@ pub struct HookError(pub String);
 
 /// What a hook sees of a call.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct HookCall<'a> {
     /// The agent making the call; for a child it carries the parent's `task` id.
     pub agent: &'a AgentId,

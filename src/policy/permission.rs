@@ -25,6 +25,7 @@ pub enum Decision {
 
 /// What the approver is asked about.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ApprovalRequest<'a> {
     /// The agent asking.
     pub agent: &'a AgentId,

@@ -164,6 +164,7 @@ pub enum Difference {
 
 /// Where a replay departed from its trace: agent, request number, what differs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Divergence {
     /// `parent`, `child-1`, ...
     pub agent: String,
@@ -504,6 +505,7 @@ fn quote(text: &str, start: usize) -> String {
 /// The result of replaying a trace: the run as it went now, and every way it
 /// departed from the recording.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ReplayReport {
     /// The replayed run.
     pub run: RunReport,

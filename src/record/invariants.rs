@@ -81,6 +81,7 @@ impl Invariant {
 /// One place a rule breaks, or a trace contradicts itself
 /// ([`RecordedRun::consistency`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Breach {
     /// `parent` or `child-N`.
     pub agent: String,
@@ -107,6 +108,7 @@ impl std::fmt::Display for Breach {
 
 /// One rule, checked over a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Verdict {
     /// The rule.
     pub invariant: Invariant,

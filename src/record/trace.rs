@@ -451,6 +451,7 @@ fn field(value: &Value, key: &str) -> Value {
 
 /// A request as rebuilt from a trace.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RebuiltRequest {
     /// The agent that sent it.
     pub agent: String,

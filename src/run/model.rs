@@ -15,6 +15,7 @@ use crate::core::protocol::{ModelResponse, Request};
 /// which the trace writes. For a stream it is the message assembled from all
 /// of its events.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Received {
     /// The parsed reply.
     pub response: ModelResponse,
@@ -36,6 +37,7 @@ impl Received {
 /// (`gen_ai.provider.name`: `anthropic`, `openai`, `subloop.scripted`…)
 /// and the model asked for (`gen_ai.request.model`).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ModelIdentity {
     /// The provider, as the OpenTelemetry GenAI conventions name it.
     pub provider: String,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 /// Why the process is ending, as told to a shutdown action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Termination {
     /// The signal (`SIGINT` for a second Ctrl-C, `SIGTERM`, `SIGHUP`).
     pub signal: i32,

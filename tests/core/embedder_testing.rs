@@ -148,9 +148,7 @@ impl Executor for Stopping {
     }
 
     fn interrupt(&self) -> Option<Interrupt> {
-        (self.store.ran >= self.after).then(|| Interrupt {
-            kind: InterruptKind::Cancelled,
-            text: "the host's own limit".to_owned(),
-        })
+        (self.store.ran >= self.after)
+            .then(|| Interrupt::new(InterruptKind::Cancelled, "the host's own limit"))
     }
 }

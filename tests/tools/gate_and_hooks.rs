@@ -359,10 +359,7 @@ fn hook_warnings_appear_in_the_report() {
         builder,
         vec![("c1", "count", json!({})), ("c2", "count", json!({}))],
     );
-    let warning = |text: &str| Warning {
-        agent: AgentId::Parent,
-        text: text.to_owned(),
-    };
+    let warning = |text: &str| Warning::new(AgentId::Parent, text);
     assert_eq!(
         report.warnings,
         vec![

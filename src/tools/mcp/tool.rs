@@ -281,6 +281,7 @@ impl ToolSource for McpSource {
 /// The started servers, each a [`ToolSource`], with a line per server
 /// (its registered tools) and a warning per tool skipped.
 #[derive(Default)]
+#[non_exhaustive]
 pub struct McpTools {
     /// One source per server, in configuration order.
     pub sources: Vec<Arc<dyn ToolSource>>,
