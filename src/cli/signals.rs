@@ -43,9 +43,11 @@ use subloop::tools::{ProcessGroups, Programs};
 /// The shutdown actions of this process (the trace's last lines, removing
 /// temporary files), run when a signal ends it.
 pub fn shutdown() -> Arc<Shutdown> {
-    static SHUTDOWN: OnceLock<Arc<Shutdown>> = OnceLock::new();
     Arc::clone(SHUTDOWN.get_or_init(Shutdown::new))
 }
+
+/// The process's shutdown list, once made.
+static SHUTDOWN: OnceLock<Arc<Shutdown>> = OnceLock::new();
 
 /// The process groups `run_main` is running, killed from the handler.
 static PROGRAMS: ProcessGroups = ProcessGroups::new();
@@ -200,6 +202,11 @@ extern "C" fn on_signal(signal: libc::c_int) {
         PROMPT_AT_SIGNAL.store(PROMPT.load(Ordering::SeqCst), Ordering::SeqCst);
         wake(FIRST_CTRL_C);
         return;
+    }
+    // The process is ending: what a run finishing now would still write
+    // (its page) is left alone. An atomic load and store.
+    if let Some(shutdown) = SHUTDOWN.get() {
+        shutdown.begin();
     }
     PROGRAMS.kill_all();
     let code = Termination::by_signal(signal).exit_code;

@@ -649,6 +649,8 @@ pub struct Prepared {
     mcp_servers: Vec<(String, Vec<String>)>,
     // A temporary workspace is removed afterwards, whatever happens.
     _cleanup: TemporaryWorkspace,
+    /// The host's shutdown list: once it runs, the page is not written.
+    shutdown: Option<Arc<Shutdown>>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -828,6 +830,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         page,
         mcp_lines: mcp.lines,
         mcp_servers: mcp.servers,
+        shutdown: settings.shutdown.clone(),
         _cleanup: cleanup,
     })
 }
@@ -908,8 +911,13 @@ impl Prepared {
                 ),
             ));
         }
-        // The page last: it is drawn from the finished trace.
-        let page_error = self.page.and_then(|page| {
+        // The page last: it is drawn from the finished trace. A run the
+        // process is ending under (a signal) leaves the old page as it was.
+        let ending = self
+            .shutdown
+            .as_ref()
+            .is_some_and(|shutdown| shutdown.ending());
+        let page_error = self.page.filter(|_| !ending).and_then(|page| {
             let path = page.path().to_owned();
             let error = page.write().err()?;
             let text = format!("writing the view page {} failed: {error}", path.display());

@@ -49,6 +49,8 @@ type Action = Arc<dyn Fn(&Termination) + Send + Sync>;
 pub struct Shutdown {
     actions: Mutex<Vec<(u64, Action)>>,
     next: AtomicU64,
+    /// Set when [`Shutdown::run`] starts: the process is ending.
+    ending: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Shutdown {
@@ -86,6 +88,20 @@ impl Shutdown {
         Arc::new(Self::default())
     }
 
+    /// Says the process is ending, before the actions run: an atomic store,
+    /// so a signal handler may call it. [`Shutdown::run`] says it too.
+    pub fn begin(&self) {
+        self.ending.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the process is ending ([`Shutdown::begin`], or
+    /// [`Shutdown::run`] has started), so
+    /// what a finished run would still write (a page drawn from its trace)
+    /// is left as it was.
+    pub fn ending(&self) -> bool {
+        self.ending.load(Ordering::SeqCst)
+    }
+
     /// Registers `action` until the returned registration is dropped.
     pub fn on_termination(
         self: &Arc<Self>,
@@ -106,6 +122,7 @@ impl Shutdown {
     /// long for the list (a run may be registering at that moment), and an
     /// action that panics does not stop the others.
     pub fn run(&self, termination: &Termination) {
+        self.ending.store(true, Ordering::SeqCst);
         let until = Instant::now() + Duration::from_secs(2);
         let actions: Vec<Action> = loop {
             match self.actions.try_lock() {
@@ -132,6 +149,19 @@ impl Shutdown {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A signal handler says the process is ending before the actions
+    /// run; running them says it too.
+    #[test]
+    fn ending_is_told_by_begin_and_by_run() {
+        let shutdown = Shutdown::new();
+        assert!(!shutdown.ending());
+        shutdown.begin();
+        assert!(shutdown.ending());
+        let other = Shutdown::new();
+        other.run(&Termination::by_signal(15));
+        assert!(other.ending());
+    }
 
     #[test]
     fn exit_codes_are_128_plus_the_signal() {

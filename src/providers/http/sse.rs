@@ -64,11 +64,13 @@ impl SseDecoder {
 
 /// Splits byte chunks, as they arrive from an async body, into lines for
 /// an [`SseDecoder`]; a line cut between two chunks waits for the rest.
+#[cfg(any(feature = "async", test))]
 #[derive(Debug, Default)]
 pub struct LineSplitter {
     partial: Vec<u8>,
 }
 
+#[cfg(any(feature = "async", test))]
 impl LineSplitter {
     /// A splitter holding nothing.
     pub fn new() -> Self {
