@@ -31,6 +31,12 @@ impl Received {
             raw: None,
         }
     }
+
+    /// A reply and its wire form, as received (what a journal or a trace
+    /// replays).
+    pub fn with_raw(response: ModelResponse, raw: Option<Value>) -> Self {
+        Self { response, raw }
+    }
 }
 
 /// Who answers a model's requests, as telemetry names it: the provider
