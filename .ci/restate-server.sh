@@ -5,7 +5,7 @@
 #
 #   .ci/restate-server.sh setup DIR                   install into DIR (idempotent)
 #   .ci/restate-server.sh start DIR BASE INGRESS ADMIN NODE
-#                                                     start with state in BASE, wait
+#                                                     start with everything in BASE, wait
 #                                                     until ready; prints the pid
 set -euo pipefail
 
@@ -29,12 +29,15 @@ setup() {
 
 start() {
     local dir="$1" base="$2" ingress="$3" admin="$4" node="$5"
-    mkdir -p "$base"
+    mkdir -p "$base/tmp" "$base/data"
+    # Its state in BASE/data, its own temporary files (the invoker's spill
+    # files) in BASE/tmp: nothing of it outside BASE.
+    TMPDIR="$base/tmp" \
     RESTATE_INGRESS__BIND_ADDRESS="127.0.0.1:$ingress" \
     RESTATE_ADMIN__BIND_ADDRESS="127.0.0.1:$admin" \
     RESTATE_DISABLE_TELEMETRY=true \
         "$(binary "$dir")" --no-logo --bind-ip 127.0.0.1 --bind-port "$node" \
-        --base-dir "$base" --listen-mode tcp >"$base/server.log" 2>&1 &
+        --base-dir "$base/data" --listen-mode tcp >"$base/server.log" 2>&1 &
     local pid=$!
     for _ in $(seq 1 300); do
         if curl -fsS "http://127.0.0.1:$admin/health" >/dev/null 2>&1 \

@@ -123,25 +123,27 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Stops the server (SIGTERM), waits until it is gone (at most 20 s),
+    /// and removes its directory: nothing of it is left in `TMPDIR`.
     fn drop(&mut self) {
+        let pid = i32::try_from(self.process).unwrap_or(i32::MAX);
         // SAFETY: kill(2) on the server this test started.
         unsafe {
-            libc_kill(self.process);
+            kill(pid, SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // SAFETY: kill(2) with signal 0 only asks whether it is there.
+        while unsafe { kill(pid, 0) } == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
         let _ = std::fs::remove_dir_all(&self.base);
     }
 }
 
+const SIGTERM: i32 = 15;
+
 unsafe extern "C" {
     fn kill(pid: i32, signal: i32) -> i32;
-}
-
-/// SIGTERM.
-unsafe fn libc_kill(pid: u32) {
-    // SAFETY: as the caller says.
-    unsafe {
-        kill(pid as i32, 15);
-    }
 }
 
 /// A script: read `expected.txt`, then answer. Each request is counted in
