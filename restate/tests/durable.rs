@@ -153,21 +153,20 @@ unsafe extern "C" {
 struct Counted {
     count: PathBuf,
     gate: PathBuf,
-    made: usize,
 }
 
 impl Model for Counted {
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
         // By the history, not by a count of its own: a replaced worker's
         // model is asked only what the journal does not hold.
-        self.made = request.messages.len();
+        let after_the_tool = request.messages.len() > 1;
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.count)
             .unwrap();
         writeln!(file, "request").unwrap();
-        if self.made >= 2 {
+        if after_the_tool {
             while !self.gate.exists() {
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -191,7 +190,6 @@ impl Models for CountedModels {
         Box::new(Counted {
             count: self.count.clone(),
             gate: self.gate.clone(),
-            made: 0,
         })
     }
 }

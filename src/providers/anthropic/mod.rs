@@ -297,7 +297,6 @@ impl Protocol for LiveConfig {
     type State = ();
     type Exchange = ();
     type Stream = sse::StreamAssembler;
-    type Error = ConfigError;
 
     fn model(&self) -> &str {
         &self.model
@@ -317,10 +316,6 @@ impl Protocol for LiveConfig {
 
     fn retry(&self) -> RetryPolicy {
         self.retry
-    }
-
-    fn invalid(message: String) -> ConfigError {
-        ConfigError::Invalid(message)
     }
 
     fn url(&self) -> String {

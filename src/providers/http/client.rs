@@ -300,9 +300,9 @@ mod remote {
     impl<P: Protocol> Client<P, dyn AsyncTransport> {
         /// A client over a real HTTP connection (reqwest, rustls). It is
         /// awaited on a tokio runtime.
-        pub fn new(config: P) -> Result<Self, P::Error> {
-            let transport =
-                ReqwestTransport::new(config.timeouts()).map_err(|err| P::invalid(err.message))?;
+        pub fn new(config: P) -> Result<Self, crate::providers::http::ConfigError> {
+            let transport = ReqwestTransport::new(config.timeouts())
+                .map_err(|err| crate::providers::http::ConfigError::Invalid(err.message))?;
             Ok(Self::with_transport(config, Arc::new(transport)))
         }
 

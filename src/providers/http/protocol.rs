@@ -30,8 +30,6 @@ pub trait Protocol: Clone + std::fmt::Debug + Send + Sync + 'static {
     type Exchange: Send + Sync;
     /// The protocol's event stream, assembled into a reply.
     type Stream: StreamParser + Send;
-    /// Why a client could not be made.
-    type Error;
 
     /// The model name.
     fn model(&self) -> &str;
@@ -43,8 +41,6 @@ pub trait Protocol: Clone + std::fmt::Debug + Send + Sync + 'static {
     fn timeouts(&self) -> Timeouts;
     /// The retry policy.
     fn retry(&self) -> RetryPolicy;
-    /// The setup failure saying `message`.
-    fn invalid(message: String) -> Self::Error;
 
     /// The endpoint.
     fn url(&self) -> String;

@@ -267,7 +267,6 @@ impl Protocol for OpenAiConfig {
     type State = TokenField;
     type Exchange = Exchange;
     type Stream = stream::ChunkStream;
-    type Error = ConfigError;
 
     fn model(&self) -> &str {
         &self.model
@@ -287,10 +286,6 @@ impl Protocol for OpenAiConfig {
 
     fn retry(&self) -> RetryPolicy {
         self.retry
-    }
-
-    fn invalid(message: String) -> ConfigError {
-        ConfigError::Invalid(message)
     }
 
     fn url(&self) -> String {

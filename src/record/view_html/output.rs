@@ -161,25 +161,14 @@ impl PageOutput {
         verdicts: &[invariants::Verdict],
         policy: &Policy,
     ) -> Result<(), String> {
-        write_for_trace(trace, output, run, verdicts, policy)
+        let title = title_of(trace);
+        let mut file = target::open_output(output, None, &[(trace, "trace file")], FileRole::Page)
+            .map_err(|err| err.to_string())?;
+        replace_content(&mut file, |out| {
+            super::write_page(out, run, verdicts, policy, &title)
+        })
+        .map_err(|err| format!("cannot write {}: {err}", output.display()))
     }
-}
-
-/// [`PageOutput::write_for_trace`].
-fn write_for_trace(
-    trace: &Path,
-    output: &Path,
-    run: &RecordedRun,
-    verdicts: &[invariants::Verdict],
-    policy: &Policy,
-) -> Result<(), String> {
-    let title = title_of(trace);
-    let mut file = target::open_output(output, None, &[(trace, "trace file")], FileRole::Page)
-        .map_err(|err| err.to_string())?;
-    replace_content(&mut file, |out| {
-        super::write_page(out, run, verdicts, policy, &title)
-    })
-    .map_err(|err| format!("cannot write {}: {err}", output.display()))
 }
 
 /// A page's title: the file name of `path`.
