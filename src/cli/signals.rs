@@ -203,13 +203,15 @@ extern "C" fn on_signal(signal: libc::c_int) {
         wake(FIRST_CTRL_C);
         return;
     }
-    // The process is ending: what a run finishing now would still write
-    // (its page) is left alone. An atomic load and store.
+    // The process is ending: a run finishing now (its programs are about
+    // to be killed) reports this termination, and what it would still
+    // write (its page) is left alone. An atomic load and store.
+    let termination = Termination::by_signal(signal);
     if let Some(shutdown) = SHUTDOWN.get() {
-        shutdown.begin();
+        shutdown.begin(&termination);
     }
     PROGRAMS.kill_all();
-    let code = Termination::by_signal(signal).exit_code;
+    let code = termination.exit_code;
     if TERMINATING.swap(true, Ordering::SeqCst) || !wake(u8::try_from(signal).unwrap_or(0)) {
         // SAFETY: _exit is async-signal-safe and ends the process.
         unsafe { libc::_exit(i32::from(code)) }

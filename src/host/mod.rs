@@ -916,7 +916,7 @@ impl Prepared {
         let ending = self
             .shutdown
             .as_ref()
-            .is_some_and(|shutdown| shutdown.ending());
+            .is_some_and(|shutdown| shutdown.ending().is_some());
         let page_error = self.page.filter(|_| !ending).and_then(|page| {
             let path = page.path().to_owned();
             let error = page.write().err()?;

@@ -88,6 +88,8 @@ pub struct TraceWriter {
     /// The sandbox level of `run_main`, written on the parent's first request.
     sandbox: Option<Sandbox>,
     _termination: Option<Registration>,
+    /// The host's shutdown, asked before every line whether the process is ending.
+    shutdown: Option<Arc<Shutdown>>,
 }
 
 /// A handle on a trace that a host keeps after giving the writer to an
@@ -294,14 +296,18 @@ impl TraceWriter {
             workspace: None,
             sandbox: None,
             _termination: None,
+            shutdown: None,
         }
     }
 
     /// Registers with the host's `shutdown`: when the process is ended by
     /// a signal, the trace still ends with an `outcome` line, status
     /// `cancelled`, for every agent that had not finished, and nothing is
-    /// written after it.
+    /// written after it. A run that finishes once the process is ending
+    /// (its programs were killed by the same signal) ends its trace the
+    /// same way.
     pub fn on_shutdown(mut self, shutdown: &Arc<Shutdown>) -> Self {
+        self.shutdown = Some(Arc::clone(shutdown));
         let on_exit = Arc::clone(&self.shared);
         self._termination = Some(shutdown.on_termination(move |termination| {
             // The run may hold the lock for a moment; never wait long.
@@ -332,10 +338,26 @@ impl TraceWriter {
     fn line(&mut self, agent: &AgentId, kind: &str, fields: Value) {
         lock(&self.shared).emit(agent, kind, fields);
     }
+
+    /// Whether the process is ending; if so, the trace is ended with the
+    /// termination (once) and nothing more is written.
+    fn ending(&self) -> bool {
+        let Some(termination) = self.shutdown.as_ref().and_then(|s| s.ending()) else {
+            return false;
+        };
+        let mut file = lock(&self.shared);
+        if !file.closed {
+            file.terminate(&termination);
+        }
+        true
+    }
 }
 
 impl Monitor for TraceWriter {
     fn event(&mut self, agent: &AgentId, event: &Event<'_>) {
+        if self.ending() {
+            return;
+        }
         lock(&self.shared).track(agent, event);
         match event {
             Event::Request {
@@ -427,15 +449,21 @@ impl Monitor for TraceWriter {
     }
 
     fn tool(&mut self, agent: &AgentId, record: &ToolRecord) {
-        self.line(agent, "tool", json!(record));
+        if !self.ending() {
+            self.line(agent, "tool", json!(record));
+        }
     }
 
     fn warning(&mut self, agent: &AgentId, warning: &str) {
-        self.line(agent, "warning", json!({"text": warning}));
+        if !self.ending() {
+            self.line(agent, "warning", json!({"text": warning}));
+        }
     }
 
     fn hook(&mut self, agent: &AgentId, record: &HookRecord) {
-        self.line(agent, "hook", json!(record));
+        if !self.ending() {
+            self.line(agent, "hook", json!(record));
+        }
     }
 }
 

@@ -49,8 +49,9 @@ type Action = Arc<dyn Fn(&Termination) + Send + Sync>;
 pub struct Shutdown {
     actions: Mutex<Vec<(u64, Action)>>,
     next: AtomicU64,
-    /// Set when [`Shutdown::run`] starts: the process is ending.
-    ending: std::sync::atomic::AtomicBool,
+    /// The signal the process is ending by (0 while it is not): set by
+    /// [`Shutdown::begin`] and when [`Shutdown::run`] starts.
+    ending: std::sync::atomic::AtomicI32,
 }
 
 impl std::fmt::Debug for Shutdown {
@@ -88,18 +89,28 @@ impl Shutdown {
         Arc::new(Self::default())
     }
 
-    /// Says the process is ending, before the actions run: an atomic store,
-    /// so a signal handler may call it. [`Shutdown::run`] says it too.
-    pub fn begin(&self) {
-        self.ending.store(true, Ordering::SeqCst);
+    /// Says the process is ending by `termination`, before the actions
+    /// run: an atomic store, so a signal handler may call it.
+    /// [`Shutdown::run`] says it too. The first termination told is kept.
+    pub fn begin(&self, termination: &Termination) {
+        let _ = self.ending.compare_exchange(
+            0,
+            termination.signal.max(1),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
     }
 
-    /// Whether the process is ending ([`Shutdown::begin`], or
-    /// [`Shutdown::run`] has started), so
-    /// what a finished run would still write (a page drawn from its trace)
-    /// is left as it was.
-    pub fn ending(&self) -> bool {
-        self.ending.load(Ordering::SeqCst)
+    /// How the process is ending, once [`Shutdown::begin`] or
+    /// [`Shutdown::run`] has said so; `None` while it is not. A run that
+    /// finishes after that (its programs were just killed) reports the
+    /// termination rather than its own end, and what it would still write
+    /// (a page drawn from its trace) is left as it was.
+    pub fn ending(&self) -> Option<Termination> {
+        match self.ending.load(Ordering::SeqCst) {
+            0 => None,
+            signal => Some(Termination::by_signal(signal)),
+        }
     }
 
     /// Registers `action` until the returned registration is dropped.
@@ -122,7 +133,7 @@ impl Shutdown {
     /// long for the list (a run may be registering at that moment), and an
     /// action that panics does not stop the others.
     pub fn run(&self, termination: &Termination) {
-        self.ending.store(true, Ordering::SeqCst);
+        self.begin(termination);
         let until = Instant::now() + Duration::from_secs(2);
         let actions: Vec<Action> = loop {
             match self.actions.try_lock() {
@@ -155,12 +166,16 @@ mod tests {
     #[test]
     fn ending_is_told_by_begin_and_by_run() {
         let shutdown = Shutdown::new();
-        assert!(!shutdown.ending());
-        shutdown.begin();
-        assert!(shutdown.ending());
+        assert_eq!(shutdown.ending(), None);
+        shutdown.begin(&Termination::by_signal(libc::SIGINT));
+        shutdown.begin(&Termination::by_signal(libc::SIGTERM));
+        assert_eq!(
+            shutdown.ending(),
+            Some(Termination::by_signal(libc::SIGINT))
+        );
         let other = Shutdown::new();
-        other.run(&Termination::by_signal(15));
-        assert!(other.ending());
+        other.run(&Termination::by_signal(libc::SIGTERM));
+        assert_eq!(other.ending(), Some(Termination::by_signal(libc::SIGTERM)));
     }
 
     #[test]

@@ -392,3 +392,88 @@ crate::async_twins!(
     a_cut_last_line_is_an_error_naming_it,
     the_binary_s_trace_rebuilds_the_seven_demo_requests,
 );
+
+// ------------------------------------------- a signal as the run finishes
+
+/// Tells the host's shutdown that the process is ending (as the CLI's
+/// signal handler does) when the parent's second request is sent, and
+/// answers as the demo does.
+struct SignalAtSecondRequest {
+    inner: DemoParent,
+    shutdown: Arc<subloop::run::shutdown::Shutdown>,
+    calls: u32,
+}
+
+impl Model for SignalAtSecondRequest {
+    fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        self.calls += 1;
+        if self.calls == 2 {
+            self.shutdown
+                .begin(&subloop::run::shutdown::Termination::by_signal(
+                    libc::SIGINT,
+                ));
+        }
+        self.inner.respond(request)
+    }
+}
+
+/// A run that goes on finishing after the process began to end (its
+/// programs were killed by the same signal, so the run sees them end)
+/// ends its trace with the termination, once, and writes nothing after
+/// it: the trace says what ended the run, whichever of the run and the
+/// shutdown actions gets there first.
+#[test]
+fn a_run_finishing_while_the_process_ends_reports_the_termination() {
+    let workspace = TempDir::new("trace-ending-ws");
+    workspace.write("main.py", "print(42)\n");
+    let dir = TempDir::new("trace-ending");
+    let path = dir.path().join("trace.jsonl");
+    let shutdown = subloop::run::shutdown::Shutdown::new();
+    let agent = AgentBuilder::new(Arc::new(AllowAll))
+        .read_only_tool(ReadFile::new(workspace.path(), ReadFile::DEFAULT_LIMIT).unwrap())
+        .unwrap()
+        .tool(RunMain::new(workspace.path(), RunSettings::default()).unwrap())
+        .unwrap()
+        .monitor(TraceWriter::create(&path).unwrap().on_shutdown(&shutdown))
+        .build();
+    let mut model = SignalAtSecondRequest {
+        inner: DemoParent,
+        shutdown: Arc::clone(&shutdown),
+        calls: 0,
+    };
+    let report = agent
+        .run_driven(DemoParent::QUESTION, Budget::new(8).unwrap(), &mut model)
+        .unwrap();
+    assert!(
+        model.calls >= 2,
+        "the run ended after {} calls",
+        model.calls
+    );
+    // The run itself went on; only its trace speaks of the termination.
+    assert_eq!(report.outcome.status, StatusKind::Answered);
+    // The shutdown actions running now change nothing.
+    shutdown.run(&subloop::run::shutdown::Termination::by_signal(
+        libc::SIGINT,
+    ));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let outcomes: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "outcome").collect();
+    assert_eq!(outcomes.len(), 1, "{text}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["kind"], "outcome", "{text}");
+    assert_eq!(last["status"], "cancelled", "{text}");
+    assert!(
+        last["text"].as_str().unwrap().contains("a second Ctrl-C"),
+        "{text}"
+    );
+    // Nothing of the second round reached the trace.
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["kind"] == "response" && l["call"] == 2),
+        "{text}"
+    );
+}
