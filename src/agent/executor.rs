@@ -228,7 +228,7 @@ impl<'a> Toolbox<'a> {
 
     /// Asks the approver about `call` (`why`: a hook's reason to ask, shown
     /// with the action); a denial or a panicking approver refuses it.
-    fn approve(
+    async fn approve(
         &self,
         call: &ToolCall,
         tool: &dyn Tool,
@@ -245,7 +245,17 @@ impl<'a> Toolbox<'a> {
             action: &action,
         };
         // An approver that panics fails closed, like a hook: denied, with a warning.
-        match catch_unwind(AssertUnwindSafe(|| self.gate.approver.decide(&request))) {
+        let approver = self.gate.approver;
+        let decided = match self.drive {
+            Drive::Blocking => catch_unwind(AssertUnwindSafe(|| approver.decide(&request))),
+            Drive::Async => {
+                match catch_unwind(AssertUnwindSafe(|| approver.decide_async(&request))) {
+                    Ok(future) => CatchUnwind(future).await,
+                    Err(payload) => Err(payload),
+                }
+            }
+        };
+        match decided {
             Ok(Decision::Allow) => Ok(()),
             Ok(Decision::Deny) => Err(Admission::Refused(
                 refusal("permission denied"),
@@ -269,7 +279,7 @@ impl<'a> Toolbox<'a> {
     /// hooks let `call` through: a denial or a failure refuses it, `ask`
     /// asks the approver unless it already allowed this call; `allow`
     /// changes nothing (the gate has decided).
-    fn pre_tool_use(
+    async fn pre_tool_use(
         &self,
         call: &ToolCall,
         tool: &dyn Tool,
@@ -296,7 +306,7 @@ impl<'a> Toolbox<'a> {
                 CallDecision::HookFailed,
             )),
             HookVerdict::Ask(reason) if *decision != CallDecision::Allowed => {
-                self.approve(call, tool, Some(&reason), warnings)?;
+                self.approve(call, tool, Some(&reason), warnings).await?;
                 *decision = CallDecision::Allowed;
                 Ok(())
             }
@@ -327,7 +337,7 @@ impl<'a> Toolbox<'a> {
     }
 
     /// Registry, schema, permission and before hooks, in that order.
-    fn admit(&self, call: &ToolCall, warnings: &mut Vec<String>) -> Admission {
+    async fn admit(&self, call: &ToolCall, warnings: &mut Vec<String>) -> Admission {
         self.audit(call, Phase::Before, None);
         if self.over_limit.contains(call.id()) {
             let limit = self.gate.guard.limits().max_tools_per_reply;
@@ -355,7 +365,7 @@ impl<'a> Toolbox<'a> {
         }
         let mut decision = CallDecision::NotRequired;
         if tool.capability().needs_approval() {
-            if let Err(refused) = self.approve(call, tool.as_ref(), None, warnings) {
+            if let Err(refused) = self.approve(call, tool.as_ref(), None, warnings).await {
                 return refused;
             }
             decision = CallDecision::Allowed;
@@ -392,7 +402,10 @@ impl<'a> Toolbox<'a> {
                 }
             }
         }
-        if let Err(refused) = self.pre_tool_use(call, tool.as_ref(), &mut decision, warnings) {
+        if let Err(refused) = self
+            .pre_tool_use(call, tool.as_ref(), &mut decision, warnings)
+            .await
+        {
             return refused;
         }
         // Approval and hooks may take long (a `y/N` prompt waits for a
@@ -496,7 +509,7 @@ impl<'a> Toolbox<'a> {
         let span = telemetry::tool_span(call, self.gate.telemetry);
         let answer = async {
             let mut warnings = Vec::new();
-            match self.admit(call, &mut warnings) {
+            match self.admit(call, &mut warnings).await {
                 Admission::Refused(output, decision) => {
                     self.conclude(call, output, decision, false, warnings)
                 }
@@ -535,7 +548,11 @@ impl<'a> Toolbox<'a> {
         for call in run {
             let mut warnings = Vec::new();
             let span = telemetry::tool_span(call, self.gate.telemetry);
-            match span.in_scope(|| self.admit(call, &mut warnings)) {
+            let admission = self
+                .admit(call, &mut warnings)
+                .instrument(span.clone())
+                .await;
+            match admission {
                 Admission::Refused(output, decision) => {
                     let answer =
                         span.in_scope(|| self.conclude(call, output, decision, false, warnings));

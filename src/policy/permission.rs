@@ -36,9 +36,24 @@ pub struct ApprovalRequest<'a> {
 }
 
 /// Decides calls of tools that need approval. Shared by the parent and every child.
+///
+/// A blocking run asks [`Approver::decide`]; an async run awaits
+/// [`Approver::decide_async`], whose default asks `decide`. An approver
+/// whose answer comes from elsewhere (a person on another machine, a
+/// durable promise) overrides `decide_async`, and the run waits for it
+/// without holding a thread.
 pub trait Approver: Send + Sync {
     /// Allow or deny one call.
     fn decide(&self, request: &ApprovalRequest<'_>) -> Decision;
+
+    /// Allow or deny one call in an async run. The default asks
+    /// [`Approver::decide`] when called.
+    fn decide_async<'a>(
+        &'a self,
+        request: &'a ApprovalRequest<'a>,
+    ) -> crate::run::BoxFuture<'a, Decision> {
+        Box::pin(std::future::ready(self.decide(request)))
+    }
 }
 
 /// Allows every call.

@@ -718,3 +718,83 @@ crate::async_twins!(
     an_approver_that_panics_fails_closed_and_the_run_goes_on,
     a_run_stopped_while_the_approver_decides_does_not_start_the_tool,
 );
+
+/// An approver whose answer comes from elsewhere: an async run awaits
+/// `decide_async` (here, a channel another task answers later); `decide`,
+/// which a blocking run would ask, must not be reached.
+struct RemoteApprover {
+    answer: Mutex<Option<tokio::sync::oneshot::Receiver<Decision>>>,
+    asked: Arc<AtomicUsize>,
+}
+
+impl Approver for RemoteApprover {
+    fn decide(&self, _request: &ApprovalRequest<'_>) -> Decision {
+        panic!("an async run asked the blocking approver")
+    }
+
+    fn decide_async<'a>(
+        &'a self,
+        _request: &'a ApprovalRequest<'a>,
+    ) -> subloop::run::BoxFuture<'a, Decision> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        let answer = self.answer.lock().unwrap().take();
+        Box::pin(async move {
+            match answer {
+                Some(answer) => answer.await.unwrap_or(Decision::Deny),
+                None => Decision::Deny,
+            }
+        })
+    }
+}
+
+#[test]
+fn an_async_run_awaits_the_approvers_async_answer() {
+    for decision in [Decision::Allow, Decision::Deny] {
+        let counter = Counting::new("exec", Capability::Executes);
+        let (send, receive) = tokio::sync::oneshot::channel();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let approver = RemoteApprover {
+            answer: Mutex::new(Some(receive)),
+            asked: Arc::clone(&asked),
+        };
+        let agent = with_counter(Arc::new(approver), &counter, Hooks::none()).build();
+        let mut model = RecordingModel::new(vec![
+            Ok(ModelResponse::tool_calls(vec![("c1", "exec", json!({}))])),
+            Ok(ModelResponse::answer("done")),
+        ]);
+        let runtime = common::runtime();
+        let report = runtime.block_on(async {
+            let answering = {
+                let asked = Arc::clone(&asked);
+                tokio::spawn(async move {
+                    // The run is waiting on the approver, not blocked in it.
+                    while asked.load(Ordering::SeqCst) == 0 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    send.send(decision).unwrap();
+                })
+            };
+            let mut model = subloop::run::model::Blocking(&mut model);
+            let report = agent
+                .run_async("go", Budget::new(3).unwrap(), &mut model)
+                .await
+                .unwrap();
+            answering.await.unwrap();
+            report
+        });
+        assert_eq!(report.outcome.text, "done");
+        let results = tool_results(&report.outcome.messages);
+        match decision {
+            Decision::Allow => {
+                assert_eq!(counter.runs(), 1);
+                assert_eq!(report.tools[0].decision, CallDecision::Allowed);
+            }
+            _ => {
+                assert_eq!(counter.runs(), 0);
+                assert_eq!(results[0].1, "not executed: permission denied");
+                assert_eq!(report.tools[0].decision, CallDecision::Denied);
+            }
+        }
+        assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+    }
+}
