@@ -1,27 +1,59 @@
-//! Durable subloop runs on [Restate](https://restate.dev): a run is a
-//! Restate workflow keyed by its run id, and every model reply is a
-//! journaled step, so a worker that dies mid-run is replaced by one that
-//! replays the recorded replies (the model is not asked again) and goes on
-//! from the step that was in flight.
+//! Durable subloop runs on [Restate](https://restate.dev).
 //!
-//! Work in progress: tool outputs, children and approvals are not journaled
-//! yet (a replay runs `read_file` again; `run_main` is not offered).
+//! A run is a Restate workflow ([`DurableRun`]) keyed by its run id. The
+//! handler drives the library's own loop; what the loop does outside
+//! itself is journaled, step by step:
+//!
+//! | step | journaled as | on a replay |
+//! |---|---|---|
+//! | a model reply (or failure) | `model N` | read back; the model is not asked |
+//! | a tool's output (`read_file`, `run_main`) | `tool NAME ID` | read back; the program does not run |
+//! | an approval | a durable promise, `approval N` | read back; nobody is asked again |
+//! | a `task` call | a call to [`DurableChild`] | its report is read back; the child is not restarted |
+//!
+//! A step that was started by a worker that died before its result was
+//! journaled runs again (at least once, for that step only); the run's
+//! result names it in [`RunResult::repeated`].
+//!
+//! The engine sits behind a small seam of our own: the run's parts send
+//! orders (record this work, wait for this approval, run these children) to
+//! the handler's side, which is the only code that talks to Restate.
+//!
+//! ```no_run
+//! # async fn serve_it() {
+//! use subloop_restate::{Worker, WorkerSettings, DemoModels};
+//! let worker = Worker::new(DemoModels, WorkerSettings::new());
+//! subloop_restate::serve(worker, ([127, 0, 0, 1], 9080).into()).await;
+//! # }
+//! ```
 
 use std::sync::{Arc, Mutex};
 
-use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
-use subloop::core::error::{FailureKind, ModelFailure};
-use subloop::core::protocol::{Message, Request, ToolDefinition};
-use subloop::policy::permission::DenyAll;
-use subloop::run::BoxFuture;
-use subloop::run::model::{AsyncModel, Model, Received};
-use subloop::tools::ReadFile;
-use subloop::{AgentBuilder, Budget, ModelResponse};
+use serde_json::{Value, json};
+use subloop::agent::subagent::{ChildBudget, SubagentConfig, TaskReport, TaskTool};
+use subloop::policy::hooks::Hooks;
+use subloop::policy::permission::{AllowAll, Approver, DenyAll};
+use subloop::providers::demo::{DemoChild, DemoParent};
+use subloop::run::model::Model;
+use subloop::tools::sandbox::{Sandbox, SandboxPolicy};
+use subloop::tools::{ReadFile, RunMain, RunSettings, Tool};
+use subloop::{AgentBuilder, Budget};
+
+pub mod client;
+mod engine;
+mod parts;
+mod steps;
+
+pub use engine::{Answer, DurableChild, DurableRun, Pending, serve};
+pub use steps::{ChildRequest, ChildResult};
+
+use parts::{DurableTask, JournaledModel, JournaledTool, PromiseApprover, Repeated};
+use steps::Steps;
 
 /// What a client submits: the question, the parent's call budget and the
 /// workspace as the workers see it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunRequest {
     /// The question.
     pub question: String,
@@ -32,7 +64,7 @@ pub struct RunRequest {
 }
 
 /// What a run gives back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// How the run ended (`answered`, `call_limit`, …).
     pub status: String,
@@ -40,166 +72,239 @@ pub struct RunResult {
     pub text: String,
     /// The parent's model calls.
     pub calls: u32,
+    /// The steps that may have run twice: each was started by a worker
+    /// that died before its result was journaled (`model 2`, `tool
+    /// run_main toolu_03`, `child 1: model 1`).
+    #[serde(default)]
+    pub repeated: Vec<String>,
+    /// The report `subloop run --json` prints for the same run.
+    #[serde(default)]
+    pub report: Value,
 }
 
-/// Where a worker's models come from: a fresh parent model per run.
+/// An error of a durable run's own (not the model's, not a tool's).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The engine could not record or replay a step.
+    #[error("the durable engine failed: {0}")]
+    Engine(String),
+}
+
+/// Where a worker's models come from: a fresh model per run and per child.
+///
+/// A replaced worker's model is asked only what the journal does not
+/// hold, so a model answers from the request it is given (its history),
+/// not from a count of its own.
 pub trait Models: Send + Sync + 'static {
     /// The parent's model for one run.
     fn parent(&self) -> Box<dyn Model + Send>;
+    /// The model of delegation `number` (1, 2, …).
+    fn child(&self, number: usize) -> Box<dyn Model + Send>;
 }
 
-/// The service: runs, each a workflow keyed by its run id.
-pub struct DurableRun {
-    models: Arc<dyn Models>,
+/// The built-in offline demo models (`subloop demo`'s).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DemoModels;
+
+impl Models for DemoModels {
+    fn parent(&self) -> Box<dyn Model + Send> {
+        Box::new(DemoParent)
+    }
+
+    fn child(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(DemoChild)
+    }
 }
 
-impl DurableRun {
-    /// A service whose runs ask `models`.
-    pub fn new(models: impl Models) -> Self {
+/// Who answers the approvals `run_main` needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Approvals {
+    /// A person, later, through the run's `approve` handler (`subloop
+    /// approve`); the run waits without holding a worker.
+    Ask,
+    /// Every call is allowed.
+    Allow,
+    /// Every call is denied (answered `not executed: permission denied`).
+    Deny,
+}
+
+/// How a worker sets up the runs it serves. Every worker serving one
+/// Restate service must have the same settings: a run's journal records
+/// them, and a worker whose settings differ refuses to replay it.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerSettings {
+    /// Who answers `run_main`'s approvals.
+    pub approvals: Approvals,
+    /// How `run_main` runs the program; `None` offers no `run_main`.
+    pub run_main: Option<RunSettings>,
+    /// The sandbox `run_main` starts programs in.
+    pub sandbox: Sandbox,
+    /// Each child's model calls; 0 offers no `task` tool.
+    pub child_calls: u32,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WorkerSettings {
+    /// Approvals asked, `python3 main.py` with the library's defaults,
+    /// the workspace-write sandbox, children with 4 calls.
+    pub fn new() -> Self {
         Self {
-            models: Arc::new(models),
-        }
-    }
-}
-
-/// One journaled model step: the reply or the failure, as received.
-#[derive(Debug, Serialize, Deserialize)]
-enum Step {
-    Reply {
-        response: ModelResponse,
-        raw: Option<serde_json::Value>,
-    },
-    Failed {
-        kind: Option<String>,
-        message: String,
-    },
-}
-
-/// A request's parts, owned: a journaled step outlives the borrow the loop
-/// hands the model.
-struct OwnedRequest {
-    system: String,
-    tools: Vec<ToolDefinition>,
-    messages: Vec<Message>,
-    attachment: Option<String>,
-    output: Option<serde_json::Value>,
-}
-
-impl OwnedRequest {
-    fn of(request: &Request<'_>) -> Self {
-        Self {
-            system: request.system.to_owned(),
-            tools: request.tools.to_vec(),
-            messages: request.messages.to_vec(),
-            attachment: request.attachment.map(str::to_owned),
-            output: request.output.cloned(),
+            approvals: Approvals::Ask,
+            run_main: Some(RunSettings::default()),
+            sandbox: Sandbox::WorkspaceWrite,
+            child_calls: 4,
         }
     }
 
-    fn request(&self) -> Request<'_> {
-        Request {
-            system: &self.system,
-            tools: &self.tools,
-            messages: &self.messages,
-            attachment: self.attachment.as_deref(),
-            output: self.output.as_ref(),
-        }
-    }
-}
-
-/// The parent's model, each reply a journaled step named `model-N`.
-struct Journaled<'c, 'ctx> {
-    ctx: &'c WorkflowContext<'ctx>,
-    inner: Arc<Mutex<Box<dyn Model + Send>>>,
-    calls: u32,
-}
-
-impl AsyncModel for Journaled<'_, '_> {
-    fn respond_async<'a>(
-        &'a mut self,
-        request: &'a Request<'_>,
-    ) -> BoxFuture<'a, Result<Received, ModelFailure>> {
-        self.calls += 1;
-        let name = format!("model-{}", self.calls);
-        let owned = OwnedRequest::of(request);
-        let inner = Arc::clone(&self.inner);
-        let ctx = self.ctx;
-        Box::pin(async move {
-            let step = ctx
-                .run(move || async move {
-                    let answer = {
-                        let mut model = inner.lock().unwrap_or_else(|poison| poison.into_inner());
-                        model.respond_received(&owned.request())
-                    };
-                    Ok(Json(match answer {
-                        Ok(received) => Step::Reply {
-                            response: received.response,
-                            raw: received.raw,
-                        },
-                        Err(failure) => Step::Failed {
-                            kind: failure.kind().map(|kind| kind.as_str().to_owned()),
-                            message: failure.message().to_owned(),
-                        },
-                    }))
-                })
-                .name(name)
-                .await;
-            match step {
-                Ok(Json(Step::Reply { response, raw })) => Ok(Received::with_raw(response, raw)),
-                Ok(Json(Step::Failed { kind, message })) => Err(match kind {
-                    Some(kind) => ModelFailure::with_kind(FailureKind::from_name(&kind), message),
-                    None => ModelFailure::new(message),
-                }),
-                Err(error) => Err(ModelFailure::with_kind(
-                    FailureKind::Request,
-                    format!("the journal refused the model step: {error}"),
-                )),
-            }
+    /// What a run's journal records of these settings for `request`, and
+    /// what a replay compares.
+    fn fingerprint(&self, request: &RunRequest) -> Value {
+        let run_main = self.run_main.as_ref().map(|settings| {
+            json!({"command": settings.command, "timeout_ms": settings.timeout.as_millis() as u64,
+                "output_cap": settings.output_cap, "sandbox": self.sandbox})
+        });
+        json!({
+            "format": 1,
+            "workspace": request.workspace,
+            "approvals": self.approvals,
+            "run_main": run_main,
+            "child_calls": self.child_calls,
         })
     }
 }
 
-/// The workflow's handler. The macro generates the service's plumbing (a
-/// client, the service definition), which carries no documentation of its
-/// own: it stays in this private module.
-#[allow(missing_docs)]
-mod workflow {
-    use super::*;
+/// A worker: the models and settings every run it serves uses.
+#[derive(Clone)]
+pub struct Worker {
+    models: Arc<dyn Models>,
+    settings: Arc<WorkerSettings>,
+}
 
-    #[restate_sdk::workflow]
-    impl DurableRun {
-        /// Runs the question of `request` to its end.
-        #[handler]
-        async fn run(
-            &self,
-            ctx: WorkflowContext<'_>,
-            request: Json<RunRequest>,
-        ) -> Result<Json<RunResult>, HandlerError> {
-            let request = request.into_inner();
-            let workspace = std::path::Path::new(&request.workspace);
-            let agent = AgentBuilder::new(Arc::new(DenyAll))
-                .read_only_tool(ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?)?
-                .build();
-            let mut model = Journaled {
-                ctx: &ctx,
-                inner: Arc::new(Mutex::new(self.models.parent())),
-                calls: 0,
-            };
-            let budget = Budget::new(request.calls)?;
-            let report = agent
-                .run_async(&request.question, budget, &mut model)
-                .await?;
-            Ok(Json(RunResult {
-                status: report.outcome.status.to_string(),
-                text: report.outcome.text,
-                calls: report.outcome.calls,
-            }))
-        }
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
-/// Serves `service` on `address` (HTTP/2 without TLS) until the process ends.
-pub async fn serve(service: DurableRun, address: std::net::SocketAddr) {
-    let endpoint = Endpoint::builder().bind(service).build();
-    HttpServer::new(endpoint).listen_and_serve(address).await;
+impl Worker {
+    /// A worker whose runs ask `models`, set up by `settings`.
+    pub fn new(models: impl Models, settings: WorkerSettings) -> Self {
+        Self {
+            models: Arc::new(models),
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// The parent agent of run `run`, its parts journaling through `steps`.
+    fn parent_agent(
+        &self,
+        run: &str,
+        request: &RunRequest,
+        steps: &Steps,
+        repeated: &Repeated,
+    ) -> Result<(subloop::Agent, JournaledModel), subloop::core::error::SetupError> {
+        let workspace = std::path::Path::new(&request.workspace);
+        let approver: Arc<dyn Approver> = match self.settings.approvals {
+            Approvals::Ask => Arc::new(PromiseApprover {
+                steps: steps.clone(),
+            }),
+            Approvals::Allow => Arc::new(AllowAll),
+            Approvals::Deny => Arc::new(DenyAll),
+        };
+        let journaled = |tool: Arc<dyn Tool>| JournaledTool {
+            inner: tool,
+            steps: steps.clone(),
+            repeated: Arc::clone(repeated),
+        };
+        let read_file = ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?;
+        let mut builder = AgentBuilder::new(approver).plan()?;
+        if self.settings.child_calls > 0 {
+            // The library's `task` tool, for its description and schema:
+            // built over a plain `read_file`, never run.
+            let config = SubagentConfig::new(
+                Arc::new(subloop::providers::demo::DemoChildren),
+                Hooks::none(),
+            );
+            let probe = AgentBuilder::new(Arc::new(DenyAll))
+                .read_only_tool(ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?)?
+                .subagents(config)?;
+            let definition = probe
+                .registry()
+                .lookup_shared(TaskTool::NAME)
+                .map(|(tool, _)| tool)
+                .ok_or_else(|| {
+                    subloop::core::error::SetupError::RunCommand("no task tool".into())
+                })?;
+            builder = builder.tool(DurableTask {
+                definition,
+                steps: steps.clone(),
+                run: run.to_owned(),
+                workspace: request.workspace.clone(),
+                delegations: Mutex::new(0),
+                repeated: Arc::clone(repeated),
+            })?;
+        }
+        builder = builder.tool(journaled(Arc::new(read_file)))?;
+        if let Some(settings) = &self.settings.run_main {
+            let run_main = RunMain::new(workspace, settings.clone())?
+                .with_sandbox(SandboxPolicy::new(self.settings.sandbox));
+            builder = builder.tool(journaled(Arc::new(run_main)))?;
+        }
+        let model = JournaledModel {
+            steps: steps.clone(),
+            inner: Arc::new(Mutex::new(self.models.parent())),
+            calls: 0,
+            repeated: Arc::clone(repeated),
+        };
+        Ok((builder.build(), model))
+    }
+
+    /// The agent of delegation `request`: a fresh history, `read_file`
+    /// only, its own call budget, no approvals.
+    fn child_agent(
+        &self,
+        request: &ChildRequest,
+        steps: &Steps,
+        repeated: &Repeated,
+    ) -> Result<(subloop::Agent, JournaledModel, Budget), subloop::core::error::SetupError> {
+        let workspace = std::path::Path::new(&request.workspace);
+        let read_file = ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?;
+        let agent = AgentBuilder::new(Arc::new(DenyAll))
+            .system(SubagentConfig::CHILD_SYSTEM)
+            .tool(JournaledTool {
+                inner: Arc::new(read_file),
+                steps: steps.clone(),
+                repeated: Arc::clone(repeated),
+            })?
+            .build();
+        let model = JournaledModel {
+            steps: steps.clone(),
+            inner: Arc::new(Mutex::new(self.models.child(request.number))),
+            calls: 0,
+            repeated: Arc::clone(repeated),
+        };
+        let budget = ChildBudget::new(self.settings.child_calls)?.get();
+        Ok((agent, model, budget))
+    }
+}
+
+/// The report a child's outcome gives the parent.
+fn child_result(report: &subloop::RunReport, repeated: Vec<String>) -> ChildResult {
+    let output = TaskReport::from_outcome(&report.outcome).to_output();
+    ChildResult {
+        content: output.content.to_string(),
+        is_error: output.is_error,
+        repeated,
+    }
 }

@@ -1,10 +1,12 @@
 //! Durable runs against a real Restate server (`.ci/restate-server.sh`,
-//! the npm package `@restatedev/restate-server`): a run submitted through
-//! the ingress ends with the answer; a worker killed with SIGKILL while a
-//! model request is in flight is replaced, and the replies recorded before
-//! the kill are replayed from the journal, not asked again.
+//! the npm package `@restatedev/restate-server`): workers killed with
+//! SIGKILL during a model request, during `run_main` and during a child's
+//! run are replaced, and every step journaled before the kill is replayed,
+//! not done again; approvals wait without a worker; a second submission
+//! with the same id is the same run; a journal written under other
+//! settings is refused.
 //!
-//! The worker is this test binary run again with `SUBLOOP_RESTATE_WORKER`
+//! A worker is this test binary run again with `SUBLOOP_RESTATE_WORKER`
 //! set (see `worker_process`), so it can be killed outright.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -14,19 +16,28 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use subloop::ModelResponse;
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::Request;
 use subloop::run::model::Model;
-use subloop_restate::{DurableRun, Models, RunResult};
+use subloop::tools::RunSettings;
+use subloop_restate::{Approvals, Models, RunRequest, RunResult, Worker, WorkerSettings, client};
 
+/// A port no other test of this process is given: taken in turn from a
+/// range below the kernel's ephemeral ports (where a port just tried and
+/// released would not be handed out again by `bind(0)`), skipping any in
+/// use.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + u16::try_from(std::process::id() % 250).unwrap() * 40;
+    loop {
+        let port = base + NEXT.fetch_add(1, Ordering::SeqCst) % 10_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// The server, stopped on drop.
@@ -58,21 +69,27 @@ impl Server {
             eprintln!("skipped: no Restate server (SUBLOOP_RESTATE_DIR)");
             return None;
         };
-        let base = std::env::temp_dir().join(format!("subloop-restate-{}", free_port()));
-        let (ingress, admin, node) = (free_port(), free_port(), free_port());
-        let out = Command::new("bash")
-            .arg(&script)
-            .arg("start")
-            .arg(&cache)
-            .arg(&base)
-            .args([ingress.to_string(), admin.to_string(), node.to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        // A port another process took meanwhile makes the server exit:
+        // start again on others.
+        let mut attempts = 0;
+        let (base, ingress, admin, out) = loop {
+            attempts += 1;
+            let base = std::env::temp_dir().join(format!("subloop-restate-{}", free_port()));
+            let (ingress, admin, node) = (free_port(), free_port(), free_port());
+            let out = Command::new("bash")
+                .arg(&script)
+                .arg("start")
+                .arg(&cache)
+                .arg(&base)
+                .args([ingress.to_string(), admin.to_string(), node.to_string()])
+                .output()
+                .unwrap();
+            if out.status.success() {
+                break (base, ingress, admin, out);
+            }
+            let _ = std::fs::remove_dir_all(&base);
+            assert!(attempts < 3, "{}", String::from_utf8_lossy(&out.stderr));
+        };
         let process = String::from_utf8(out.stdout)
             .unwrap()
             .trim()
@@ -86,14 +103,13 @@ impl Server {
         })
     }
 
-    /// Registers a worker at `uri` (idempotent for the same URI).
+    /// Registers a worker at `uri` (idempotent for the same URI), once
+    /// it answers.
     fn register(&self, uri: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let answer = ureq::post(&format!("{}/deployments", self.admin))
-                .send_json(json!({"uri": uri, "force": false}));
-            match answer {
-                Ok(_) => return,
+            match client::register(&self.admin, uri) {
+                Ok(()) => return,
                 Err(err) if Instant::now() < deadline => {
                     let _ = err;
                     std::thread::sleep(Duration::from_millis(100));
@@ -104,21 +120,13 @@ impl Server {
     }
 
     /// Starts run `id` (or finds the one with that id).
-    fn submit(&self, id: &str, request: &Value) {
-        ureq::post(&format!("{}/DurableRun/{id}/run/send", self.ingress))
-            .send_json(request)
-            .expect("submitted");
+    fn submit(&self, id: &str, request: &RunRequest) {
+        client::submit(&self.ingress, id, request).expect("submitted");
     }
 
     /// Waits for run `id` to end and gives its result.
     fn attach(&self, id: &str) -> RunResult {
-        let mut answer = ureq::get(&format!(
-            "{}/restate/workflow/DurableRun/{id}/attach",
-            self.ingress
-        ))
-        .call()
-        .expect("attached");
-        answer.body_mut().read_json().expect("a run result")
+        client::attach(&self.ingress, id).expect("a run result")
     }
 }
 
@@ -146,143 +154,416 @@ unsafe extern "C" {
     fn kill(pid: i32, signal: i32) -> i32;
 }
 
-/// A script: read `expected.txt`, then answer. Each request is counted in
-/// `count` (a line per request) before it is answered; the one after the
-/// tool result waits until `gate` exists, so a test can kill the worker
-/// while it is in flight.
-struct Counted {
-    count: PathBuf,
-    gate: PathBuf,
+/// The scripted models: the parent reads `expected.txt`, runs `main.py`,
+/// delegates a question, then answers; a child reads the file and answers.
+/// Each request is counted in `requests` (`parent N` / `child N`, N its
+/// turn) before it is answered; the request named by `hold` waits until
+/// `gate` exists, so a test can kill the worker while it is in flight.
+#[derive(Clone)]
+struct Scripted {
+    dir: PathBuf,
+    hold: String,
 }
 
-impl Model for Counted {
+struct ScriptedModel {
+    who: &'static str,
+    models: Scripted,
+}
+
+impl Model for ScriptedModel {
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
-        // By the history, not by a count of its own: a replaced worker's
+        // By the history, never by a count of its own: a replaced worker's
         // model is asked only what the journal does not hold.
-        let after_the_tool = request.messages.len() > 1;
+        let turn = request
+            .messages
+            .iter()
+            .filter(|m| m.role == subloop::core::protocol::Role::Assistant)
+            .count();
+        let tag = format!("{} {turn}", self.who);
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.count)
+            .open(self.models.dir.join("requests"))
             .unwrap();
-        writeln!(file, "request").unwrap();
-        if after_the_tool {
-            while !self.gate.exists() {
+        writeln!(file, "{tag}").unwrap();
+        if tag == self.models.hold {
+            while !self.models.dir.join("gate").exists() {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            return Ok(ModelResponse::answer("It prints 42."));
         }
-        Ok(ModelResponse::tool_calls([(
-            "t1",
-            "read_file",
-            json!({"path": "expected.txt"}),
-        )]))
-    }
-}
-
-struct CountedModels {
-    count: PathBuf,
-    gate: PathBuf,
-}
-
-impl Models for CountedModels {
-    fn parent(&self) -> Box<dyn Model + Send> {
-        Box::new(Counted {
-            count: self.count.clone(),
-            gate: self.gate.clone(),
+        let call = |id: &str, name: &str, input| ModelResponse::tool_calls([(id, name, input)]);
+        Ok(match (self.who, turn) {
+            ("parent", 0) => call("t1", "read_file", json!({"path": "expected.txt"})),
+            ("parent", 1) => call("t2", "run_main", json!({})),
+            ("parent", 2) => call(
+                "t3",
+                "task",
+                json!({"task": "What does expected.txt hold?"}),
+            ),
+            ("parent", _) => {
+                let last = request.messages.last().map(|m| format!("{:?}", m.content));
+                ModelResponse::answer(format!(
+                    "It prints 42. Last result: {}",
+                    last.unwrap_or_default()
+                ))
+            }
+            ("child", 0) => call("c1", "read_file", json!({"path": "expected.txt"})),
+            _ => ModelResponse::answer("It holds 42."),
         })
     }
 }
 
+impl Models for Scripted {
+    fn parent(&self) -> Box<dyn Model + Send> {
+        Box::new(ScriptedModel {
+            who: "parent",
+            models: self.clone(),
+        })
+    }
+
+    fn child(&self, _number: usize) -> Box<dyn Model + Send> {
+        Box::new(ScriptedModel {
+            who: "child",
+            models: self.clone(),
+        })
+    }
+}
+
+/// The settings a worker of `mode` serves with: `allow` / `ask` (approvals),
+/// `other` (a different program command: a journal of another version).
+fn settings(mode: &str) -> WorkerSettings {
+    let mut settings = WorkerSettings::new();
+    settings.approvals = match mode {
+        "ask" => Approvals::Ask,
+        _ => Approvals::Allow,
+    };
+    let command = match mode {
+        "other" => vec!["python3".to_owned(), "-u".to_owned(), "main.py".to_owned()],
+        _ => vec!["python3".to_owned(), "main.py".to_owned()],
+    };
+    settings.run_main = Some(RunSettings::new(command).with_timeout(Duration::from_secs(60)));
+    settings.sandbox = subloop::tools::sandbox::Sandbox::Off;
+    settings
+}
+
 /// Not a test of its own: the worker process, when this binary is run with
-/// `SUBLOOP_RESTATE_WORKER=PORT COUNT GATE`.
+/// `SUBLOOP_RESTATE_WORKER=PORT␟DIR␟MODE␟HOLD`.
 #[test]
 fn worker_process() {
     let Ok(spec) = std::env::var("SUBLOOP_RESTATE_WORKER") else {
         return;
     };
-    let mut parts = spec.split('\u{1f}');
-    let port: u16 = parts.next().unwrap().parse().unwrap();
-    let count = PathBuf::from(parts.next().unwrap());
-    let gate = PathBuf::from(parts.next().unwrap());
+    let parts: Vec<&str> = spec.split('\u{1f}').collect();
+    let [port, dir, mode, hold] = parts[..] else {
+        panic!("a bad worker spec: {spec}");
+    };
+    let models = Scripted {
+        dir: PathBuf::from(dir),
+        hold: hold.to_owned(),
+    };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(subloop_restate::serve(
-        DurableRun::new(CountedModels { count, gate }),
-        ([127, 0, 0, 1], port).into(),
+        Worker::new(models, settings(mode)),
+        ([127, 0, 0, 1], port.parse().unwrap()).into(),
     ));
 }
 
-/// Starts a worker process on `port`.
-fn worker(port: u16, count: &Path, gate: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "worker_process",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(
-            "SUBLOOP_RESTATE_WORKER",
-            format!("{port}\u{1f}{}\u{1f}{}", count.display(), gate.display()),
+/// A worker process, killed (SIGKILL) when dropped.
+struct WorkerProcess(Child);
+
+impl WorkerProcess {
+    fn start(port: u16, dir: &Path, mode: &str, hold: &str) -> Self {
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "worker_process",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(
+                "SUBLOOP_RESTATE_WORKER",
+                format!("{port}\u{1f}{}\u{1f}{mode}\u{1f}{hold}", dir.display()),
+            )
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A test's folder under the server's base: the workspace (`ws`, with
+/// `expected.txt` and a `main.py` that appends to `marks` and waits for
+/// `gate` when `hold` is `run_main`), the request log and the gate.
+struct Scene {
+    server: Server,
+    dir: PathBuf,
+    port: u16,
+    uri: String,
+}
+
+impl Scene {
+    fn new(hold_program: bool) -> Option<Self> {
+        if std::env::var_os("SUBLOOP_RESTATE_WORKER").is_some() {
+            return None;
+        }
+        let server = Server::start()?;
+        let dir = server.base.join("test");
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("expected.txt"), "42\n").unwrap();
+        let wait = if hold_program {
+            format!(
+                "import os, time\nwhile not os.path.exists({:?}):\n    time.sleep(0.02)\n",
+                dir.join("gate").display().to_string()
+            )
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            ws.join("main.py"),
+            format!(
+                "with open({:?}, 'a') as f:\n    f.write('ran\\n')\n{wait}print(42)\n",
+                dir.join("marks").display().to_string()
+            ),
         )
-        .spawn()
-        .unwrap()
+        .unwrap();
+        let port = free_port();
+        Some(Self {
+            server,
+            uri: format!("http://127.0.0.1:{port}"),
+            dir,
+            port,
+        })
+    }
+
+    fn worker(&self, mode: &str, hold: &str) -> WorkerProcess {
+        let worker = WorkerProcess::start(self.port, &self.dir, mode, hold);
+        self.server.register(&self.uri);
+        worker
+    }
+
+    fn request(&self) -> RunRequest {
+        RunRequest {
+            question: "What does main.py print?".to_owned(),
+            calls: 6,
+            workspace: self.dir.join("ws").display().to_string(),
+        }
+    }
+
+    fn lines(&self, file: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Waits until `file` has `count` lines.
+    fn wait_for(&self, file: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.lines(file).len() < count {
+            assert!(
+                Instant::now() < deadline,
+                "{file} did not reach {count} lines: {:?}",
+                self.lines(file)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn open_gate(&self) {
+        std::fs::write(self.dir.join("gate"), "open").unwrap();
+    }
 }
 
-fn requests(count: &Path) -> usize {
-    std::fs::read_to_string(count).map_or(0, |text| text.lines().count())
+/// What an uninterrupted run asks: the parent's four turns and the
+/// child's two.
+const EVERY_REQUEST: [&str; 6] = [
+    "parent 0", "parent 1", "parent 2", "child 0", "child 1", "parent 3",
+];
+
+fn sorted(mut lines: Vec<String>) -> Vec<String> {
+    lines.sort();
+    lines
 }
 
-fn workspace(dir: &Path) -> PathBuf {
-    let ws = dir.join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
-    std::fs::write(ws.join("expected.txt"), "42\n").unwrap();
-    ws
+fn assert_answered(result: &RunResult) {
+    assert_eq!(result.status, "answered", "{result:?}");
+    assert!(result.text.starts_with("It prints 42."), "{result:?}");
+    assert!(result.text.contains("It holds 42."), "{result:?}");
+    assert_eq!(result.calls, 4, "{result:?}");
+    assert_eq!(result.report["status"], "answered", "{result:?}");
+}
+
+#[test]
+fn an_uninterrupted_run_asks_each_request_once_and_runs_the_program_once() {
+    let Some(scene) = Scene::new(false) else {
+        return;
+    };
+    let _worker = scene.worker("allow", "");
+    scene.server.submit("plain", &scene.request());
+    let result = scene.server.attach("plain");
+    assert_answered(&result);
+    assert!(result.repeated.is_empty(), "{result:?}");
+    assert_eq!(scene.lines("requests"), EVERY_REQUEST);
+    assert_eq!(scene.lines("marks"), ["ran"]);
+    // A second submission with the same id (another question even) is the
+    // first run: its result, nothing asked or run again.
+    let mut again = scene.request();
+    again.question = "Something else?".to_owned();
+    scene.server.submit("plain", &again);
+    assert_eq!(scene.server.attach("plain"), result);
+    assert_eq!(scene.lines("requests").len(), 6);
 }
 
 #[test]
 fn a_worker_killed_mid_request_is_replaced_and_recorded_replies_are_not_asked_again() {
-    if std::env::var_os("SUBLOOP_RESTATE_WORKER").is_some() {
-        return;
-    }
-    let Some(server) = Server::start() else {
+    let Some(scene) = Scene::new(false) else {
         return;
     };
-    let dir = server.base.join("test");
-    let ws = workspace(&dir);
-    let (count, gate) = (dir.join("count"), dir.join("gate"));
-    let port = free_port();
-    let mut first = worker(port, &count, &gate);
-    let uri = format!("http://127.0.0.1:{port}");
-    server.register(&uri);
-    let request = json!({"question": "What does main.py print?", "calls": 4,
-        "workspace": ws.display().to_string()});
-    server.submit("run-1", &request);
-    // The second request is in flight (the first reply is journaled).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while requests(&count) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the run did not reach its second request"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    first.kill().unwrap();
-    first.wait().unwrap();
-    std::fs::write(&gate, "open").unwrap();
+    let first = scene.worker("allow", "parent 2");
+    scene.server.submit("mid-request", &scene.request());
+    scene.wait_for("requests", 3);
+    first.kill();
+    scene.open_gate();
     // A new worker at the same address; registering again is a no-op.
-    let mut second = worker(port, &count, &gate);
-    server.register(&uri);
-    // A second submission with the same id is the same run.
-    server.submit("run-1", &request);
-    let result = server.attach("run-1");
-    second.kill().unwrap();
-    second.wait().unwrap();
-    assert_eq!(result.status, "answered", "{result:?}");
-    assert_eq!(result.text, "It prints 42.");
-    assert_eq!(result.calls, 2);
-    // The first request was answered once (from the journal on the replay);
-    // only the one in flight at the kill was asked again.
-    assert_eq!(requests(&count), 3);
+    let _second = scene.worker("allow", "parent 2");
+    let result = scene.server.attach("mid-request");
+    assert_answered(&result);
+    // Only the request in flight at the kill was asked again.
+    let mut expected: Vec<String> = EVERY_REQUEST.iter().map(|s| s.to_string()).collect();
+    expected.push("parent 2".to_owned());
+    assert_eq!(sorted(scene.lines("requests")), sorted(expected));
+    assert_eq!(result.repeated, ["model 3"], "{result:?}");
+    assert_eq!(scene.lines("marks"), ["ran"]);
+}
+
+#[test]
+fn a_worker_killed_during_run_main_runs_that_program_again_and_nothing_else() {
+    let Some(scene) = Scene::new(true) else {
+        return;
+    };
+    let first = scene.worker("allow", "");
+    scene.server.submit("mid-program", &scene.request());
+    scene.wait_for("marks", 1);
+    first.kill();
+    scene.open_gate();
+    let _second = scene.worker("allow", "");
+    let result = scene.server.attach("mid-program");
+    assert_answered(&result);
+    // The program in flight ran again; no model request was asked twice.
+    assert_eq!(scene.lines("marks"), ["ran", "ran"]);
+    assert_eq!(scene.lines("requests"), EVERY_REQUEST);
+    assert_eq!(result.repeated, ["tool run_main t2"], "{result:?}");
+}
+
+#[test]
+fn a_worker_killed_during_a_childs_run_resumes_the_child_not_the_parent() {
+    let Some(scene) = Scene::new(false) else {
+        return;
+    };
+    let first = scene.worker("allow", "child 1");
+    scene.server.submit("mid-child", &scene.request());
+    scene.wait_for("requests", 5);
+    first.kill();
+    scene.open_gate();
+    let _second = scene.worker("allow", "child 1");
+    let result = scene.server.attach("mid-child");
+    assert_answered(&result);
+    let mut expected: Vec<String> = EVERY_REQUEST.iter().map(|s| s.to_string()).collect();
+    expected.push("child 1".to_owned());
+    assert_eq!(sorted(scene.lines("requests")), sorted(expected));
+    assert_eq!(result.repeated, ["child 1: model 2"], "{result:?}");
+    assert_eq!(scene.lines("marks"), ["ran"]);
+}
+
+#[test]
+fn an_approval_waits_without_a_worker_and_a_denial_reaches_the_model() {
+    let Some(scene) = Scene::new(false) else {
+        return;
+    };
+    let first = scene.worker("ask", "");
+    scene.server.submit("approve", &scene.request());
+    scene.server.submit("deny", &scene.request());
+    for run in ["approve", "deny"] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let pending = client::pending(&scene.server.ingress, run).unwrap();
+            if let Some(first) = pending.first() {
+                assert_eq!(first.call, "t2");
+                break;
+            }
+            assert!(Instant::now() < deadline, "no approval pending in {run}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Every worker stops; the runs wait in the server, not in a process.
+    first.kill();
+    std::thread::sleep(Duration::from_millis(500));
+    let _second = scene.worker("ask", "");
+    client::approve(&scene.server.ingress, "approve", "t2", true).unwrap();
+    client::approve(&scene.server.ingress, "deny", "t2", false).unwrap();
+    // A call that waits for nothing is a clear error.
+    let error = client::approve(&scene.server.ingress, "deny", "t9", true).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("waits for no approval of call t9"),
+        "{error}"
+    );
+    let approved = scene.server.attach("approve");
+    assert_answered(&approved);
+    let denied = scene.server.attach("deny");
+    assert_eq!(denied.status, "answered", "{denied:?}");
+    let messages = denied.report.to_string();
+    assert!(
+        messages.contains("not executed: permission denied"),
+        "{messages}"
+    );
+    // The program ran for the approved run only.
+    assert_eq!(scene.lines("marks"), ["ran"]);
+}
+
+#[test]
+fn a_journal_written_under_other_settings_is_refused() {
+    let Some(scene) = Scene::new(false) else {
+        return;
+    };
+    let first = scene.worker("allow", "parent 1");
+    scene.server.submit("versions", &scene.request());
+    scene.wait_for("requests", 2);
+    first.kill();
+    scene.open_gate();
+    let _other = scene.worker("other", "");
+    // The other worker refuses the journal; the reason is in Restate's
+    // record of the invocation.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let failure = loop {
+        let failure = client::last_failure(&scene.server.admin, "versions").unwrap();
+        if let Some(failure) = failure.filter(|f| f.contains("settings")) {
+            break failure;
+        }
+        assert!(Instant::now() < deadline, "no failure recorded");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        failure.contains("journaled with other run settings"),
+        "{failure}"
+    );
+    // Nothing past the journal ran under the other settings.
+    assert_eq!(scene.lines("requests"), ["parent 0", "parent 1"]);
+    assert!(scene.lines("marks").is_empty());
 }
