@@ -263,7 +263,15 @@ fn main() -> ExitCode {
 }
 
 fn run() -> ExitCode {
-    let mut cli = match cli::parse(std::env::args_os().skip(1)) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args
+        .first()
+        .and_then(|arg| arg.to_str())
+        .is_some_and(|arg| crate::cli::durable::COMMANDS.contains(&arg))
+    {
+        return crate::cli::durable::forward(args);
+    }
+    let mut cli = match cli::parse(args) {
         Ok(Invocation::Run(cli)) => *cli,
         Ok(Invocation::Print(text)) => {
             return match crate::cli::output::print_stdout(&text, false) {

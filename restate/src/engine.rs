@@ -337,11 +337,22 @@ mod handlers {
 /// until the process ends. Register the address with the Restate server
 /// (`client::register`) for it to send invocations here.
 pub async fn serve(worker: Worker, address: std::net::SocketAddr) {
-    let endpoint = Endpoint::builder()
+    HttpServer::new(endpoint(worker))
+        .listen_and_serve(address)
+        .await;
+}
+
+/// [`serve`] on a listener already bound (so a port in use is known before
+/// the worker registers itself), until the process ends.
+pub async fn serve_on(worker: Worker, listener: tokio::net::TcpListener) {
+    HttpServer::new(endpoint(worker)).serve(listener).await;
+}
+
+fn endpoint(worker: Worker) -> Endpoint {
+    Endpoint::builder()
         .bind(DurableRun {
             worker: worker.clone(),
         })
         .bind(DurableChild { worker })
-        .build();
-    HttpServer::new(endpoint).listen_and_serve(address).await;
+        .build()
 }

@@ -58,6 +58,18 @@ fn overview() -> String {
             "what this machine supports of run_main's sandbox (Landlock, seccomp), level by level",
         ),
         (
+            "worker",
+            "serve durable runs for a Restate server (subloop-restate; `subloop worker --help`)",
+        ),
+        (
+            "submit",
+            "start a durable run (or attach to it by id) and print its answer",
+        ),
+        (
+            "approve",
+            "answer the approval a durable run waits for; `pending` lists them",
+        ),
+        (
             "help",
             "this overview, or a command's help: `subloop help run`",
         ),

@@ -9,6 +9,7 @@
 //! [`parse`], wires [`crate::host`] and prints.
 
 mod doctor;
+pub mod durable;
 mod flags;
 mod help;
 pub mod output;

@@ -1,0 +1,141 @@
+//! A real Restate server for the tests (`.ci/restate-server.sh`, the npm
+//! package `@restatedev/restate-server`), on ports of its own, its state
+//! under a temporary base directory removed when it stops.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use subloop_restate::{RunRequest, RunResult, client};
+
+/// A port no other test of this process is given: taken in turn from a
+/// range below the kernel's ephemeral ports (where a port just tried and
+/// released would not be handed out again by `bind(0)`), skipping any in
+/// use.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let base = 20_000 + u16::try_from(std::process::id() % 250).unwrap() * 40;
+    loop {
+        let port = base + NEXT.fetch_add(1, Ordering::SeqCst) % 10_000;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// The server, stopped on drop.
+pub struct Server {
+    process: u32,
+    pub base: PathBuf,
+    pub ingress: String,
+    pub admin: String,
+}
+
+impl Server {
+    /// Starts a server from the installation `.ci/restate-server.sh setup`
+    /// made (`SUBLOOP_RESTATE_DIR`; `.ci/run` sets it); `None`, said on
+    /// stderr, when there is none and skipping is allowed. Nothing is
+    /// downloaded here.
+    pub fn start() -> Option<Self> {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let script = repo.join(".ci/restate-server.sh");
+        let cache = std::env::var_os("SUBLOOP_RESTATE_DIR").map(PathBuf::from);
+        let installed = cache.as_ref().is_some_and(|dir| {
+            dir.join("node_modules/@restatedev/restate-server-linux-x64/bin/restate-server")
+                .exists()
+        });
+        let Some(cache) = cache.filter(|_| installed) else {
+            assert!(
+                std::env::var_os("SUBLOOP_NO_SKIP").is_none(),
+                "no Restate server: run `.ci/restate-server.sh setup DIR`, then set SUBLOOP_RESTATE_DIR=DIR"
+            );
+            eprintln!("skipped: no Restate server (SUBLOOP_RESTATE_DIR)");
+            return None;
+        };
+        // A port another process took meanwhile makes the server exit:
+        // start again on others.
+        let mut attempts = 0;
+        let (base, ingress, admin, out) = loop {
+            attempts += 1;
+            let base = std::env::temp_dir().join(format!("subloop-restate-{}", free_port()));
+            let (ingress, admin, node) = (free_port(), free_port(), free_port());
+            let out = Command::new("bash")
+                .arg(&script)
+                .arg("start")
+                .arg(&cache)
+                .arg(&base)
+                .args([ingress.to_string(), admin.to_string(), node.to_string()])
+                .output()
+                .unwrap();
+            if out.status.success() {
+                break (base, ingress, admin, out);
+            }
+            let _ = std::fs::remove_dir_all(&base);
+            assert!(attempts < 3, "{}", String::from_utf8_lossy(&out.stderr));
+        };
+        let process = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        Some(Self {
+            process,
+            base,
+            ingress: format!("http://127.0.0.1:{ingress}"),
+            admin: format!("http://127.0.0.1:{admin}"),
+        })
+    }
+
+    /// Registers a worker at `uri` (idempotent for the same URI), once
+    /// it answers.
+    pub fn register(&self, uri: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match client::register(&self.admin, uri) {
+                Ok(()) => return,
+                Err(err) if Instant::now() < deadline => {
+                    let _ = err;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(err) => panic!("registering {uri}: {err}"),
+            }
+        }
+    }
+
+    /// Starts run `id` (or finds the one with that id).
+    pub fn submit(&self, id: &str, request: &RunRequest) {
+        client::submit(&self.ingress, id, request).expect("submitted");
+    }
+
+    /// Waits for run `id` to end and gives its result.
+    pub fn attach(&self, id: &str) -> RunResult {
+        client::attach(&self.ingress, id).expect("a run result")
+    }
+}
+
+impl Drop for Server {
+    /// Stops the server (SIGTERM), waits until it is gone (at most 20 s),
+    /// and removes its directory: nothing of it is left in `TMPDIR`.
+    fn drop(&mut self) {
+        let pid = i32::try_from(self.process).unwrap_or(i32::MAX);
+        // SAFETY: kill(2) on the server this test started.
+        unsafe {
+            kill(pid, SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // SAFETY: kill(2) with signal 0 only asks whether it is there.
+        while unsafe { kill(pid, 0) } == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+const SIGTERM: i32 = 15;
+
+unsafe extern "C" {
+    fn kill(pid: i32, signal: i32) -> i32;
+}
