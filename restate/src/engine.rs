@@ -348,6 +348,20 @@ pub async fn serve_on(worker: Worker, listener: tokio::net::TcpListener) {
     HttpServer::new(endpoint(worker)).serve(listener).await;
 }
 
+/// A listener on `address` that further workers of this user on this host
+/// may share (`SO_REUSEPORT`): they serve one deployment URI, and the
+/// kernel spreads the server's connections (one per invocation) over them.
+pub fn listen_shared(address: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if address.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseport(true)?;
+    socket.bind(address)?;
+    socket.listen(1024)
+}
+
 fn endpoint(worker: Worker) -> Endpoint {
     Endpoint::builder()
         .bind(DurableRun {

@@ -217,7 +217,9 @@ fn worker(args: Vec<OsString>) -> Result<ExitCode, Usage> {
         }
     };
     // Bind first, so a port in use is said at once; register once serving.
-    let listener = match runtime.block_on(tokio::net::TcpListener::bind(address)) {
+    // With SO_REUSEPORT, several workers on one host share the address
+    // (one deployment URI); the kernel spreads connections over them.
+    let listener = match runtime.block_on(async { subloop_restate::listen_shared(address) }) {
         Ok(listener) => listener,
         Err(error) => {
             eprintln!("subloop: cannot listen on {address}: {error}");

@@ -52,13 +52,26 @@ impl Model for ScriptedModel {
             .iter()
             .filter(|m| m.role == subloop::core::protocol::Role::Assistant)
             .count();
-        let tag = format!("{} {turn}", self.who);
+        // A question `r7: …` tags its requests (and its child's) `r7 …`.
+        let first = request
+            .messages
+            .first()
+            .map(|m| m.text())
+            .unwrap_or_default();
+        let prefix = first
+            .split_once(": ")
+            .map(|(prefix, _)| format!("{prefix}: "))
+            .unwrap_or_default();
+        let tag = format!("{}{} {turn}", prefix.replace(": ", " "), self.who);
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.models.dir.join("requests"))
             .unwrap();
-        writeln!(file, "{tag}").unwrap();
+        // The tag, and which worker process asked.
+        // One write: lines of two processes do not interleave.
+        let line = format!("{tag}\t{}\n", std::process::id());
+        file.write_all(line.as_bytes()).unwrap();
         if tag == self.models.hold {
             while !self.models.dir.join("gate").exists() {
                 std::thread::sleep(Duration::from_millis(20));
@@ -71,7 +84,7 @@ impl Model for ScriptedModel {
             ("parent", 2) => call(
                 "t3",
                 "task",
-                json!({"task": "What does expected.txt hold?"}),
+                json!({"task": format!("{prefix}What does expected.txt hold?")}),
             ),
             ("parent", _) => {
                 let last = request.messages.last().map(|m| format!("{:?}", m.content));
@@ -135,10 +148,12 @@ fn worker_process() {
         hold: hold.to_owned(),
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(subloop_restate::serve(
-        Worker::new(models, settings(mode)),
-        ([127, 0, 0, 1], port.parse().unwrap()).into(),
-    ));
+    runtime.block_on(async {
+        // Shared (SO_REUSEPORT): two workers may serve one address.
+        let address = ([127, 0, 0, 1], port.parse().unwrap()).into();
+        let listener = subloop_restate::listen_shared(address).unwrap();
+        subloop_restate::serve_on(Worker::new(models, settings(mode)), listener).await;
+    });
 }
 
 /// A worker process, killed (SIGKILL) when dropped.
@@ -236,11 +251,23 @@ impl Scene {
         }
     }
 
+    /// The lines of `file`, without the worker's pid a request line ends with.
     fn lines(&self, file: &str) -> Vec<String> {
+        self.lines_with_pids(file)
+            .into_iter()
+            .map(|(line, _)| line)
+            .collect()
+    }
+
+    /// The lines of `file`, each with the pid after its tab, if any.
+    fn lines_with_pids(&self, file: &str) -> Vec<(String, Option<u32>)> {
         std::fs::read_to_string(self.dir.join(file))
             .unwrap_or_default()
             .lines()
-            .map(str::to_owned)
+            .map(|line| match line.split_once('\t') {
+                Some((line, pid)) => (line.to_owned(), pid.parse().ok()),
+                None => (line.to_owned(), None),
+            })
             .collect()
     }
 
@@ -439,4 +466,119 @@ fn a_journal_written_under_other_settings_is_refused() {
     // Nothing past the journal ran under the other settings.
     assert_eq!(scene.lines("requests"), ["parent 0", "parent 1"]);
     assert!(scene.lines("marks").is_empty());
+}
+
+/// A small seeded generator (xorshift), so a failing chaos run can be
+/// repeated with its seed.
+struct Seeded(u64);
+
+impl Seeded {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn a_hundred_runs_over_two_workers_survive_random_sigkills() {
+    let Some(scene) = Scene::new(false) else {
+        return;
+    };
+    let seed = std::env::var("SUBLOOP_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_1234_u64);
+    eprintln!("chaos seed {seed} (SUBLOOP_CHAOS_SEED)");
+    let mut random = Seeded(seed);
+    // Two workers behind one address, as two processes of one host serve
+    // one deployment URI.
+    let mut workers = [scene.worker("allow", ""), scene.worker("allow", "")];
+    let runs = 100;
+    let ws = scene.dir.join("ws");
+    for i in 0..runs {
+        let mut request = scene.request();
+        request.question = format!("r{i}: What does main.py print?");
+        // Each run its own workspace, so its program's marks are its own.
+        let own = scene.dir.join(format!("ws{i}"));
+        std::fs::create_dir_all(&own).unwrap();
+        for name in ["expected.txt", "main.py"] {
+            let text = std::fs::read_to_string(ws.join(name)).unwrap();
+            let text = text.replace(
+                &scene.dir.join("marks").display().to_string(),
+                &own.join("marks").display().to_string(),
+            );
+            std::fs::write(own.join(name), text).unwrap();
+        }
+        request.workspace = own.display().to_string();
+        scene.server.submit(&format!("r{i}"), &request);
+    }
+    // Both workers take runs: the first requests come from two processes.
+    scene.wait_for("requests", 40);
+    let first: std::collections::BTreeSet<u32> = scene
+        .lines_with_pids("requests")
+        .into_iter()
+        .take(40)
+        .filter_map(|(_, pid)| pid)
+        .collect();
+    assert_eq!(first.len(), 2, "the runs went to {first:?}");
+    // While the runs go on: up to six SIGKILLs of either worker, each
+    // replaced at once.
+    let mut kills = 0;
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(150 + random.next() % 400));
+        let which = usize::try_from(random.next() % 2).unwrap();
+        let fresh = WorkerProcess::start(scene.port, &scene.dir, "allow", "");
+        std::mem::replace(&mut workers[which], fresh).kill();
+        kills += 1;
+    }
+    let mut repeated_steps = 0;
+    for i in 0..runs {
+        let result = scene.server.attach(&format!("r{i}"));
+        assert_eq!(result.status, "answered", "r{i}: {result:?}");
+        assert_eq!(result.calls, 4, "r{i}: {result:?}");
+        repeated_steps += result.repeated.len();
+        // Each request once, except a model step the record names.
+        let requests: Vec<String> = scene
+            .lines("requests")
+            .into_iter()
+            .filter(|line| line.starts_with(&format!("r{i} ")))
+            .collect();
+        for (who, turns) in [("parent", 4), ("child", 2)] {
+            for turn in 0..turns {
+                let tag = format!("r{i} {who} {turn}");
+                let asked = requests.iter().filter(|line| **line == tag).count();
+                let step = match who {
+                    "parent" => format!("model {}", turn + 1),
+                    _ => format!("child 1: model {}", turn + 1),
+                };
+                let allowed = if result.repeated.contains(&step) {
+                    2
+                } else {
+                    1
+                };
+                assert!(
+                    (1..=allowed).contains(&asked),
+                    "r{i}: {tag} asked {asked} times; repeated: {:?}; asked: {requests:?}",
+                    result.repeated
+                );
+            }
+        }
+        let ran = std::fs::read_to_string(scene.dir.join(format!("ws{i}/marks")))
+            .unwrap_or_default()
+            .lines()
+            .count();
+        let allowed = if result.repeated.iter().any(|s| s == "tool run_main t2") {
+            2
+        } else {
+            1
+        };
+        assert!(
+            (1..=allowed).contains(&ran),
+            "r{i}: the program ran {ran} times; repeated: {:?}",
+            result.repeated
+        );
+    }
+    eprintln!("{runs} runs, {kills} kills, {repeated_steps} steps ran again");
 }
