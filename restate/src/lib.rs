@@ -145,6 +145,11 @@ pub struct WorkerSettings {
     pub sandbox: Sandbox,
     /// Each child's model calls; 0 offers no `task` tool.
     pub child_calls: u32,
+    /// Where each run's trace is written (`RUN.jsonl`; a child's
+    /// `RUN.child-N.jsonl`), by the worker that ran its last attempt: an
+    /// attempt replays the whole run, so it writes the whole trace anew.
+    /// Not part of the settings a journal records.
+    pub trace_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for WorkerSettings {
@@ -162,7 +167,30 @@ impl WorkerSettings {
             run_main: Some(RunSettings::default()),
             sandbox: Sandbox::WorkspaceWrite,
             child_calls: 4,
+            trace_dir: None,
         }
+    }
+
+    /// The trace file of `run` (`RUN.jsonl`, or `RUN.child-N.jsonl` for
+    /// delegation `child`), if traces are written: the run id with every
+    /// character other than `A-Za-z0-9._-` as `_`.
+    fn trace(&self, run: &str, child: Option<usize>) -> Option<std::path::PathBuf> {
+        let dir = self.trace_dir.as_ref()?;
+        let name: String = run
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let name = name.trim_start_matches('.');
+        Some(match child {
+            None => dir.join(format!("{name}.jsonl")),
+            Some(number) => dir.join(format!("{name}.child-{number}.jsonl")),
+        })
     }
 
     /// What a run's journal records of these settings for `request`, and
@@ -261,6 +289,11 @@ impl Worker {
                 .with_sandbox(SandboxPolicy::new(self.settings.sandbox));
             builder = builder.tool(journaled(Arc::new(run_main)))?;
         }
+        if let Some(path) = self.settings.trace(run, None) {
+            if let Some(writer) = trace_writer(&path, workspace) {
+                builder = builder.monitor(writer);
+            }
+        }
         let model = JournaledModel {
             steps: steps.clone(),
             inner: Arc::new(Mutex::new(self.models.parent())),
@@ -280,14 +313,19 @@ impl Worker {
     ) -> Result<(subloop::Agent, JournaledModel, Budget), subloop::core::error::SetupError> {
         let workspace = std::path::Path::new(&request.workspace);
         let read_file = ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?;
-        let agent = AgentBuilder::new(Arc::new(DenyAll))
+        let mut builder = AgentBuilder::new(Arc::new(DenyAll))
             .system(SubagentConfig::CHILD_SYSTEM)
             .tool(JournaledTool {
                 inner: Arc::new(read_file),
                 steps: steps.clone(),
                 repeated: Arc::clone(repeated),
-            })?
-            .build();
+            })?;
+        if let Some(path) = self.settings.trace(&request.run, Some(request.number)) {
+            if let Some(writer) = trace_writer(&path, workspace) {
+                builder = builder.monitor(writer);
+            }
+        }
+        let agent = builder.build();
         let model = JournaledModel {
             steps: steps.clone(),
             inner: Arc::new(Mutex::new(self.models.child(request.number))),
@@ -296,6 +334,24 @@ impl Worker {
         };
         let budget = ChildBudget::new(self.settings.child_calls)?.get();
         Ok((agent, model, budget))
+    }
+}
+
+/// A trace writer on `path` (created anew), recording `workspace`; `None`,
+/// said on stderr, when the file cannot be made: the run goes on without.
+fn trace_writer(
+    path: &std::path::Path,
+    workspace: &std::path::Path,
+) -> Option<subloop::record::trace::TraceWriter> {
+    match subloop::record::trace::TraceWriter::create(path) {
+        Ok(writer) => Some(writer.with_workspace(workspace)),
+        Err(error) => {
+            eprintln!(
+                "subloop-restate: the trace {} cannot be written ({error}); the run goes on without it",
+                path.display()
+            );
+            None
+        }
     }
 }
 

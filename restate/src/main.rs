@@ -18,7 +18,7 @@ const USAGE: &str = "\
 usage:
   subloop worker --restate-admin URL --listen ADDR [--advertise URI] [--live [--provider anthropic|openai] [--model NAME]]
                  [--decision ask|allow|deny] [--sandbox workspace-write|read-only|off]
-                 [--run-command CMD | --no-run-main] [--timeout SECS] [--child-calls N]
+                 [--run-command CMD | --no-run-main] [--timeout SECS] [--child-calls N] [--trace-dir DIR]
   subloop submit --restate URL --run-id ID --workspace DIR --question TEXT [--max-calls N] [--json]
   subloop approve --restate URL RUN CALL allow|deny
   subloop pending --restate URL RUN
@@ -27,6 +27,8 @@ worker   serves runs on ADDR (HTTP/2) and registers ADVERTISE (default http://AD
          with the Restate admin API; registering again is a no-op, so restarted
          and further workers register without error. Models: the built-in demo
          models, or --live (ANTHROPIC_API_KEY / OPENAI_BASE_URL, as `subloop run`).
+         --trace-dir: each run's trace (RUN.jsonl, a child's RUN.child-N.jsonl),
+         written anew by the worker that runs its last attempt.
 submit   starts run ID (or attaches to the run with that id) through the Restate
          ingress URL and prints its answer (--json: the report `subloop run --json`
          prints, with `repeated`: the steps that ran twice after a worker died).
@@ -171,6 +173,16 @@ fn worker(args: Vec<OsString>) -> Result<ExitCode, Usage> {
                 run.command = RunSettings::split_command(&value(&mut parser)?)?;
             }
             Long("no-run-main") => run_main = false,
+            Long("trace-dir") => {
+                let dir = std::path::PathBuf::from(value(&mut parser)?);
+                if !dir.is_dir() {
+                    return Err(Usage(format!(
+                        "--trace-dir {} is not a directory",
+                        dir.display()
+                    )));
+                }
+                settings.trace_dir = Some(dir);
+            }
             Long("timeout") => {
                 let text = value(&mut parser)?;
                 let secs: f64 = text

@@ -14,26 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{Server, free_port};
-
-/// `subloop` when it was built beside `subloop-restate` (a workspace
-/// `cargo test` builds both), so the forwarding is what is tested; else
-/// `subloop-restate` itself.
-fn subloop() -> PathBuf {
-    let restate = PathBuf::from(env!("CARGO_BIN_EXE_subloop-restate"));
-    let beside = restate.with_file_name("subloop");
-    if beside.is_file() {
-        beside
-    } else {
-        assert!(
-            std::env::var_os("SUBLOOP_NO_SKIP").is_none(),
-            "no subloop binary beside {}: run the workspace's `cargo test`",
-            restate.display()
-        );
-        eprintln!("skipped: the forwarding of `subloop` (not built beside subloop-restate)");
-        restate
-    }
-}
+use common::{Server, free_port, subloop};
 
 fn run(args: &[&str]) -> Output {
     Command::new(subloop())

@@ -25,7 +25,7 @@ use subloop::tools::RunSettings;
 use subloop_restate::{Approvals, Models, RunRequest, RunResult, Worker, WorkerSettings, client};
 
 mod common;
-use common::{Server, free_port};
+use common::{Server, free_port, subloop};
 
 /// The scripted models: the parent reads `expected.txt`, runs `main.py`,
 /// delegates a question, then answers; a child reads the file and answers.
@@ -132,6 +132,14 @@ fn settings(mode: &str) -> WorkerSettings {
     settings
 }
 
+/// `settings` writing traces into `dir`.
+fn with_traces(mut settings: WorkerSettings, dir: &Path) -> WorkerSettings {
+    let traces = dir.join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    settings.trace_dir = Some(traces);
+    settings
+}
+
 /// Not a test of its own: the worker process, when this binary is run with
 /// `SUBLOOP_RESTATE_WORKER=PORT␟DIR␟MODE␟HOLD`.
 #[test]
@@ -152,7 +160,11 @@ fn worker_process() {
         // Shared (SO_REUSEPORT): two workers may serve one address.
         let address = ([127, 0, 0, 1], port.parse().unwrap()).into();
         let listener = subloop_restate::listen_shared(address).unwrap();
-        subloop_restate::serve_on(Worker::new(models, settings(mode)), listener).await;
+        subloop_restate::serve_on(
+            Worker::new(models, with_traces(settings(mode), Path::new(dir))),
+            listener,
+        )
+        .await;
     });
 }
 
@@ -349,6 +361,27 @@ fn a_worker_killed_mid_request_is_replaced_and_recorded_replies_are_not_asked_ag
     assert_eq!(sorted(scene.lines("requests")), sorted(expected));
     assert_eq!(result.repeated, ["model 3"], "{result:?}");
     assert_eq!(scene.lines("marks"), ["ran"]);
+    // The last attempt wrote the whole run's trace (and the child's), and
+    // the loop's rules hold on it.
+    for name in ["mid-request.jsonl", "mid-request.child-1.jsonl"] {
+        let trace = scene.dir.join("traces").join(name);
+        let out = Command::new(subloop())
+            .args(["view", "--check"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let trace = std::fs::read_to_string(scene.dir.join("traces/mid-request.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(trace.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (&last["kind"], &last["status"]),
+        (&json!("outcome"), &json!("answered"))
+    );
 }
 
 #[test]

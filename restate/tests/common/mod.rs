@@ -139,3 +139,22 @@ const SIGTERM: i32 = 15;
 unsafe extern "C" {
     fn kill(pid: i32, signal: i32) -> i32;
 }
+
+/// `subloop` when it was built beside `subloop-restate` (a workspace
+/// `cargo test` builds both), so the forwarding is what is tested; else
+/// `subloop-restate` itself.
+pub fn subloop() -> PathBuf {
+    let restate = PathBuf::from(env!("CARGO_BIN_EXE_subloop-restate"));
+    let beside = restate.with_file_name("subloop");
+    if beside.is_file() {
+        beside
+    } else {
+        assert!(
+            std::env::var_os("SUBLOOP_NO_SKIP").is_none(),
+            "no subloop binary beside {}: run the workspace's `cargo test`",
+            restate.display()
+        );
+        eprintln!("skipped: the forwarding of `subloop` (not built beside subloop-restate)");
+        restate
+    }
+}
