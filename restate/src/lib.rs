@@ -289,10 +289,12 @@ impl Worker {
                 .with_sandbox(SandboxPolicy::new(self.settings.sandbox));
             builder = builder.tool(journaled(Arc::new(run_main)))?;
         }
-        if let Some(path) = self.settings.trace(run, None) {
-            if let Some(writer) = trace_writer(&path, workspace) {
-                builder = builder.monitor(writer);
-            }
+        if let Some(writer) = self
+            .settings
+            .trace(run, None)
+            .and_then(|path| trace_writer(&path, workspace))
+        {
+            builder = builder.monitor(writer);
         }
         let model = JournaledModel {
             steps: steps.clone(),
@@ -320,10 +322,12 @@ impl Worker {
                 steps: steps.clone(),
                 repeated: Arc::clone(repeated),
             })?;
-        if let Some(path) = self.settings.trace(&request.run, Some(request.number)) {
-            if let Some(writer) = trace_writer(&path, workspace) {
-                builder = builder.monitor(writer);
-            }
+        if let Some(writer) = self
+            .settings
+            .trace(&request.run, Some(request.number))
+            .and_then(|path| trace_writer(&path, workspace))
+        {
+            builder = builder.monitor(writer);
         }
         let agent = builder.build();
         let model = JournaledModel {
