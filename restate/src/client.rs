@@ -163,13 +163,15 @@ pub fn approve(ingress: &str, id: &str, call_id: &str, allow: bool) -> Result<()
     call::<serde_json::Value>(&url, Body::Json(body), Some(Duration::from_secs(60))).map(|_| ())
 }
 
-/// Why run `id`'s last attempt failed, from the server's admin API at
-/// `admin` (`sys_invocation.last_failure`): `None` while nothing failed.
-pub fn last_failure(admin: &str, id: &str) -> Result<Option<String>, ClientError> {
+/// Run `id`'s invocation as the server's admin API at `admin` records it
+/// (`sys_invocation`): its status (`running`, `suspended`, `backing-off`,
+/// `completed`, …) and why its last attempt failed, if one did; `None`
+/// when there is no such run.
+pub fn invocation(admin: &str, id: &str) -> Result<Option<(String, Option<String>)>, ClientError> {
     let url = format!("{}/query", trim(admin));
     let key = id.replace('\'', "''");
     let query = format!(
-        "SELECT last_failure FROM sys_invocation WHERE target_service_name = 'DurableRun' \
+        "SELECT status, last_failure FROM sys_invocation WHERE target_service_name = 'DurableRun' \
          AND target_service_key = '{key}' AND target_handler_name = 'run'"
     );
     let answer: serde_json::Value = call(
@@ -179,8 +181,13 @@ pub fn last_failure(admin: &str, id: &str) -> Result<Option<String>, ClientError
     )?;
     Ok(answer["rows"]
         .as_array()
-        .and_then(|rows| rows.iter().find_map(|row| row["last_failure"].as_str()))
-        .map(str::to_owned))
+        .and_then(|rows| rows.first())
+        .map(|row| {
+            (
+                row["status"].as_str().unwrap_or_default().to_owned(),
+                row["last_failure"].as_str().map(str::to_owned),
+            )
+        }))
 }
 
 /// `text` as one URL path segment.

@@ -362,11 +362,25 @@ pub fn listen_shared(address: std::net::SocketAddr) -> std::io::Result<tokio::ne
     socket.listen(1024)
 }
 
+/// How long an invocation that waits (for an approval, for its children)
+/// keeps its worker before Restate suspends it: after this, the waiting run
+/// holds no worker, and the answer wakes it on whichever worker is there.
+pub const SUSPEND_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+
 fn endpoint(worker: Worker) -> Endpoint {
+    let options = || ServiceOptions::new().inactivity_timeout(SUSPEND_AFTER);
     Endpoint::builder()
-        .bind(DurableRun {
-            worker: worker.clone(),
-        })
-        .bind(DurableChild { worker })
+        .bind(
+            DurableRun {
+                worker: worker.clone(),
+            }
+            .into_service_definition()
+            .options(options()),
+        )
+        .bind(
+            DurableChild { worker }
+                .into_service_definition()
+                .options(options()),
+        )
         .build()
 }

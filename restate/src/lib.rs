@@ -45,7 +45,9 @@ mod engine;
 mod parts;
 mod steps;
 
-pub use engine::{Answer, DurableChild, DurableRun, Pending, listen_shared, serve, serve_on};
+pub use engine::{
+    Answer, DurableChild, DurableRun, Pending, SUSPEND_AFTER, listen_shared, serve, serve_on,
+};
 pub use steps::{ChildRequest, ChildResult};
 
 use parts::{DurableTask, JournaledModel, JournaledTool, PromiseApprover, Repeated};

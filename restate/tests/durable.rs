@@ -443,6 +443,24 @@ fn an_approval_waits_without_a_worker_and_a_denial_reaches_the_model() {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+    // Waiting, the runs let go of the worker: Restate suspends them.
+    for run in ["approve", "deny"] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = client::invocation(&scene.server.admin, run).unwrap();
+            if status
+                .as_ref()
+                .is_some_and(|(status, _)| status == "suspended")
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{run} did not suspend: {status:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     // Every worker stops; the runs wait in the server, not in a process.
     first.kill();
     std::thread::sleep(Duration::from_millis(500));
@@ -485,7 +503,9 @@ fn a_journal_written_under_other_settings_is_refused() {
     // record of the invocation.
     let deadline = Instant::now() + Duration::from_secs(60);
     let failure = loop {
-        let failure = client::last_failure(&scene.server.admin, "versions").unwrap();
+        let failure = client::invocation(&scene.server.admin, "versions")
+            .unwrap()
+            .and_then(|(_, failure)| failure);
         if let Some(failure) = failure.filter(|f| f.contains("settings")) {
             break failure;
         }
