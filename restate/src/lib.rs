@@ -145,7 +145,7 @@ pub struct WorkerSettings {
     pub run_main: Option<RunSettings>,
     /// The sandbox `run_main` starts programs in.
     pub sandbox: Sandbox,
-    /// Each child's model calls; 0 offers no `task` tool.
+    /// Each child's model calls, 1 to 8; 0 offers no `task` tool.
     pub child_calls: u32,
     /// Where each run's trace is written (`RUN.jsonl`; a child's
     /// `RUN.child-N.jsonl`), by the worker that ran its last attempt: an
@@ -282,6 +282,7 @@ impl Worker {
                 run: run.to_owned(),
                 workspace: request.workspace.clone(),
                 delegations: Mutex::new(0),
+                max_delegations: subloop::run::limits::Limits::default().max_delegations,
                 repeated: Arc::clone(repeated),
             })?;
         }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use subloop::agent::subagent::ChildBudget;
 use subloop::providers::anthropic::{self, LiveConfig};
 use subloop::providers::http::HttpModel;
 use subloop::providers::openai::{self, OpenAiConfig};
@@ -196,11 +197,15 @@ fn worker(args: Vec<OsString>) -> Result<ExitCode, Usage> {
             }
             Long("child-calls") => {
                 let text = value(&mut parser)?;
-                settings.child_calls = text.parse().map_err(|_| {
-                    Usage(format!(
-                        "--child-calls is a count (0: no task tool), not `{text}`"
-                    ))
-                })?;
+                settings.child_calls = text
+                    .parse()
+                    .ok()
+                    .filter(|n: &u32| *n == 0 || ChildBudget::new(*n).is_ok())
+                    .ok_or_else(|| {
+                        Usage(format!(
+                            "--child-calls is 1 to 8 model requests (0: no task tool), not `{text}`"
+                        ))
+                    })?;
             }
             _ => return Err(arg.unexpected().into()),
         }

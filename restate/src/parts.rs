@@ -234,10 +234,27 @@ pub(crate) struct DurableTask {
     pub(crate) run: String,
     pub(crate) workspace: String,
     pub(crate) delegations: Mutex<usize>,
+    /// The run's delegation limit, as `Limits::max_delegations`.
+    pub(crate) max_delegations: usize,
     pub(crate) repeated: Repeated,
 }
 
 impl DurableTask {
+    /// The report for a `task` call past the run's delegation limit, as
+    /// the library gives it.
+    fn over_limit(limit: usize) -> ToolOutput {
+        ToolOutput::error(
+            serde_json::json!({
+                "status": "delegation_limit",
+                "summary": format!(
+                    "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
+                ),
+                "calls": 0
+            })
+            .to_string(),
+        )
+    }
+
     /// The checked task text, or the refusal the library gives.
     fn check(input: &Value) -> Result<String, ToolOutput> {
         let task = input
@@ -301,16 +318,23 @@ impl Tool for DurableTask {
             let mut outputs: Vec<Option<ToolOutput>> = Vec::with_capacity(calls.len());
             let mut requests = Vec::new();
             for context in calls {
-                match Self::check(context.call.input()) {
+                let number = match Self::check(context.call.input()) {
                     Ok(task) => {
-                        let number = {
-                            let mut count = self
-                                .delegations
-                                .lock()
-                                .unwrap_or_else(|poison| poison.into_inner());
+                        let mut count = self
+                            .delegations
+                            .lock()
+                            .unwrap_or_else(|poison| poison.into_inner());
+                        if *count >= self.max_delegations {
+                            Err(Self::over_limit(self.max_delegations))
+                        } else {
                             *count += 1;
-                            *count
-                        };
+                            Ok((task, *count))
+                        }
+                    }
+                    Err(refusal) => Err(refusal),
+                };
+                match number {
+                    Ok((task, number)) => {
                         requests.push(ChildRequest {
                             run: self.run.clone(),
                             call: context.call.id().to_string(),
