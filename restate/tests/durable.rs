@@ -312,12 +312,76 @@ fn sorted(mut lines: Vec<String>) -> Vec<String> {
     lines
 }
 
+impl subloop::run::model::ChildModels for Scripted {
+    fn model_for(&self, number: usize) -> Box<dyn Model + Send> {
+        Models::child(self, number)
+    }
+}
+
+/// The transcript of the same question run in this process by the
+/// library itself, uninterrupted (the same models and tools, its own
+/// copy of the workspace and its own request log): what every durable
+/// run must end with, however often its workers died.
+fn reference() -> &'static (String, serde_json::Value) {
+    static REFERENCE: std::sync::OnceLock<(String, serde_json::Value)> = std::sync::OnceLock::new();
+    REFERENCE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("subloop-durable-ref-{}", std::process::id()));
+        let ws = dir.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("expected.txt"), "42\n").unwrap();
+        std::fs::write(ws.join("main.py"), "print(42)\n").unwrap();
+        let models = Scripted {
+            dir: dir.clone(),
+            hold: String::new(),
+        };
+        let settings = settings("allow");
+        let run_main = subloop::tools::RunMain::new(&ws, settings.run_main.clone().unwrap())
+            .unwrap()
+            .with_sandbox(subloop::tools::sandbox::SandboxPolicy::new(
+                settings.sandbox,
+            ));
+        let agent =
+            subloop::AgentBuilder::new(std::sync::Arc::new(subloop::policy::permission::AllowAll))
+                .read_only_tool(
+                    subloop::tools::ReadFile::new(&ws, subloop::tools::ReadFile::DEFAULT_LIMIT)
+                        .unwrap(),
+                )
+                .unwrap()
+                .tool(run_main)
+                .unwrap()
+                .plan()
+                .unwrap()
+                .subagents(subloop::agent::subagent::SubagentConfig::new(
+                    std::sync::Arc::new(models.clone()),
+                    subloop::Hooks::none(),
+                ))
+                .unwrap()
+                .build();
+        let mut model = Models::parent(&models);
+        let report = agent
+            .run(
+                "What does main.py print?",
+                subloop::Budget::new(6).unwrap(),
+                &mut *model,
+            )
+            .unwrap();
+        let json = serde_json::to_value(report.json_report()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        (report.outcome.text.clone(), json["tools"].clone())
+    })
+}
+
 fn assert_answered(result: &RunResult) {
     assert_eq!(result.status, "answered", "{result:?}");
     assert!(result.text.starts_with("It prints 42."), "{result:?}");
     assert!(result.text.contains("It holds 42."), "{result:?}");
     assert_eq!(result.calls, 4, "{result:?}");
     assert_eq!(result.report["status"], "answered", "{result:?}");
+    // The transcript an uninterrupted in-process run has: the answer and
+    // every tool result, in order (the child's report included).
+    let (text, tools) = reference();
+    assert_eq!(&result.text, text);
+    assert_eq!(&result.report["tools"], tools);
 }
 
 #[test]
