@@ -56,7 +56,7 @@ fn main() -> ExitCode {
     }
     let command = args.remove(0);
     if args.iter().any(|arg| arg == "--help" || arg == "-h") {
-        println!("{USAGE}");
+        let _ = out(USAGE);
         return ExitCode::SUCCESS;
     }
     let outcome = match command.to_str() {
@@ -65,7 +65,7 @@ fn main() -> ExitCode {
         Some("approve") => approve(args),
         Some("pending") => pending(args),
         Some("help" | "--help" | "-h") => {
-            println!("{USAGE}");
+            let _ = out(USAGE);
             return ExitCode::SUCCESS;
         }
         _ => Err(Usage(format!(
@@ -91,6 +91,20 @@ fn value(parser: &mut lexopt::Parser) -> Result<String, Usage> {
         .value()?
         .into_string()
         .map_err(|_| Usage("an argument is not UTF-8".into()))
+}
+
+/// Writes `text` and a newline to stdout; false (said on stderr) when it
+/// cannot be written, a closed pipe included: never a panic.
+fn out(text: &str) -> bool {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        Ok(()) => true,
+        Err(error) => {
+            eprintln!("subloop: cannot write the output: {error}");
+            false
+        }
+    }
 }
 
 fn unreachable_server(error: &client::ClientError) -> ExitCode {
@@ -309,9 +323,13 @@ fn submit(args: Vec<OsString>) -> Result<ExitCode, Usage> {
             object.insert("run_id".into(), serde_json::json!(id));
             object.insert("repeated".into(), serde_json::json!(result.repeated));
         }
-        println!("{report}");
+        if !out(&report.to_string()) {
+            return Ok(ExitCode::FAILURE);
+        }
     } else {
-        println!("{}", result.text);
+        if !out(&result.text) {
+            return Ok(ExitCode::FAILURE);
+        }
         eprintln!("status: {} ({} calls)", result.status, result.calls);
         for step in &result.repeated {
             eprintln!("ran again after a worker died: {step}");
@@ -379,7 +397,9 @@ fn pending(args: Vec<OsString>) -> Result<ExitCode, Usage> {
     match client::pending(&ingress, &run) {
         Ok(pending) => {
             for waiting in pending {
-                println!("{}\t{}", waiting.call, waiting.action);
+                if !out(&format!("{}\t{}", waiting.call, waiting.action)) {
+                    return Ok(ExitCode::FAILURE);
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
