@@ -699,3 +699,38 @@ fn a_hundred_runs_over_two_workers_survive_random_sigkills() {
     }
     eprintln!("{runs} runs, {kills} kills, {repeated_steps} steps ran again");
 }
+
+#[test]
+fn a_restate_server_restarted_while_a_run_waits_keeps_the_run() {
+    let Some(mut scene) = Scene::new(false) else {
+        return;
+    };
+    let _worker = scene.worker("ask", "");
+    scene.server.submit("restart", &scene.request());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client::pending(&scene.server.ingress, "restart")
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "no approval pending");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The server stops (SIGTERM) and starts again on its own state.
+    scene.server.restart();
+    // Back on its own state, the run still waits for its approval.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut pending = client::pending(&scene.server.ingress, "restart");
+    while pending.as_ref().map_or(true, Vec::is_empty) {
+        assert!(
+            Instant::now() < deadline,
+            "the approval was lost: {pending:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        pending = client::pending(&scene.server.ingress, "restart");
+    }
+    client::approve(&scene.server.ingress, "restart", "t2", true).unwrap();
+    let result = scene.server.attach("restart");
+    assert_answered(&result);
+    assert_eq!(scene.lines("requests"), EVERY_REQUEST);
+    assert_eq!(scene.lines("marks"), ["ran"]);
+}

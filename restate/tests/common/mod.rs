@@ -32,6 +32,10 @@ pub struct Server {
     pub base: PathBuf,
     pub ingress: String,
     pub admin: String,
+    /// How it was started: the installation, the script, its three ports.
+    cache: PathBuf,
+    script: PathBuf,
+    ports: [u16; 3],
 }
 
 impl Server {
@@ -58,7 +62,7 @@ impl Server {
         // A port another process took meanwhile makes the server exit:
         // start again on others.
         let mut attempts = 0;
-        let (base, ingress, admin, out) = loop {
+        let (base, ingress, admin, node, out) = loop {
             attempts += 1;
             let base = std::env::temp_dir().join(format!("subloop-restate-{}", free_port()));
             let (ingress, admin, node) = (free_port(), free_port(), free_port());
@@ -71,7 +75,7 @@ impl Server {
                 .output()
                 .unwrap();
             if out.status.success() {
-                break (base, ingress, admin, out);
+                break (base, ingress, admin, node, out);
             }
             let _ = std::fs::remove_dir_all(&base);
             assert!(attempts < 3, "{}", String::from_utf8_lossy(&out.stderr));
@@ -86,7 +90,49 @@ impl Server {
             base,
             ingress: format!("http://127.0.0.1:{ingress}"),
             admin: format!("http://127.0.0.1:{admin}"),
+            cache,
+            script,
+            ports: [ingress, admin, node],
         })
+    }
+
+    /// Stops the server (SIGTERM) and starts it again on the same ports
+    /// with the same state.
+    pub fn restart(&mut self) {
+        self.stop();
+        let [ingress, admin, node] = self.ports;
+        let out = Command::new("bash")
+            .arg(&self.script)
+            .arg("start")
+            .arg(&self.cache)
+            .arg(&self.base)
+            .args([ingress.to_string(), admin.to_string(), node.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.process = String::from_utf8(out.stdout)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    }
+
+    /// Stops the server (SIGTERM) and waits until it is gone (at most 20 s).
+    fn stop(&self) {
+        let pid = i32::try_from(self.process).unwrap_or(i32::MAX);
+        // SAFETY: kill(2) on the server this test started.
+        unsafe {
+            kill(pid, SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // SAFETY: kill(2) with signal 0 only asks whether it is there.
+        while unsafe { kill(pid, 0) } == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Registers a worker at `uri` (idempotent for the same URI), once
@@ -120,16 +166,7 @@ impl Drop for Server {
     /// Stops the server (SIGTERM), waits until it is gone (at most 20 s),
     /// and removes its directory: nothing of it is left in `TMPDIR`.
     fn drop(&mut self) {
-        let pid = i32::try_from(self.process).unwrap_or(i32::MAX);
-        // SAFETY: kill(2) on the server this test started.
-        unsafe {
-            kill(pid, SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        // SAFETY: kill(2) with signal 0 only asks whether it is there.
-        while unsafe { kill(pid, 0) } == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.base);
     }
 }
