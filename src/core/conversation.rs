@@ -928,6 +928,68 @@ impl Conversation<AwaitingModel> {
         }
     }
 
+    /// Makes the history shorter with `compactor`
+    /// ([`crate::core::compaction`]). Only a conversation waiting for the
+    /// model has this transition, so no call can be split from its result.
+    /// The proposed history is taken only if it keeps the protocol (it
+    /// starts and ends with a user message, every call is answered in the
+    /// next message, no result answers a call that is not right before it)
+    /// and keeps the question (the first block of the first message);
+    /// otherwise the conversation comes back
+    /// unchanged with the reason. The calls made, the budget and the usage
+    /// are kept.
+    ///
+    /// ```
+    /// use subloop::core::compaction::{ClearToolResults, Compacted};
+    /// use subloop::core::conversation::{AfterTools, Reply, ToolOutput};
+    /// use subloop::{Budget, Conversation, ModelResponse};
+    /// use serde_json::json;
+    /// let conversation = Conversation::start("hi", Budget::new(4).unwrap()).unwrap();
+    /// let reply = ModelResponse::tool_calls([("t1", "read_file", json!({"path": "a"}))]);
+    /// let Reply::Tools(pending) = conversation.receive(reply) else { unreachable!() };
+    /// let AfterTools::Continue(next) = pending.answer_with(|_| ToolOutput::ok("a long file")) else {
+    ///     unreachable!()
+    /// };
+    /// let Compacted::Shortened(next) = next.compact(&ClearToolResults::new(0)) else { unreachable!() };
+    /// assert_eq!(next.history().len(), 3); // the call and its (cleared) result stay paired
+    /// ```
+    pub fn compact(
+        self,
+        compactor: &dyn crate::core::compaction::Compactor,
+    ) -> crate::core::compaction::Compacted {
+        use crate::core::compaction::{Compacted, check};
+        let Some(history) = compactor.compact(&self.core.history) else {
+            return Compacted::Unchanged(self);
+        };
+        let question_kept = match (self.core.history.first(), history.first()) {
+            (Some(before), Some(after)) => {
+                !after.content.is_empty() && after.content.first() == before.content.first()
+            }
+            _ => false,
+        };
+        let verdict = check(&history).and_then(|()| {
+            if question_kept {
+                Ok(())
+            } else {
+                Err("the question is not kept".to_owned())
+            }
+        });
+        match verdict {
+            Ok(()) => {
+                let mut next = self;
+                next.core.history = history;
+                Compacted::Shortened(next)
+            }
+            Err(reason) => Compacted::Refused {
+                reason: format!(
+                    "{} proposed a history that breaks the protocol: {reason}",
+                    compactor.name()
+                ),
+                conversation: self,
+            },
+        }
+    }
+
     /// Stops at this turn boundary, before the next model request, for a
     /// run-wide reason (deadline, token budget, cancellation).
     pub fn interrupt(self, interrupt: Interrupt) -> Interrupted {

@@ -6,6 +6,7 @@
 
 pub mod agent_id;
 pub mod call;
+pub mod compaction;
 pub mod conversation;
 pub mod error;
 pub mod hook;

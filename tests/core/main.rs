@@ -15,6 +15,7 @@
 mod common;
 
 mod call_order;
+mod compaction;
 mod conversation_rules;
 mod driver_equivalence;
 #[cfg(feature = "testing")]
