@@ -1,6 +1,7 @@
 //! Making a history shorter without breaking it: a [`Compactor`] proposes
-//! a shorter history, and [`Conversation::compact`] — a transition of
-//! [`AwaitingModel`] only, where every call has its result — takes it only
+//! a shorter history, and `Conversation::compact` (in
+//! `core::conversation`) — a transition of a conversation waiting for the
+//! model only, where every call has its result — takes it only
 //! if it still keeps the protocol: it starts and ends with a user message,
 //! every `tool_use` is answered by a `tool_result` in the very next
 //! message, and no result answers a call that is not right before it.
@@ -26,37 +27,7 @@
 
 use std::collections::HashMap;
 
-use crate::core::conversation::{AwaitingModel, Conversation};
 use crate::core::protocol::{Block, Message, Role, ToolResultContent, ToolUseId};
-
-/// What [`Conversation::compact`] gave.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Compacted {
-    /// The history was replaced by the compactor's.
-    Shortened(Conversation<AwaitingModel>),
-    /// The compactor had nothing to remove; the conversation is as it was.
-    Unchanged(Conversation<AwaitingModel>),
-    /// The compactor's history would have broken the protocol or lost the
-    /// question; the conversation is as it was.
-    Refused {
-        /// The conversation, unchanged.
-        conversation: Conversation<AwaitingModel>,
-        /// What was wrong with the proposed history.
-        reason: String,
-    },
-}
-
-impl Compacted {
-    /// The conversation, shortened or not.
-    pub fn into_conversation(self) -> Conversation<AwaitingModel> {
-        match self {
-            Self::Shortened(conversation)
-            | Self::Unchanged(conversation)
-            | Self::Refused { conversation, .. } => conversation,
-        }
-    }
-}
 
 /// Proposes a shorter history.
 pub trait Compactor: Send + Sync {
@@ -203,34 +174,67 @@ impl Compactor for SlidingWindow {
             .map(|(index, _)| index)
             .collect();
         let first = *starts.first()?;
-        let drop = starts
-            .len()
-            .checked_sub(self.keep_rounds)
-            .filter(|n| *n > 0)?;
+        // The current question (a follow-up asked after an answer) is never
+        // dropped: only rounds before the one that holds it may go.
+        let question_at = current_question(history)?;
+        // Rounds that start before the current question; the last of them
+        // holds it.
+        let before = starts.iter().filter(|start| **start < question_at).count();
+        let droppable = if before == 0 {
+            starts.len()
+        } else {
+            before - 1
+        };
+        let drop = starts.len().saturating_sub(self.keep_rounds).min(droppable);
+        if drop == 0 {
+            return None;
+        }
         let keep_from = *starts.get(drop)?;
         let mut question: Vec<Message> = history.get(..first)?.to_vec();
-        // The note goes on the question's last message; an earlier note's
-        // count is added to.
+        // The note goes last on the question's last message, after the
+        // question's own blocks; an earlier note's count is added to.
         let last = question.last_mut()?;
-        let earlier = match last.content.last() {
-            Some(Block::Text { text }) if text.ends_with(Self::NOTE) => {
-                let count = text
-                    .trim_start_matches('[')
-                    .split(' ')
-                    .next()
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .unwrap_or(0);
-                last.content.pop();
-                count
-            }
-            _ => 0,
+        let earlier = match last.content.as_slice() {
+            [_, .., Block::Text { text }] => note_count(text),
+            _ => None,
         };
+        if earlier.is_some() {
+            last.content.pop();
+        }
         last.content.push(Block::Text {
-            text: format!("[{} {}", earlier + drop, Self::NOTE),
+            text: format!(
+                "[{} {}",
+                earlier.unwrap_or(0).saturating_add(drop),
+                Self::NOTE
+            ),
         });
         question.extend(history.get(keep_from..)?.iter().cloned());
         Some(question)
     }
+}
+
+/// The count of a note [`SlidingWindow`] wrote (`[N earlier rounds …]`).
+fn note_count(text: &str) -> Option<usize> {
+    let rest = text.strip_prefix('[')?;
+    let (count, note) = rest.split_once(' ')?;
+    if note != SlidingWindow::NOTE || count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    count.parse().ok()
+}
+
+/// The index of the current question: the last user message that holds no
+/// tool result (the question, a follow-up, or a prompt the conversation
+/// added), if any.
+pub(crate) fn current_question(history: &[Message]) -> Option<usize> {
+    history.iter().rposition(|message| {
+        message.role == Role::User
+            && !message
+                .content
+                .iter()
+                .any(|block| matches!(block, Block::ToolResult { .. }))
+    })
 }
 
 /// Why a proposed history was refused ([`check`]).
@@ -263,6 +267,26 @@ pub(crate) fn check(history: &[Message]) -> Result<(), String> {
                 _ => None,
             })
             .collect();
+        let mut unique = std::collections::HashSet::new();
+        if let Some(twice) = calls.iter().chain(&results).find(|id| !unique.insert(**id)) {
+            return Err(format!("message {index}: {twice} appears twice"));
+        }
+        // Results come first in their message, as the API asks.
+        let first_other = message
+            .content
+            .iter()
+            .position(|block| !matches!(block, Block::ToolResult { .. }));
+        let last_result = message
+            .content
+            .iter()
+            .rposition(|block| matches!(block, Block::ToolResult { .. }));
+        if let (Some(other), Some(result)) = (first_other, last_result)
+            && other < result
+        {
+            return Err(format!(
+                "message {index}: a tool result after other content"
+            ));
+        }
         match message.role {
             Role::Assistant if !results.is_empty() => {
                 return Err(format!("message {index}: a reply holds tool results"));

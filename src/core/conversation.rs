@@ -665,6 +665,35 @@ impl Core {
     }
 }
 
+/// What [`Conversation::compact`] gave.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Compacted {
+    /// The history was replaced by the compactor's.
+    Shortened(Conversation<AwaitingModel>),
+    /// The compactor had nothing to remove; the conversation is as it was.
+    Unchanged(Conversation<AwaitingModel>),
+    /// The compactor's history would have broken the protocol or lost the
+    /// question; the conversation is as it was.
+    Refused {
+        /// The conversation, unchanged.
+        conversation: Conversation<AwaitingModel>,
+        /// What was wrong with the proposed history.
+        reason: String,
+    },
+}
+
+impl Compacted {
+    /// The conversation, shortened or not.
+    pub fn into_conversation(self) -> Conversation<AwaitingModel> {
+        match self {
+            Self::Shortened(conversation)
+            | Self::Unchanged(conversation)
+            | Self::Refused { conversation, .. } => conversation,
+        }
+    }
+}
+
 /// A conversation in state `S`: [`Fresh`], [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
 #[derive(Debug)]
 pub struct Conversation<S> {
@@ -934,14 +963,14 @@ impl Conversation<AwaitingModel> {
     /// The proposed history is taken only if it keeps the protocol (it
     /// starts and ends with a user message, every call is answered in the
     /// next message, no result answers a call that is not right before it)
-    /// and keeps the question (the first block of the first message);
-    /// otherwise the conversation comes back
+    /// and keeps the question (the first block of the first message) and
+    /// the current question (a follow-up's); otherwise the conversation comes back
     /// unchanged with the reason. The calls made, the budget and the usage
     /// are kept.
     ///
     /// ```
-    /// use subloop::core::compaction::{ClearToolResults, Compacted};
-    /// use subloop::core::conversation::{AfterTools, Reply, ToolOutput};
+    /// use subloop::core::compaction::ClearToolResults;
+    /// use subloop::core::conversation::{AfterTools, Compacted, Reply, ToolOutput};
     /// use subloop::{Budget, Conversation, ModelResponse};
     /// use serde_json::json;
     /// let conversation = Conversation::start("hi", Budget::new(4).unwrap()).unwrap();
@@ -953,20 +982,28 @@ impl Conversation<AwaitingModel> {
     /// let Compacted::Shortened(next) = next.compact(&ClearToolResults::new(0)) else { unreachable!() };
     /// assert_eq!(next.history().len(), 3); // the call and its (cleared) result stay paired
     /// ```
-    pub fn compact(
-        self,
-        compactor: &dyn crate::core::compaction::Compactor,
-    ) -> crate::core::compaction::Compacted {
-        use crate::core::compaction::{Compacted, check};
+    pub fn compact(self, compactor: &dyn crate::core::compaction::Compactor) -> Compacted {
+        use crate::core::compaction::check;
         let Some(history) = compactor.compact(&self.core.history) else {
             return Compacted::Unchanged(self);
         };
-        let question_kept = match (self.core.history.first(), history.first()) {
+        // The question stays first, and the current question (a
+        // follow-up's) stays too.
+        let first_kept = match (self.core.history.first(), history.first()) {
             (Some(before), Some(after)) => {
                 !after.content.is_empty() && after.content.first() == before.content.first()
             }
             _ => false,
         };
+        let current = crate::core::compaction::current_question(&self.core.history)
+            .and_then(|index| self.core.history.get(index))
+            .and_then(|message| message.content.first());
+        let current_kept = current.is_none_or(|block| {
+            history
+                .iter()
+                .any(|message| message.role == Role::User && message.content.first() == Some(block))
+        });
+        let question_kept = first_kept && current_kept;
         let verdict = check(&history).and_then(|()| {
             if question_kept {
                 Ok(())

@@ -8,7 +8,8 @@
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::json;
-use subloop::core::compaction::{ClearToolResults, Compacted, Compactor, SlidingWindow};
+use subloop::core::compaction::{ClearToolResults, Compactor, SlidingWindow};
+use subloop::core::conversation::Compacted;
 use subloop::core::conversation::{AfterTools, AwaitingModel, Reply, ToolOutput};
 use subloop::core::protocol::{Block, Message, Role, ToolResultContent};
 use subloop::{Budget, Conversation, ModelResponse};
@@ -107,6 +108,7 @@ fn drive(steps: &[Step]) -> Result<usize, TestCaseError> {
         Conversation::start(QUESTION, budget).unwrap();
     let mut shortened = 0;
     let mut round = 0;
+    let mut current = QUESTION.to_owned();
     for step in steps {
         if let Some((sliding, keep)) = step.compact {
             let before = conversation.history().to_vec();
@@ -126,9 +128,16 @@ fn drive(steps: &[Step]) -> Result<usize, TestCaseError> {
                 }
                 _ => unreachable!(),
             };
-            // The question stays first.
+            // The question stays first, and the current question stays.
             let first = conversation.history().first().unwrap();
             prop_assert!(first.text().starts_with(QUESTION), "{first:?}");
+            prop_assert!(
+                conversation
+                    .history()
+                    .iter()
+                    .any(|m| m.role == Role::User && m.text().starts_with(&current)),
+                "the current question {current:?} was lost"
+            );
         }
         let history = conversation.history();
         keeps_the_protocol(history).map_err(TestCaseError::fail)?;
@@ -152,10 +161,13 @@ fn drive(steps: &[Step]) -> Result<usize, TestCaseError> {
                     _ => return Ok(shortened),
                 }
             }
-            Reply::Answered(finished) => match finished.follow_up("And then?", budget) {
-                Ok(next) => next,
-                Err(_) => return Ok(shortened),
-            },
+            Reply::Answered(finished) => {
+                current = format!("And then? ({round})");
+                match finished.follow_up(&current, budget) {
+                    Ok(next) => next,
+                    Err(_) => return Ok(shortened),
+                }
+            }
             _ => return Ok(shortened),
         };
     }
@@ -294,7 +306,7 @@ impl Compactor for Broken {
 
 #[test]
 fn a_history_that_breaks_the_protocol_or_loses_the_question_is_refused() {
-    let cases: [(&str, Breaks); 6] = [
+    let cases: [(&str, Breaks); 8] = [
         // The last results replaced by a text: a call without its result.
         ("no result right after it", |h| {
             let mut h = h.to_vec();
@@ -319,6 +331,26 @@ fn a_history_that_breaks_the_protocol_or_loses_the_question_is_refused() {
             h
         }),
         ("the history is empty", |_| Vec::new()),
+        // A result given twice.
+        ("appears twice", |h| {
+            let mut h = h.to_vec();
+            let last = h.len() - 1;
+            let again = h[last].content[0].clone();
+            h[last].content.push(again);
+            h
+        }),
+        // Text before the results.
+        ("after other content", |h| {
+            let mut h = h.to_vec();
+            let last = h.len() - 1;
+            h[last].content.insert(
+                0,
+                Block::Text {
+                    text: "first".into(),
+                },
+            );
+            h
+        }),
         // A message emptied.
         ("has no content", |h| {
             let mut h = h.to_vec();
@@ -340,4 +372,41 @@ fn a_history_that_breaks_the_protocol_or_loses_the_question_is_refused() {
             other => panic!("{expected}: not refused: {other:?}"),
         }
     }
+}
+
+#[test]
+fn the_sliding_window_keeps_a_follow_up_question() {
+    // Q1, A1 (answer), Q2, then rounds of calls: the window may not drop
+    // the round that holds Q2.
+    let conversation = Conversation::start(QUESTION, Budget::new(64).unwrap()).unwrap();
+    let Reply::Answered(finished) = conversation.receive(ModelResponse::answer("first")) else {
+        unreachable!()
+    };
+    let next = finished
+        .follow_up("And what does it print now?", Budget::new(64).unwrap())
+        .unwrap();
+    let next = after_more(next, 4);
+    let Compacted::Unchanged(next) = next.compact(&SlidingWindow::new(1)) else {
+        panic!("the round holding the follow-up was dropped")
+    };
+    assert!(
+        next.history()
+            .iter()
+            .any(|m| m.text() == "And what does it print now?")
+    );
+}
+
+#[test]
+fn a_question_that_looks_like_a_note_is_not_taken_for_one() {
+    let question = format!("[18446744073709551615 {}", SlidingWindow::NOTE);
+    let conversation = Conversation::start(&question, Budget::new(64).unwrap()).unwrap();
+    let conversation = after_more(conversation, 4);
+    let Compacted::Shortened(next) = conversation.compact(&SlidingWindow::new(1)) else {
+        panic!("not shortened")
+    };
+    // The question's own text stays, and the note follows it.
+    assert_eq!(
+        next.history()[0].text(),
+        format!("{question}\n[3 {}", SlidingWindow::NOTE)
+    );
 }
