@@ -206,8 +206,9 @@ mod handlers {
                 // Not replayed, and not ended either: a handler may only
                 // diverge from its journal at the journal's end, so the
                 // attempt fails (retried with backoff, the reason shown in
-                // Restate's invocation status) until a worker with the
-                // journal's settings takes it.
+                // Restate's invocation status, until a worker with the
+                // journal's settings takes it or Restate's retry policy
+                // pauses it).
                 let message = format!(
                     "run {run} was journaled with other run settings than this worker's \
                      (journal: {recorded}; worker: {now}); a worker with the journal's settings must finish it"
@@ -362,13 +363,25 @@ pub fn listen_shared(address: std::net::SocketAddr) -> std::io::Result<tokio::ne
     socket.listen(1024)
 }
 
-/// How long an invocation that waits (for an approval, for its children)
-/// keeps its worker before Restate suspends it: after this, the waiting run
+/// How long an invocation may go without journaling before Restate asks
+/// it to suspend: a run waiting for an approval or for its children then
 /// holds no worker, and the answer wakes it on whichever worker is there.
-pub const SUSPEND_AFTER: std::time::Duration = std::time::Duration::from_secs(3);
+/// A step that takes longer (a slow model request, a long program) goes
+/// on; its result is journaled when it ends, and the run is replayed from
+/// the journal to go on.
+pub const SUSPEND_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a step may run after Restate asked the invocation to suspend
+/// before the attempt is aborted (and the step runs again): longer than
+/// any step should take.
+pub const ABORT_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
 
 fn endpoint(worker: Worker) -> Endpoint {
-    let options = || ServiceOptions::new().inactivity_timeout(SUSPEND_AFTER);
+    let options = || {
+        ServiceOptions::new()
+            .inactivity_timeout(SUSPEND_AFTER)
+            .abort_timeout(ABORT_AFTER)
+    };
     Endpoint::builder()
         .bind(
             DurableRun {
@@ -378,9 +391,10 @@ fn endpoint(worker: Worker) -> Endpoint {
             .options(options()),
         )
         .bind(
+            // Children are started by runs only, never through the ingress.
             DurableChild { worker }
                 .into_service_definition()
-                .options(options()),
+                .options(options().ingress_private(true)),
         )
         .build()
 }

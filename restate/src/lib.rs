@@ -46,7 +46,8 @@ mod parts;
 mod steps;
 
 pub use engine::{
-    Answer, DurableChild, DurableRun, Pending, SUSPEND_AFTER, listen_shared, serve, serve_on,
+    ABORT_AFTER, Answer, DurableChild, DurableRun, Pending, SUSPEND_AFTER, listen_shared, serve,
+    serve_on,
 };
 pub use steps::{ChildRequest, ChildResult};
 
@@ -152,6 +153,11 @@ pub struct WorkerSettings {
     /// attempt replays the whole run, so it writes the whole trace anew.
     /// Not part of the settings a journal records.
     pub trace_dir: Option<std::path::PathBuf>,
+    /// The folder every submitted workspace must be inside (compared as
+    /// canonical paths); `None` takes any folder a submission names, which
+    /// is only right when everyone who can reach the Restate ingress may
+    /// read and run what this worker can.
+    pub workspace_root: Option<std::path::PathBuf>,
 }
 
 impl Default for WorkerSettings {
@@ -170,15 +176,18 @@ impl WorkerSettings {
             sandbox: Sandbox::WorkspaceWrite,
             child_calls: 4,
             trace_dir: None,
+            workspace_root: None,
         }
     }
 
     /// The trace file of `run` (`RUN.jsonl`, or `RUN.child-N.jsonl` for
     /// delegation `child`), if traces are written: the run id with every
-    /// character other than `A-Za-z0-9._-` as `_`.
+    /// character other than `A-Za-z0-9._-` as `_`, and, when that changed
+    /// it or it could be taken for a child's, a hash of the id, so two
+    /// runs never share a file.
     fn trace(&self, run: &str, child: Option<usize>) -> Option<std::path::PathBuf> {
         let dir = self.trace_dir.as_ref()?;
-        let name: String = run
+        let plain: String = run
             .chars()
             .map(|c| {
                 if c.is_ascii_alphanumeric() || "._-".contains(c) {
@@ -188,7 +197,17 @@ impl WorkerSettings {
                 }
             })
             .collect();
-        let name = name.trim_start_matches('.');
+        let trimmed = plain.trim_start_matches('.');
+        let name = if trimmed == run && !run.contains(".child-") && !run.is_empty() {
+            trimmed.to_owned()
+        } else {
+            // FNV-1a over the id's bytes.
+            let hash = run.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+                (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+            });
+            format!("{trimmed}-{hash:016x}")
+        };
+        let name = name.as_str();
         Some(match child {
             None => dir.join(format!("{name}.jsonl")),
             Some(number) => dir.join(format!("{name}.child-{number}.jsonl")),
@@ -236,6 +255,34 @@ impl Worker {
         }
     }
 
+    /// `workspace` if it may be used: inside the workspace root, when
+    /// there is one.
+    fn workspace<'p>(
+        &self,
+        workspace: &'p str,
+    ) -> Result<&'p std::path::Path, subloop::core::error::SetupError> {
+        let path = std::path::Path::new(workspace);
+        if let Some(root) = &self.settings.workspace_root {
+            let refused = |message: String| subloop::core::error::SetupError::Workspace {
+                path: path.to_owned(),
+                message,
+            };
+            let real = path
+                .canonicalize()
+                .map_err(|error| refused(error.to_string()))?;
+            let root = root
+                .canonicalize()
+                .map_err(|error| refused(format!("the workspace root: {error}")))?;
+            if !real.starts_with(&root) {
+                return Err(refused(format!(
+                    "not inside this worker's workspace root {}",
+                    root.display()
+                )));
+            }
+        }
+        Ok(path)
+    }
+
     /// The parent agent of run `run`, its parts journaling through `steps`.
     fn parent_agent(
         &self,
@@ -244,7 +291,7 @@ impl Worker {
         steps: &Steps,
         repeated: &Repeated,
     ) -> Result<(subloop::Agent, JournaledModel), subloop::core::error::SetupError> {
-        let workspace = std::path::Path::new(&request.workspace);
+        let workspace = self.workspace(&request.workspace)?;
         let approver: Arc<dyn Approver> = match self.settings.approvals {
             Approvals::Ask => Arc::new(PromiseApprover {
                 steps: steps.clone(),
@@ -316,7 +363,7 @@ impl Worker {
         steps: &Steps,
         repeated: &Repeated,
     ) -> Result<(subloop::Agent, JournaledModel, Budget), subloop::core::error::SetupError> {
-        let workspace = std::path::Path::new(&request.workspace);
+        let workspace = self.workspace(&request.workspace)?;
         let read_file = ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?;
         let mut builder = AgentBuilder::new(Arc::new(DenyAll))
             .system(SubagentConfig::CHILD_SYSTEM)
@@ -369,5 +416,57 @@ fn child_result(report: &subloop::RunReport, repeated: Vec<String>) -> ChildResu
         content: output.content.to_string(),
         is_error: output.is_error,
         repeated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn trace_names_never_collide_and_stay_in_the_folder() {
+        let mut settings = WorkerSettings::new();
+        settings.trace_dir = Some(std::path::PathBuf::from("/traces"));
+        let name = |run: &str, child| settings.trace(run, child).unwrap();
+        assert_eq!(
+            name("run-1", None),
+            std::path::Path::new("/traces/run-1.jsonl")
+        );
+        assert_ne!(name("a/b", None), name("a_b", None));
+        assert_ne!(name("a?b", None), name("a/b", None));
+        assert_ne!(name("x.child-1", None), name("x", Some(1)));
+        for hostile in ["../../etc/passwd", "..", "/abs", "", "é/ü"] {
+            let path = name(hostile, None);
+            assert_eq!(
+                path.parent(),
+                Some(std::path::Path::new("/traces")),
+                "{hostile}"
+            );
+            assert!(!path.file_name().unwrap().to_string_lossy().starts_with('.'));
+        }
+    }
+
+    #[test]
+    fn a_workspace_outside_the_root_is_refused() {
+        let base =
+            std::env::temp_dir().join(format!("subloop-restate-root-{}", std::process::id()));
+        let (root, outside) = (base.join("root"), base.join("outside"));
+        std::fs::create_dir_all(root.join("ws")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let mut settings = WorkerSettings::new();
+        settings.workspace_root = Some(root.clone());
+        let worker = Worker::new(DemoModels, settings);
+        let inside = root.join("ws").display().to_string();
+        assert!(worker.workspace(&inside).is_ok());
+        for refused in [
+            outside.display().to_string(),
+            root.join("ws/../../outside").display().to_string(),
+            "/".to_owned(),
+        ] {
+            let error = worker.workspace(&refused).unwrap_err().to_string();
+            assert!(error.contains("workspace root"), "{refused}: {error}");
+        }
+        let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -20,6 +20,7 @@ usage:
   subloop worker --restate-admin URL --listen ADDR [--advertise URI] [--live [--provider anthropic|openai] [--model NAME]]
                  [--decision ask|allow|deny] [--sandbox workspace-write|read-only|off]
                  [--run-command CMD | --no-run-main] [--timeout SECS] [--child-calls N] [--trace-dir DIR]
+                 [--workspace-root DIR]
   subloop submit --restate URL --run-id ID --workspace DIR --question TEXT [--max-calls N] [--json]
   subloop approve --restate URL RUN CALL allow|deny
   subloop pending --restate URL RUN
@@ -30,6 +31,8 @@ worker   serves runs on ADDR (HTTP/2) and registers ADVERTISE (default http://AD
          models, or --live (ANTHROPIC_API_KEY / OPENAI_BASE_URL, as `subloop run`).
          --trace-dir: each run's trace (RUN.jsonl, a child's RUN.child-N.jsonl),
          written anew by the worker that runs its last attempt.
+         --workspace-root: submitted workspaces must be inside DIR (without it,
+         any folder a submission names is used).
 submit   starts run ID (or attaches to the run with that id) through the Restate
          ingress URL and prints its answer (--json: the report `subloop run --json`
          prints, with `repeated`: the steps that ran twice after a worker died).
@@ -188,6 +191,16 @@ fn worker(args: Vec<OsString>) -> Result<ExitCode, Usage> {
                 run.command = RunSettings::split_command(&value(&mut parser)?)?;
             }
             Long("no-run-main") => run_main = false,
+            Long("workspace-root") => {
+                let dir = std::path::PathBuf::from(value(&mut parser)?);
+                if !dir.is_dir() {
+                    return Err(Usage(format!(
+                        "--workspace-root {} is not a directory",
+                        dir.display()
+                    )));
+                }
+                settings.workspace_root = Some(dir);
+            }
             Long("trace-dir") => {
                 let dir = std::path::PathBuf::from(value(&mut parser)?);
                 if !dir.is_dir() {

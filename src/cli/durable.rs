@@ -20,7 +20,9 @@ fn binary() -> Option<PathBuf> {
         .filter(|path| path.is_file());
     beside.or_else(|| {
         std::env::var_os("PATH").and_then(|path| {
+            // Only absolute entries: an empty one would be the current folder.
             std::env::split_paths(&path)
+                .filter(|dir| dir.is_absolute())
                 .map(|dir| dir.join("subloop-restate"))
                 .find(|candidate| candidate.is_file())
         })

@@ -49,9 +49,10 @@ type Action = Arc<dyn Fn(&Termination) + Send + Sync>;
 pub struct Shutdown {
     actions: Mutex<Vec<(u64, Action)>>,
     next: AtomicU64,
-    /// The signal the process is ending by (0 while it is not): set by
+    /// How the process is ending (0 while it is not): bit 40 set, the exit
+    /// code in bits 32–39 and the signal in bits 0–31; set by
     /// [`Shutdown::begin`] and when [`Shutdown::run`] starts.
-    ending: std::sync::atomic::AtomicI32,
+    ending: AtomicU64,
 }
 
 impl std::fmt::Debug for Shutdown {
@@ -93,12 +94,12 @@ impl Shutdown {
     /// run: an atomic store, so a signal handler may call it.
     /// [`Shutdown::run`] says it too. The first termination told is kept.
     pub fn begin(&self, termination: &Termination) {
-        let _ = self.ending.compare_exchange(
-            0,
-            termination.signal.max(1),
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
+        let packed = (1_u64 << 40)
+            | (u64::from(termination.exit_code) << 32)
+            | u64::from(termination.signal.cast_unsigned());
+        let _ = self
+            .ending
+            .compare_exchange(0, packed, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// How the process is ending, once [`Shutdown::begin`] or
@@ -107,10 +108,15 @@ impl Shutdown {
     /// termination rather than its own end, and what it would still write
     /// (a page drawn from its trace) is left as it was.
     pub fn ending(&self) -> Option<Termination> {
-        match self.ending.load(Ordering::SeqCst) {
-            0 => None,
-            signal => Some(Termination::by_signal(signal)),
+        let packed = self.ending.load(Ordering::SeqCst);
+        if packed == 0 {
+            return None;
         }
+        let signal = (packed & 0xffff_ffff) as u32;
+        Some(Termination {
+            signal: signal.cast_signed(),
+            exit_code: ((packed >> 32) & 0xff) as u8,
+        })
     }
 
     /// Registers `action` until the returned registration is dropped.
@@ -176,6 +182,14 @@ mod tests {
         let other = Shutdown::new();
         other.run(&Termination::by_signal(libc::SIGTERM));
         assert_eq!(other.ending(), Some(Termination::by_signal(libc::SIGTERM)));
+        // What is told is what is kept, whatever its fields.
+        let told = Termination {
+            signal: -3,
+            exit_code: 0,
+        };
+        let third = Shutdown::new();
+        third.begin(&told);
+        assert_eq!(third.ending(), Some(told));
     }
 
     #[test]
