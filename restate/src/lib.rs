@@ -148,6 +148,11 @@ pub struct WorkerSettings {
     pub sandbox: Sandbox,
     /// Each child's model calls, 1 to 8; 0 offers no `task` tool.
     pub child_calls: u32,
+    /// The run limits: tool calls per reply and delegations per run; a
+    /// token budget counts the parent's tokens, and each child's its own.
+    /// A deadline is not applied: a replay would meet it at another point
+    /// of the run than the attempt that journaled it.
+    pub limits: subloop::run::limits::Limits,
     /// Where each run's trace is written (`RUN.jsonl`; a child's
     /// `RUN.child-N.jsonl`), by the worker that ran its last attempt: an
     /// attempt replays the whole run, so it writes the whole trace anew.
@@ -175,6 +180,7 @@ impl WorkerSettings {
             run_main: Some(RunSettings::default()),
             sandbox: Sandbox::WorkspaceWrite,
             child_calls: 4,
+            limits: subloop::run::limits::Limits::default(),
             trace_dir: None,
             workspace_root: None,
         }
@@ -227,6 +233,9 @@ impl WorkerSettings {
             "approvals": self.approvals,
             "run_main": run_main,
             "child_calls": self.child_calls,
+            "max_tools_per_reply": self.limits.max_tools_per_reply,
+            "max_delegations": self.limits.max_delegations,
+            "max_tokens_total": self.limits.max_tokens_total,
         })
     }
 }
@@ -253,6 +262,13 @@ impl Worker {
             models: Arc::new(models),
             settings: Arc::new(settings),
         }
+    }
+
+    /// The settings' limits, without a deadline.
+    fn limits(&self) -> subloop::run::limits::Limits {
+        let mut limits = self.settings.limits;
+        limits.deadline = None;
+        limits
     }
 
     /// `workspace` if it may be used: inside the workspace root, when
@@ -305,7 +321,9 @@ impl Worker {
             repeated: Arc::clone(repeated),
         };
         let read_file = ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?;
-        let mut builder = AgentBuilder::new(approver).plan()?;
+        let mut builder = AgentBuilder::new(approver)
+            .plan()?
+            .limits(self.limits(), subloop::run::limits::CancelHandle::new());
         if self.settings.child_calls > 0 {
             // The library's `task` tool, for its description and schema:
             // built over a plain `read_file`, never run.
@@ -329,7 +347,7 @@ impl Worker {
                 run: run.to_owned(),
                 workspace: request.workspace.clone(),
                 delegations: Mutex::new(0),
-                max_delegations: subloop::run::limits::Limits::default().max_delegations,
+                max_delegations: self.settings.limits.max_delegations,
                 repeated: Arc::clone(repeated),
             })?;
         }
@@ -366,6 +384,7 @@ impl Worker {
         let workspace = self.workspace(&request.workspace)?;
         let read_file = ReadFile::new(workspace, ReadFile::DEFAULT_LIMIT)?;
         let mut builder = AgentBuilder::new(Arc::new(DenyAll))
+            .limits(self.limits(), subloop::run::limits::CancelHandle::new())
             .system(SubagentConfig::CHILD_SYSTEM)
             .tool(JournaledTool {
                 inner: Arc::new(read_file),

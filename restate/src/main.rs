@@ -20,7 +20,7 @@ usage:
   subloop worker --restate-admin URL --listen ADDR [--advertise URI] [--live [--provider anthropic|openai] [--model NAME]]
                  [--decision ask|allow|deny] [--sandbox workspace-write|read-only|off]
                  [--run-command CMD | --no-run-main] [--timeout SECS] [--child-calls N] [--trace-dir DIR]
-                 [--workspace-root DIR]
+                 [--workspace-root DIR] [--max-tools-per-reply N] [--max-delegations N] [--max-tokens-total N]
   subloop submit --restate URL --run-id ID --workspace DIR --question TEXT [--max-calls N] [--json]
   subloop approve --restate URL RUN CALL allow|deny
   subloop pending --restate URL RUN
@@ -191,6 +191,30 @@ fn worker(args: Vec<OsString>) -> Result<ExitCode, Usage> {
                 run.command = RunSettings::split_command(&value(&mut parser)?)?;
             }
             Long("no-run-main") => run_main = false,
+            Long("max-tools-per-reply") => {
+                let text = value(&mut parser)?;
+                settings.limits.max_tools_per_reply =
+                    text.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        Usage(format!(
+                            "--max-tools-per-reply is a count above 0, not `{text}`"
+                        ))
+                    })?;
+            }
+            Long("max-delegations") => {
+                let text = value(&mut parser)?;
+                settings.limits.max_delegations = text
+                    .parse()
+                    .map_err(|_| Usage(format!("--max-delegations is a count, not `{text}`")))?;
+            }
+            Long("max-tokens-total") => {
+                let text = value(&mut parser)?;
+                settings.limits.max_tokens_total =
+                    Some(text.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        Usage(format!(
+                            "--max-tokens-total is a count above 0, not `{text}`"
+                        ))
+                    })?);
+            }
             Long("workspace-root") => {
                 let dir = std::path::PathBuf::from(value(&mut parser)?);
                 if !dir.is_dir() {

@@ -223,6 +223,23 @@ impl Approver for PromiseApprover {
     }
 }
 
+/// A `task` report for a child that did not run, as an error result: the
+/// library's form, fields in its order (`status`, `summary`, `calls`).
+fn report(status: &str, summary: String) -> ToolOutput {
+    #[derive(Serialize)]
+    struct Report<'a> {
+        status: &'a str,
+        summary: String,
+        calls: u32,
+    }
+    let report = Report {
+        status,
+        summary,
+        calls: 0,
+    };
+    ToolOutput::error(serde_json::to_string(&report).unwrap_or_default())
+}
+
 /// The `task` tool of a durable run: each delegation is an invocation of
 /// its own ([`crate::DurableChild`]), which any worker may run; its report
 /// comes back under the call's id. Consecutive `task` calls of a reply run
@@ -243,15 +260,11 @@ impl DurableTask {
     /// The report for a `task` call past the run's delegation limit, as
     /// the library gives it.
     fn over_limit(limit: usize) -> ToolOutput {
-        ToolOutput::error(
-            serde_json::json!({
-                "status": "delegation_limit",
-                "summary": format!(
-                    "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
-                ),
-                "calls": 0
-            })
-            .to_string(),
+        report(
+            "delegation_limit",
+            format!(
+                "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
+            ),
         )
     }
 
@@ -363,13 +376,9 @@ impl Tool for DurableTask {
                                 is_error: child.is_error,
                             }
                         }
-                        Some(Err(error)) => ToolOutput::error(
-                            serde_json::json!({
-                                "status": "model_error",
-                                "summary": format!("the subagent's invocation failed: {error}"),
-                                "calls": 0
-                            })
-                            .to_string(),
+                        Some(Err(error)) => report(
+                            "model_error",
+                            format!("the subagent's invocation failed: {error}"),
                         ),
                         None => ToolOutput::error("the subagent gave no answer"),
                     })

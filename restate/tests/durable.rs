@@ -129,6 +129,9 @@ fn settings(mode: &str) -> WorkerSettings {
     };
     settings.run_main = Some(RunSettings::new(command).with_timeout(Duration::from_secs(60)));
     settings.sandbox = subloop::tools::sandbox::Sandbox::Off;
+    if mode == "no-children" {
+        settings.limits = settings.limits.with_max_delegations(0);
+    }
     settings
 }
 
@@ -733,4 +736,26 @@ fn a_restate_server_restarted_while_a_run_waits_keeps_the_run() {
     assert_answered(&result);
     assert_eq!(scene.lines("requests"), EVERY_REQUEST);
     assert_eq!(scene.lines("marks"), ["ran"]);
+}
+
+#[test]
+fn the_workers_limits_hold_in_durable_runs() {
+    let Some(scene) = Scene::new(false) else {
+        return;
+    };
+    let _worker = scene.worker("no-children", "");
+    scene.server.submit("limited", &scene.request());
+    let result = scene.server.attach("limited");
+    assert_eq!(result.status, "answered", "{result:?}");
+    // The delegation past the limit (0) is refused as a local run's is,
+    // and no child is asked anything.
+    let task = &result.report["tools"][2];
+    assert_eq!(task["name"], "task", "{result:?}");
+    assert_eq!(
+        task["content"],
+        "{\"status\":\"delegation_limit\",\"summary\":\"delegation limit reached: this run may start at most 0 subagent(s); no subagent was started for this task\",\"calls\":0}",
+        "{task}"
+    );
+    assert_eq!(task["is_error"], true);
+    assert!(!scene.lines("requests").iter().any(|l| l.contains("child")));
 }
