@@ -24,31 +24,25 @@
     clippy::indexing_slicing
 )]
 
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "../../examples/bench/harness.rs"]
 mod harness;
 #[path = "../../examples/bench/server.rs"]
 mod server;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{Server, free_port, start_worker};
 use serde_json::{Value, json};
 use subloop::ModelResponse;
 use subloop::core::error::ModelFailure;
 use subloop::core::protocol::{Request, Role};
 use subloop::run::model::Model;
 use subloop_restate::{Approvals, Models, RunRequest, Worker, WorkerSettings, client};
-
-/// A port no other part of this bench is given.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// User + system CPU of process `pid` so far.
 fn cpu_of(pid: u32) -> Duration {
@@ -65,90 +59,43 @@ fn cpu_of(pid: u32) -> Duration {
     Duration::from_millis(ticks * 1000 / hz)
 }
 
-/// A Restate server of this bench, stopped when dropped.
-struct Restate {
-    pid: u32,
-    base: PathBuf,
-    ingress: String,
-    admin: String,
+/// A Restate server of this bench (the tests' harness), stopped when dropped.
+fn restate() -> Server {
+    Server::start().expect("SUBLOOP_RESTATE_DIR: run `.ci/restate-server.sh setup DIR` first")
 }
 
-impl Restate {
-    fn start() -> Self {
-        let cache = std::env::var_os("SUBLOOP_RESTATE_DIR")
-            .map(PathBuf::from)
-            .expect("SUBLOOP_RESTATE_DIR: run `.ci/restate-server.sh setup DIR` first");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/restate-server.sh");
-        let base = std::env::temp_dir().join(format!("subloop-durable-bench-{}", free_port()));
-        let (ingress, admin, node) = (free_port(), free_port(), free_port());
-        let out = Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .arg(cache)
-            .arg(&base)
-            .args([ingress.to_string(), admin.to_string(), node.to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self {
-            pid: String::from_utf8(out.stdout)
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap(),
-            base,
-            ingress: format!("http://127.0.0.1:{ingress}"),
-            admin: format!("http://127.0.0.1:{admin}"),
-        }
-    }
-
-    /// Bytes and entries of every journal the server holds, per service key.
-    fn journals(&self) -> Vec<(String, u64, u64)> {
-        let query = "SELECT i.target_service_key AS run, sum(j.raw_length) AS bytes, count(*) AS entries \
-             FROM sys_journal j JOIN sys_invocation i ON j.id = i.id \
-             GROUP BY i.target_service_key";
-        let answer: Value = ureq::post(&format!("{}/query", self.admin))
-            .header("accept", "application/json")
-            .send_json(json!({ "query": query }))
-            .unwrap()
-            .body_mut()
-            .read_json()
-            .unwrap();
-        answer["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|row| {
-                (
-                    row["run"].as_str().unwrap_or_default().to_owned(),
-                    row["bytes"].as_u64().unwrap_or_default(),
-                    row["entries"].as_u64().unwrap_or_default(),
-                )
-            })
-            .collect()
-    }
-}
-
-impl Drop for Restate {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg(self.pid.to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Path::new(&format!("/proc/{}", self.pid)).exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = std::fs::remove_dir_all(&self.base);
-    }
+/// Bytes and entries of every journal the server at `admin` holds, per
+/// service key.
+fn journals(restate: &Server) -> Vec<(String, u64, u64)> {
+    let query = "SELECT i.target_service_key AS run, sum(j.raw_length) AS bytes, count(*) AS entries \
+         FROM sys_journal j JOIN sys_invocation i ON j.id = i.id \
+         GROUP BY i.target_service_key";
+    let answer: Value = ureq::post(&format!("{}/query", restate.admin))
+        .header("accept", "application/json")
+        .send_json(json!({ "query": query }))
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    answer["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            (
+                row["run"].as_str().unwrap_or_default().to_owned(),
+                row["bytes"].as_u64().unwrap_or_default(),
+                row["entries"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// Worker processes (`subloop-restate worker`) sharing one address.
 struct Workers(Vec<Child>);
 
 impl Workers {
-    fn start(count: usize, restate: &Restate, model_url: &str) -> Self {
+    fn start(count: usize, restate: &Server, model_url: &str) -> Self {
         let exe = std::env::current_exe().unwrap();
         let binary = exe
             .parent()
@@ -159,23 +106,15 @@ impl Workers {
         let port = free_port();
         let children = (0..count)
             .map(|_| {
-                let mut child = Command::new(&binary)
-                    .args(["worker", "--restate-admin", &restate.admin])
-                    .args(["--listen", &format!("127.0.0.1:{port}")])
-                    .args(["--live", "--provider", "anthropic", "--decision", "deny"])
-                    .env("ANTHROPIC_BASE_URL", model_url)
-                    .env("ANTHROPIC_API_KEY", "bench-key-not-secret")
-                    .env("ANTHROPIC_MODEL", "bench")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()
-                    .unwrap();
-                let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-                let mut line = String::new();
-                std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
-                assert!(line.contains("serving"), "{line}");
-                std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-                child
+                start_worker(
+                    Command::new(&binary)
+                        .args(["worker", "--restate-admin", &restate.admin])
+                        .args(["--listen", &format!("127.0.0.1:{port}")])
+                        .args(["--live", "--provider", "anthropic", "--decision", "deny"])
+                        .env("ANTHROPIC_BASE_URL", model_url)
+                        .env("ANTHROPIC_API_KEY", "bench-key-not-secret")
+                        .env("ANTHROPIC_MODEL", "bench"),
+                )
             })
             .collect();
         Self(children)
@@ -206,10 +145,10 @@ fn durable(runs: usize, workers: usize, delay: Duration, workspace: &Path) -> Va
         2,
     )
     .unwrap();
-    let restate = Restate::start();
+    let restate = restate();
     let pool = Workers::start(workers, &restate, &model.url);
     let before = model.stats.snapshot();
-    let (server_cpu, worker_cpu) = (cpu_of(restate.pid), pool.cpu());
+    let (server_cpu, worker_cpu) = (cpu_of(restate.pid()), pool.cpu());
     let started = Instant::now();
     let request = RunRequest {
         question: "Check main.py against expected.txt.".to_owned(),
@@ -239,7 +178,7 @@ fn durable(runs: usize, workers: usize, delay: Duration, workspace: &Path) -> Va
     });
     let wall = started.elapsed();
     let requests = model.stats.snapshot().since(&before).answered;
-    let journals = restate.journals();
+    let journals = journals(&restate);
     let bytes: u64 = journals.iter().map(|(_, bytes, _)| bytes).sum();
     let entries: u64 = journals.iter().map(|(_, _, entries)| entries).sum();
     json!({
@@ -251,7 +190,7 @@ fn durable(runs: usize, workers: usize, delay: Duration, workspace: &Path) -> Va
         "journal_bytes_per_run": bytes as f64 / runs.max(1) as f64,
         "journal_entries_per_run": entries as f64 / runs.max(1) as f64,
         "worker_cpu_s": (pool.cpu() - worker_cpu).as_secs_f64(),
-        "restate_cpu_s": (cpu_of(restate.pid) - server_cpu).as_secs_f64(),
+        "restate_cpu_s": (cpu_of(restate.pid()) - server_cpu).as_secs_f64(),
     })
 }
 
@@ -312,7 +251,7 @@ impl Models for ReaderModels {
 /// One run of `calls` model calls (each reading a file) through an
 /// in-process worker: its journal's bytes and entries.
 fn journal_growth(calls: usize, workspace: &Path) -> Value {
-    let restate = Restate::start();
+    let restate = restate();
     let port = free_port();
     let mut settings = WorkerSettings::new();
     settings.approvals = Approvals::Deny;
@@ -340,8 +279,7 @@ fn journal_growth(calls: usize, workspace: &Path) -> Value {
     let result = client::attach(&restate.ingress, "grow").unwrap();
     let wall = started.elapsed();
     serving.abort();
-    let (_, bytes, entries) = restate
-        .journals()
+    let (_, bytes, entries) = journals(&restate)
         .into_iter()
         .find(|(run, ..)| run == "grow")
         .unwrap_or_default();

@@ -172,6 +172,33 @@ async fn child_pump(ctx: &Context<'_>, mut orders: mpsc::UnboundedReceiver<Order
     }
 }
 
+/// Runs `agent` on `question` with its journaled `model`, beside `pump`,
+/// which journals the run's steps until the run lets go of its handles
+/// (the agent, dropped when it finishes, and the model, dropped here).
+async fn drive(
+    agent: subloop::Agent,
+    question: &str,
+    budget: subloop::Budget,
+    mut model: crate::parts::JournaledModel,
+    pump: impl std::future::Future<Output = ()>,
+) -> Result<subloop::RunReport, HandlerError> {
+    let driven = async move {
+        let report = agent.run_async(question, budget, &mut model).await;
+        drop(model);
+        report
+    };
+    let (report, ()) = tokio::join!(driven, pump);
+    report.map_err(terminal)
+}
+
+/// The steps of a run that may have run twice, as noted so far.
+fn taken(repeated: &crate::Repeated) -> Vec<String> {
+    repeated
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+        .clone()
+}
+
 fn terminal(error: impl std::fmt::Display) -> HandlerError {
     TerminalError::new(error.to_string()).into()
 }
@@ -219,23 +246,20 @@ mod handlers {
             let budget = subloop::Budget::new(request.calls).map_err(terminal)?;
             let (steps, orders) = Steps::new();
             let repeated = crate::Repeated::default();
-            let (agent, mut model) = self
+            let (agent, model) = self
                 .worker
                 .parent_agent(&run, &request, &steps, &repeated)
                 .map_err(terminal)?;
             drop(steps);
-            let question = request.question.clone();
-            let driven = async move {
-                let report = agent.run_async(&question, budget, &mut model).await;
-                drop(model);
-                report
-            };
-            let (report, ()) = tokio::join!(driven, parent_pump(&ctx, orders));
-            let report = report.map_err(terminal)?;
-            let repeated = repeated
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner())
-                .clone();
+            let report = drive(
+                agent,
+                &request.question,
+                budget,
+                model,
+                parent_pump(&ctx, orders),
+            )
+            .await?;
+            let repeated = taken(&repeated);
             Ok(Json(RunResult {
                 status: report.outcome.status.to_string(),
                 text: report.outcome.text.clone(),
@@ -310,22 +334,20 @@ mod handlers {
             let request = request.into_inner();
             let (steps, orders) = Steps::new();
             let repeated = crate::Repeated::default();
-            let (agent, mut model, budget) = self
+            let (agent, model, budget) = self
                 .worker
                 .child_agent(&request, &steps, &repeated)
                 .map_err(terminal)?;
             drop(steps);
-            let task = request.task.clone();
-            let driven = async move {
-                let report = agent.run_async(&task, budget, &mut model).await;
-                drop(model);
-                report
-            };
-            let (report, ()) = tokio::join!(driven, child_pump(&ctx, orders));
-            let report = report.map_err(terminal)?;
-            let repeated = repeated
-                .lock()
-                .unwrap_or_else(|poison| poison.into_inner())
+            let report = drive(
+                agent,
+                &request.task,
+                budget,
+                model,
+                child_pump(&ctx, orders),
+            )
+            .await?;
+            let repeated = taken(&repeated)
                 .iter()
                 .map(|name| format!("child {}: {name}", request.number))
                 .collect();

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use subloop::ModelResponse;
-use subloop::agent::subagent::TaskTool;
+use subloop::StatusKind;
+use subloop::agent::subagent::{TaskReport, TaskTool};
 use subloop::core::conversation::ToolOutput;
 use subloop::core::error::{FailureKind, ModelFailure};
 use subloop::core::protocol::{Message, Request, ToolDefinition};
@@ -223,23 +224,6 @@ impl Approver for PromiseApprover {
     }
 }
 
-/// A `task` report for a child that did not run, as an error result: the
-/// library's form, fields in its order (`status`, `summary`, `calls`).
-fn report(status: &str, summary: String) -> ToolOutput {
-    #[derive(Serialize)]
-    struct Report<'a> {
-        status: &'a str,
-        summary: String,
-        calls: u32,
-    }
-    let report = Report {
-        status,
-        summary,
-        calls: 0,
-    };
-    ToolOutput::error(serde_json::to_string(&report).unwrap_or_default())
-}
-
 /// The `task` tool of a durable run: each delegation is an invocation of
 /// its own ([`crate::DurableChild`]), which any worker may run; its report
 /// comes back under the call's id. Consecutive `task` calls of a reply run
@@ -254,39 +238,6 @@ pub(crate) struct DurableTask {
     /// The run's delegation limit, as `Limits::max_delegations`.
     pub(crate) max_delegations: usize,
     pub(crate) repeated: Repeated,
-}
-
-impl DurableTask {
-    /// The report for a `task` call past the run's delegation limit, as
-    /// the library gives it.
-    fn over_limit(limit: usize) -> ToolOutput {
-        report(
-            "delegation_limit",
-            format!(
-                "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
-            ),
-        )
-    }
-
-    /// The checked task text, or the refusal the library gives.
-    fn check(input: &Value) -> Result<String, ToolOutput> {
-        let task = input
-            .get("task")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .trim();
-        let chars = task.chars().count();
-        if chars == 0 {
-            return Err(ToolOutput::refusal("invalid task: the task text is empty"));
-        }
-        if chars > TaskTool::MAX_TASK_CHARS {
-            return Err(ToolOutput::refusal(format_args!(
-                "invalid task: the task text is {chars} characters; the limit is {}",
-                TaskTool::MAX_TASK_CHARS
-            )));
-        }
-        Ok(task.to_owned())
-    }
 }
 
 impl Tool for DurableTask {
@@ -331,22 +282,18 @@ impl Tool for DurableTask {
             let mut outputs: Vec<Option<ToolOutput>> = Vec::with_capacity(calls.len());
             let mut requests = Vec::new();
             for context in calls {
-                let number = match Self::check(context.call.input()) {
-                    Ok(task) => {
-                        let mut count = self
-                            .delegations
-                            .lock()
-                            .unwrap_or_else(|poison| poison.into_inner());
-                        if *count >= self.max_delegations {
-                            Err(Self::over_limit(self.max_delegations))
-                        } else {
-                            *count += 1;
-                            Ok((task, *count))
-                        }
+                let planned = TaskTool::task_text(context.call.input()).and_then(|task| {
+                    let mut count = self
+                        .delegations
+                        .lock()
+                        .unwrap_or_else(|poison| poison.into_inner());
+                    if *count >= self.max_delegations {
+                        return Err(TaskReport::delegation_limit(self.max_delegations).to_output());
                     }
-                    Err(refusal) => Err(refusal),
-                };
-                match number {
+                    *count += 1;
+                    Ok((task.to_owned(), *count))
+                });
+                match planned {
                     Ok((task, number)) => {
                         requests.push(ChildRequest {
                             run: self.run.clone(),
@@ -376,10 +323,11 @@ impl Tool for DurableTask {
                                 is_error: child.is_error,
                             }
                         }
-                        Some(Err(error)) => report(
-                            "model_error",
+                        Some(Err(error)) => TaskReport::not_started(
+                            StatusKind::ModelError,
                             format!("the subagent's invocation failed: {error}"),
-                        ),
+                        )
+                        .to_output(),
                         None => ToolOutput::error("the subagent gave no answer"),
                     })
                 })

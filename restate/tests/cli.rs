@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{Server, free_port, subloop};
+use common::{Server, free_port, start_worker, subloop};
 
 fn run(args: &[&str]) -> Output {
     Command::new(subloop())
@@ -29,22 +29,12 @@ struct Worker(Child);
 
 impl Worker {
     fn start(server: &Server, port: u16) -> Self {
-        let mut child = Command::new(subloop())
-            .args(["worker", "--restate-admin", &server.admin])
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--decision", "ask", "--sandbox", "off"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Serving once it says so (it registered itself); its stderr is
-        // drained from then on.
-        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
-        assert!(line.contains("serving durable runs at"), "{line}");
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Self(child)
+        Self(start_worker(
+            Command::new(subloop())
+                .args(["worker", "--restate-admin", &server.admin])
+                .args(["--listen", &format!("127.0.0.1:{port}")])
+                .args(["--decision", "ask", "--sandbox", "off"]),
+        ))
     }
 }
 

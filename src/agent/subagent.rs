@@ -233,6 +233,27 @@ impl TaskReport {
         }
     }
 
+    /// The report of a child that was not started, with `status` and
+    /// `summary` saying why: no calls, an error result.
+    pub fn not_started(status: StatusKind, summary: impl Into<String>) -> Self {
+        Self {
+            status,
+            summary: summary.into(),
+            calls: 0,
+            is_error: true,
+        }
+    }
+
+    /// The report of a `task` call past a run's delegation limit of `limit`.
+    pub fn delegation_limit(limit: usize) -> Self {
+        Self::not_started(
+            StatusKind::DelegationLimit,
+            format!(
+                "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
+            ),
+        )
+    }
+
     /// The `tool_result` content and flag.
     pub fn to_output(&self) -> ToolOutput {
         // Serializing the struct keeps the field order: status, summary, calls.
@@ -371,28 +392,24 @@ impl TaskTool {
     /// The report for a `task` call of a tool that is not part of a built
     /// agent (its registry was taken before `build`).
     fn not_built() -> ToolOutput {
-        TaskReport {
-            status: StatusKind::ModelError,
-            summary: "the task tool is not part of a built agent; no subagent was started"
-                .to_owned(),
-            calls: 0,
-            is_error: true,
-        }
+        TaskReport::not_started(
+            StatusKind::ModelError,
+            "the task tool is not part of a built agent; no subagent was started",
+        )
         .to_output()
     }
 
     /// The report for a `task` call past the run's delegation limit.
     fn over_limit(shared: &Shared) -> ToolOutput {
-        let limit = shared.guard.limits().max_delegations;
-        TaskReport {
-            status: StatusKind::DelegationLimit,
-            summary: format!(
-                "delegation limit reached: this run may start at most {limit} subagent(s); no subagent was started for this task"
-            ),
-            calls: 0,
-            is_error: true,
-        }
-        .to_output()
+        TaskReport::delegation_limit(shared.guard.limits().max_delegations).to_output()
+    }
+
+    /// The trimmed task text of a `task` call's `input`, or the refusal
+    /// the parent gets instead (an empty text, or one over
+    /// [`TaskTool::MAX_TASK_CHARS`]): what a host that runs children
+    /// elsewhere checks before it starts one.
+    pub fn task_text(input: &Value) -> Result<&str, ToolOutput> {
+        check_task(input)
     }
 
     /// Runs one child to its end and files its record; always returns a

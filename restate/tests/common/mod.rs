@@ -96,6 +96,11 @@ impl Server {
         })
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.process
+    }
+
     /// Stops the server (SIGTERM) and starts it again on the same ports
     /// with the same state.
     pub fn restart(&mut self) {
@@ -180,6 +185,7 @@ unsafe extern "C" {
 /// `subloop` when it was built beside `subloop-restate` (a workspace
 /// `cargo test` builds both), so the forwarding is what is tested; else
 /// `subloop-restate` itself.
+#[cfg(test)] // the binaries' paths are known to tests only
 pub fn subloop() -> PathBuf {
     let restate = PathBuf::from(env!("CARGO_BIN_EXE_subloop-restate"));
     let beside = restate.with_file_name("subloop");
@@ -194,4 +200,21 @@ pub fn subloop() -> PathBuf {
         eprintln!("skipped: the forwarding of `subloop` (not built beside subloop-restate)");
         restate
     }
+}
+
+/// Starts a `worker` command line (`subloop worker …` or `subloop-restate
+/// worker …`) and returns it once it says it serves (it has registered
+/// itself); its stderr is drained from then on.
+pub fn start_worker(command: &mut std::process::Command) -> std::process::Child {
+    let mut child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    assert!(line.contains("serving durable runs at"), "{line}");
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    child
 }
