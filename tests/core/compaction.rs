@@ -186,6 +186,22 @@ proptest! {
     }
 }
 
+/// The property's driver does compact: on a long enough run, both
+/// built-ins shorten the history (so the property is not checked on
+/// untouched histories only).
+#[test]
+fn the_drive_of_the_property_compacts_with_both_built_ins() {
+    let steps: Vec<Step> = (0..10)
+        .map(|i| Step {
+            calls: 2,
+            size: 50,
+            compact: (i >= 4).then_some((i % 2 == 0, 1)),
+        })
+        .collect();
+    let shortened = drive(&steps).unwrap();
+    assert!(shortened >= 4, "{shortened}");
+}
+
 /// A conversation after `rounds` rounds of one call each, results of
 /// `size` characters.
 fn after_rounds(rounds: usize, size: usize) -> Conversation<AwaitingModel> {
