@@ -191,7 +191,7 @@ async fn drive(
     report.map_err(terminal)
 }
 
-/// The steps of a run that may have run twice, as noted so far.
+/// The steps of a run that may have run more than once, as noted so far.
 fn taken(repeated: &crate::Repeated) -> Vec<String> {
     repeated
         .lock()

@@ -75,7 +75,7 @@ pub struct RunResult {
     pub text: String,
     /// The parent's model calls.
     pub calls: u32,
-    /// The steps that may have run twice: each was started by a worker
+    /// The steps that may have run more than once: each was started by a worker
     /// that died before its result was journaled (`model 2`, `tool
     /// run_main toolu_03`, `child 1: model 1`).
     #[serde(default)]

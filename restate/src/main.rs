@@ -35,7 +35,7 @@ worker   serves runs on ADDR (HTTP/2) and registers ADVERTISE (default http://AD
          any folder a submission names is used).
 submit   starts run ID (or attaches to the run with that id) through the Restate
          ingress URL and prints its answer (--json: the report `subloop run --json`
-         prints, with `repeated`: the steps that ran twice after a worker died).
+         prints, with `repeated`: the steps that ran again after a worker died).
 approve  answers the approval run RUN waits for on call CALL.
 pending  lists the approvals run RUN waits for.
 

@@ -20,7 +20,7 @@ use subloop::tools::{Capability, Tool, ToolContext};
 
 use crate::steps::{ChildRequest, Steps};
 
-/// The steps of this run that may have run twice, by name.
+/// The steps of this run that may have run more than once, by name.
 pub(crate) type Repeated = Arc<Mutex<Vec<String>>>;
 
 fn note_repeated(repeated: &Repeated, name: &str) {

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::RunError;
 
 /// What a journaled step holds: the work's result, and whether the work
-/// may have run twice (an earlier worker started it and died before its
+/// may have run more than once (an earlier worker started it and died before its
 /// result was journaled).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Recorded {
@@ -46,7 +46,7 @@ pub struct ChildResult {
     pub content: String,
     /// Whether the parent's result is flagged `is_error`.
     pub is_error: bool,
-    /// The steps of the child that may have run twice.
+    /// The steps of the child that may have run more than once.
     #[serde(default)]
     pub repeated: Vec<String>,
 }
