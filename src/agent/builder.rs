@@ -17,6 +17,7 @@ use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
 use crate::core::agent_id::AgentId;
 use crate::core::call::{ToolRecord, Warning};
+use crate::core::compaction::Compaction;
 use crate::core::conversation::{
     AwaitingModel, Budget, Conversation, Fresh, OnEmptyReply, Outcome, OutputCheck, StatusKind,
 };
@@ -69,6 +70,8 @@ pub struct AgentBuilder {
     telemetry: Telemetry,
     /// The secrets hidden from every tool result.
     redactor: Redactor,
+    /// When and how histories are compacted.
+    compaction: Option<Compaction>,
 }
 
 impl std::fmt::Debug for AgentBuilder {
@@ -102,7 +105,22 @@ impl AgentBuilder {
             output_retries: DEFAULT_OUTPUT_RETRIES,
             commands: CommandHooks::none(),
             redactor: Redactor::default(),
+            compaction: None,
         }
+    }
+
+    /// Compacts the parent's history, and each child's within its own
+    /// budget, by `compaction` ([`Compaction::auto`] is the usual choice):
+    /// before a request its trigger says is due, and whenever the server
+    /// refuses a request for its length. `None` (the default) never
+    /// compacts: a request refused for its length finishes the
+    /// conversation `context_overflow`. Each compaction is a
+    /// [`Conversation::compact`] transition, told to the monitors
+    /// ([`crate::run::monitor::Event::Compacted`]); the settings'
+    /// `PreCompact` hooks may block it.
+    pub fn compaction(mut self, compaction: Option<Compaction>) -> Self {
+        self.compaction = compaction;
+        self
     }
 
     /// Hides `redactor`'s secrets (the API key the run's model holds:
@@ -263,6 +281,7 @@ impl AgentBuilder {
             commands: self.commands,
             telemetry: self.telemetry,
             redactor: self.redactor,
+            compaction: self.compaction,
         };
         if let Some(services) = &self.task {
             // Set once, here; a builder builds one agent.
@@ -613,6 +632,7 @@ impl Agent {
             guard: &self.shared.guard,
             telemetry: self.shared.telemetry,
             redactor: &self.shared.redactor,
+            compaction: self.shared.compaction.as_ref(),
         };
         // The run's root span: a child of the caller's current span, if any.
         let span = telemetry::agent_span(&agent);

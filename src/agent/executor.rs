@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use crate::core::agent_id::AgentId;
+use crate::core::compaction::{CompactTrigger, Compaction};
 use crate::core::conversation::{Interrupt, ToolCall, ToolOutput};
 use crate::core::hook::HookEvent;
 use crate::core::plan::SharedPlan;
@@ -40,6 +41,8 @@ pub(crate) struct Gate<'a> {
     pub(crate) telemetry: Telemetry,
     /// The secrets hidden from every result.
     pub(crate) redactor: &'a Redactor,
+    /// When and how the conversation's history is compacted.
+    pub(crate) compaction: Option<&'a Compaction>,
 }
 
 /// How a run is driven: which entry points of a tool an executor calls.
@@ -718,6 +721,38 @@ impl Executor for Toolbox<'_> {
 
     fn telemetry(&self) -> Telemetry {
         self.gate.telemetry
+    }
+
+    fn compaction(&self) -> Option<Compaction> {
+        self.gate.compaction.cloned()
+    }
+
+    /// The settings' `PreCompact` hooks: a block (exit 2, `decision:
+    /// block`) or a failure keeps the history as it is.
+    fn before_compaction(&mut self, call: u32, trigger: CompactTrigger) -> Option<String> {
+        // Claude Code's triggers: the run's own decision is `auto`.
+        let name = match trigger {
+            CompactTrigger::Manual => "manual",
+            _ => "auto",
+        };
+        let input = HookInput::pre_compact(&self.agent, call, name);
+        if !self.gate.commands.has(input.event()) {
+            return None;
+        }
+        let mut warnings = Vec::new();
+        let outcome = run_command_hooks(
+            self.gate.commands,
+            self.gate.monitor,
+            self.gate.audit,
+            &self.agent,
+            &input,
+            &mut warnings,
+        );
+        self.warn(warnings);
+        match outcome.verdict {
+            HookVerdict::Block(reason) | HookVerdict::Failed(reason) => Some(reason),
+            _ => outcome.stop,
+        }
     }
 
     /// Plans the round (the per-reply limit, batches of consecutive

@@ -311,6 +311,8 @@ pub(crate) struct Shared {
     pub(crate) telemetry: Telemetry,
     /// The secrets hidden from every tool result.
     pub(crate) redactor: crate::core::redact::Redactor,
+    /// When and how the parent's and every child's history is compacted.
+    pub(crate) compaction: Option<crate::core::compaction::Compaction>,
 }
 
 /// A child of a batch: its task, its number, its call's id and span.
@@ -445,6 +447,7 @@ impl TaskTool {
             guard: &shared.guard,
             telemetry: shared.telemetry,
             redactor: &shared.redactor,
+            compaction: shared.compaction.as_ref(),
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);

@@ -670,6 +670,33 @@ pub(crate) const FLAGS: &[Flag] = &[
         }),
     },
     Flag {
+        long: "compact",
+        short: None,
+        help: "how a history too long for the model is shortened: auto (the default: old tool results cleared, then the oldest rounds dropped), clear-results, window (the question and the last 4 rounds), or off; it is compacted when the server refuses a request for its length and, with --context-window, before a request past 80% of the window; a history that cannot be shortened ends the run context_overflow (a replay compacts as the recorded run did unless given)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("POLICY", |d, v| {
+            d.settings.compact = Some(
+                v.raw
+                    .to_str()
+                    .and_then(crate::host::compact::CompactPolicy::parse)
+                    .ok_or_else(|| v.takes("auto, clear-results, window or off"))?,
+            );
+            Ok(())
+        }),
+    },
+    Flag {
+        long: "context-window",
+        short: None,
+        help: "the model's context window in tokens: histories are compacted before a request estimated past 80% of it (the default: only when the server refuses a request for its length)",
+        commands: ALL,
+        group: Group::Options,
+        action: Action::Value("TOKENS", |d, v| {
+            d.settings.context_window = Some(v.positive::<u64>()?);
+            Ok(())
+        }),
+    },
+    Flag {
         long: "settings",
         short: None,
         help: "run the command hooks of a Claude Code settings file {\"hooks\": {EVENT: [{matcher, hooks: [{type: command, command, timeout, failOpen}]}]}} (docs/hooks.md); nothing else of the file is read, and no settings file is ever read unless given",

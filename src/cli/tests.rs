@@ -47,6 +47,8 @@ fn sample(name: &str) -> String {
         "NAME:TOOLS" => "u:look".to_owned(),
         "A,B,…" => "read_file".to_owned(),
         "URL" => "http://127.0.0.1:4318".to_owned(),
+        "POLICY" => "window".to_owned(),
+        "TOKENS" => "8000".to_owned(),
         other => panic!("add a sample value for a flag value called `{other}`"),
     }
 }

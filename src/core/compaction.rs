@@ -22,12 +22,321 @@
 //!
 //! Two built-ins ask no model: [`ClearToolResults`] (older results become a
 //! short placeholder naming the tool and what was cleared) and
-//! [`SlidingWindow`] (the oldest rounds go, whole, and the question stays).
+//! [`SlidingWindow`] (the oldest rounds go, whole, and the question stays);
+//! [`Tiered`] tries several in turn.
 //!
+//! *When* to compact is separate from *how*: a run's [`Compaction`] holds a
+//! compactor and, optionally, a [`Trigger`] (a [`Threshold`] of estimated
+//! input tokens) that is asked before every request. A request the server
+//! refuses for its length ([`crate::core::error::FailureKind::ContextWindow`])
+//! forces a compaction whatever the trigger; a history that cannot be made
+//! shorter finishes the conversation `context_overflow`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::core::protocol::{Block, Message, Role, ToolResultContent, ToolUseId};
+use serde::{Deserialize, Serialize};
+
+use crate::core::protocol::{Block, Message, Role, ToolResultContent, ToolUseId, Usage};
+
+/// What set a compaction off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CompactTrigger {
+    /// The run's [`Trigger`] said the next request would be too long.
+    Auto,
+    /// The server refused the last request: it does not fit the model's
+    /// context window.
+    Overflow,
+    /// The host asked for it.
+    Manual,
+}
+
+impl CompactTrigger {
+    /// `auto`, `overflow` or `manual`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Overflow => "overflow",
+            Self::Manual => "manual",
+        }
+    }
+}
+
+impl std::fmt::Display for CompactTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Decides, before a request, whether the history should be compacted
+/// first.
+pub trait Trigger: Send + Sync {
+    /// Whether a request of about `tokens` input tokens is due a
+    /// compaction.
+    fn due(&self, tokens: u64) -> bool;
+
+    /// The rule in words, for records (`over 6000 tokens`).
+    fn describe(&self) -> String;
+}
+
+/// Compact when the next request's input is estimated at more than a
+/// number of tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Threshold {
+    tokens: u64,
+}
+
+impl Threshold {
+    /// The fraction of a known window [`Threshold::of_window`] compacts at.
+    pub const DEFAULT_FRACTION: f64 = 0.8;
+
+    /// Compacts when a request would hold more than `tokens` input tokens.
+    pub fn tokens(tokens: u64) -> Self {
+        Self { tokens }
+    }
+
+    /// Compacts past `fraction` (clamped to 0.05..=1) of a context window
+    /// of `window` tokens, leaving the rest for the reply.
+    pub fn of_window(window: u64, fraction: f64) -> Self {
+        let fraction = if fraction.is_finite() {
+            fraction.clamp(0.05, 1.0)
+        } else {
+            Self::DEFAULT_FRACTION
+        };
+        // Exact for any window a model has (far below 2^52).
+        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+        #[allow(clippy::cast_sign_loss)]
+        let tokens = (window as f64 * fraction) as u64;
+        Self { tokens }
+    }
+
+    /// The token count past which it compacts.
+    pub fn limit(&self) -> u64 {
+        self.tokens
+    }
+}
+
+impl Trigger for Threshold {
+    fn due(&self, tokens: u64) -> bool {
+        tokens > self.tokens
+    }
+
+    fn describe(&self) -> String {
+        format!("over {} tokens", self.tokens)
+    }
+}
+
+/// An estimate of the tokens `messages` take: one per four bytes of their
+/// JSON, the rule of thumb for English text and code. Replies' `usage`
+/// replaces it wherever a run has it ([`TokenCount`]).
+pub fn estimate_tokens(messages: &[Message]) -> u64 {
+    let bytes: usize = messages.iter().map(message_bytes).sum();
+    (bytes as u64).div_ceil(4)
+}
+
+/// The JSON size of one message, counted without building the JSON.
+fn message_bytes(message: &Message) -> usize {
+    // `{"role":"assistant","content":[...]}` and the blocks' own keys.
+    32 + message
+        .content
+        .iter()
+        .map(|block| match block {
+            Block::Text { text } => 24 + text.len(),
+            Block::ToolUse { id, name, input } => {
+                40 + id.as_str().len() + name.len() + input.to_string().len()
+            }
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } => 56 + tool_use_id.as_str().len() + content_text(content).len(),
+            other => serde_json::to_string(other).map_or(0, |text| text.len()),
+        })
+        .sum::<usize>()
+}
+
+/// The input tokens of the next request, as the driver tracks them: the
+/// last reply's `usage` (its whole prompt and its output, both now part of
+/// the history) plus an estimate of the messages added since; before any
+/// reply reports usage, or after a compaction, an estimate of the whole
+/// request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenCount {
+    /// Tokens reported by the last reply and the history length after it.
+    reported: Option<(u64, usize)>,
+    /// The fixed part of every request: system prompt and tool definitions.
+    fixed: u64,
+}
+
+impl TokenCount {
+    /// A count for requests whose system prompt and tool definitions take
+    /// about `fixed` tokens.
+    pub fn new(fixed: u64) -> Self {
+        Self {
+            reported: None,
+            fixed,
+        }
+    }
+
+    /// A reply reported `usage`; the history is `history_len` messages long
+    /// with the reply in it.
+    pub fn replied(&mut self, usage: Option<&Usage>, history_len: usize) {
+        self.reported = usage
+            .map(|usage| {
+                usage
+                    .input_tokens
+                    .saturating_add(usage.cache_creation_input_tokens)
+                    .saturating_add(usage.cache_read_input_tokens)
+                    .saturating_add(usage.output_tokens)
+            })
+            .filter(|tokens| *tokens > 0)
+            .map(|tokens| (tokens, history_len));
+    }
+
+    /// The history was replaced: counts start again from an estimate.
+    pub fn reset(&mut self) {
+        self.reported = None;
+    }
+
+    /// The estimated input tokens of a request carrying `history`.
+    pub fn of(&self, history: &[Message]) -> u64 {
+        match self.reported {
+            Some((tokens, len)) if len <= history.len() => {
+                tokens.saturating_add(estimate_tokens(history.get(len..).unwrap_or_default()))
+            }
+            _ => self.fixed.saturating_add(estimate_tokens(history)),
+        }
+    }
+}
+
+/// When and how a run compacts its histories (the parent's and every
+/// child's, each under its own budget).
+#[derive(Clone)]
+pub struct Compaction {
+    compactor: Arc<dyn Compactor>,
+    trigger: Option<Arc<dyn Trigger>>,
+}
+
+impl std::fmt::Debug for Compaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compaction")
+            .field("compactor", &self.compactor.name())
+            .field("trigger", &self.trigger.as_ref().map(|t| t.describe()))
+            .finish()
+    }
+}
+
+impl Compaction {
+    /// Compacts with `compactor` when a request is refused for its length
+    /// (and, with [`Compaction::when`], before a request its trigger says
+    /// is due).
+    pub fn new(compactor: impl Compactor + 'static) -> Self {
+        Self {
+            compactor: Arc::new(compactor),
+            trigger: None,
+        }
+    }
+
+    /// [`Compaction::new`] with a shared compactor.
+    pub fn shared(compactor: Arc<dyn Compactor>) -> Self {
+        Self {
+            compactor,
+            trigger: None,
+        }
+    }
+
+    /// The default: [`Tiered::standard`] (old tool results cleared first,
+    /// then the oldest rounds dropped), on an overflow and, when the window
+    /// is known, past [`Threshold::DEFAULT_FRACTION`] of it.
+    pub fn auto(window: Option<u64>) -> Self {
+        let compaction = Self::new(Tiered::standard());
+        match window {
+            Some(window) => {
+                compaction.when(Threshold::of_window(window, Threshold::DEFAULT_FRACTION))
+            }
+            None => compaction,
+        }
+    }
+
+    /// Also compacts before a request `trigger` says is due.
+    #[must_use]
+    pub fn when(mut self, trigger: impl Trigger + 'static) -> Self {
+        self.trigger = Some(Arc::new(trigger));
+        self
+    }
+
+    /// The compactor.
+    pub fn compactor(&self) -> &dyn Compactor {
+        self.compactor.as_ref()
+    }
+
+    /// The trigger, if any.
+    pub fn trigger(&self) -> Option<&dyn Trigger> {
+        self.trigger.as_deref()
+    }
+}
+
+/// Tries compactors in turn: the first that shortens the history wins.
+pub struct Tiered {
+    tiers: Vec<Arc<dyn Compactor>>,
+}
+
+impl std::fmt::Debug for Tiered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.tiers.iter().map(|tier| tier.name()))
+            .finish()
+    }
+}
+
+impl Tiered {
+    /// Tries `tiers` in order.
+    pub fn new(tiers: Vec<Arc<dyn Compactor>>) -> Self {
+        Self { tiers }
+    }
+
+    /// The default tiers, cheapest loss first, none asking a model: every
+    /// tool result but the last two cleared; then the oldest rounds
+    /// dropped down to the last four, then to the last one; then the last
+    /// results cleared too.
+    pub fn standard() -> Self {
+        Self::new(vec![
+            Arc::new(ClearToolResults::new(2)),
+            Arc::new(SlidingWindow::new(4)),
+            Arc::new(SlidingWindow::new(1)),
+            Arc::new(ClearToolResults::new(0)),
+        ])
+    }
+}
+
+impl Compactor for Tiered {
+    fn name(&self) -> &str {
+        "tiered"
+    }
+
+    fn compact(&self, history: &[Message]) -> Option<Vec<Message>> {
+        self.tiers.iter().find_map(|tier| tier.compact(history))
+    }
+}
+
+/// Proposes one given history: how a recorded compaction is taken again
+/// when a trace is rebuilt, through the same transition.
+pub(crate) struct Recorded<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) history: &'a [Message],
+}
+
+impl Compactor for Recorded<'_> {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn compact(&self, _history: &[Message]) -> Option<Vec<Message>> {
+        Some(self.history.to_vec())
+    }
+}
 
 /// Proposes a shorter history.
 pub trait Compactor: Send + Sync {

@@ -309,6 +309,9 @@ pub enum StatusKind {
     /// A `task` call past the run's delegation limit (a report status only:
     /// no conversation ran).
     DelegationLimit,
+    /// The history does not fit the model's context window and could not
+    /// be compacted to fit.
+    ContextOverflow,
 }
 
 impl StatusKind {
@@ -325,6 +328,7 @@ impl StatusKind {
             Self::Cancelled => "cancelled",
             Self::InvalidOutput => "invalid_output",
             Self::DelegationLimit => "delegation_limit",
+            Self::ContextOverflow => "context_overflow",
         }
     }
 }
@@ -421,6 +425,20 @@ impl ModelStopped {
     /// The reply, as received (not added to the history).
     pub fn reply(&self) -> &ModelResponse {
         &self.reply
+    }
+}
+
+/// The server refused a request because the history does not fit the
+/// model's context window, and no compaction could make it shorter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextOverflow {
+    failure: ModelFailure,
+}
+
+impl ContextOverflow {
+    /// The server's refusal.
+    pub fn failure(&self) -> &ModelFailure {
+        &self.failure
     }
 }
 
@@ -534,6 +552,7 @@ statuses! {
     Deadline => Deadline,
     TokenLimit => TokenLimit,
     Cancelled => Cancelled,
+    ContextOverflow => ContextOverflow,
 }
 
 /// State: not started; the configuration may still be set
@@ -692,6 +711,17 @@ impl Compacted {
             | Self::Refused { conversation, .. } => conversation,
         }
     }
+}
+
+/// What a request refused for its length led to
+/// ([`Conversation::overflowed`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Overflow {
+    /// The history was compacted: ask the model again.
+    Compacted(Conversation<AwaitingModel>),
+    /// It could not be: finished `context_overflow`.
+    Overflowed(Conversation<Finished<ContextOverflow>>),
 }
 
 /// A conversation in state `S`: [`Fresh`], [`AwaitingModel`], [`AwaitingTools`] or [`Finished`].
@@ -1038,6 +1068,48 @@ impl Conversation<AwaitingModel> {
     pub fn interrupt_in_flight(mut self, interrupt: Interrupt) -> Interrupted {
         self.core.calls += 1;
         self.interrupt(interrupt)
+    }
+
+    /// The request was refused because the history does not fit the
+    /// model's context window (`failure`, of kind
+    /// [`FailureKind::ContextWindow`](crate::core::error::FailureKind::ContextWindow)):
+    /// the refused request counts, and the only way on is a compaction
+    /// that shortens the history. With a `compactor` (`Err`: why there is
+    /// none — compaction is off, a hook blocked it) and budget left for
+    /// another request, the
+    /// history is compacted ([`Conversation::compact`]) and the model is
+    /// asked again; otherwise, or when the history cannot be made shorter,
+    /// the conversation finishes `context_overflow` — never a loop of
+    /// refused requests.
+    pub fn overflowed(
+        mut self,
+        failure: ModelFailure,
+        compactor: Result<&dyn crate::core::compaction::Compactor, &str>,
+    ) -> Overflow {
+        self.core.calls += 1;
+        let why = match compactor {
+            Err(why) => why.to_owned(),
+            Ok(_) if self.core.question_calls() >= self.core.budget.get() => {
+                "no call is left to ask again after compacting".to_owned()
+            }
+            Ok(compactor) => match self.compact(compactor) {
+                Compacted::Shortened(next) => return Overflow::Compacted(next),
+                Compacted::Unchanged(same) => {
+                    self = same;
+                    format!("{} cannot make it shorter", compactor.name())
+                }
+                Compacted::Refused {
+                    conversation,
+                    reason,
+                } => {
+                    self = conversation;
+                    reason
+                }
+            },
+        };
+        let text =
+            format!("the history does not fit the model's context window ({why}): {failure}");
+        Overflow::Overflowed(self.finish(ContextOverflow { failure }, text))
     }
 
     /// The request failed: finish `model_error`. The failed request counts against the budget.

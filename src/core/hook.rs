@@ -29,13 +29,17 @@ pub enum HookEvent {
     SessionStart,
     /// A run ended (its status is the `reason`).
     SessionEnd,
+    /// An agent's history is about to be compacted (`trigger`: `auto`, or
+    /// `manual`); may block it.
+    PreCompact,
 }
 
 impl HookEvent {
     /// Every event, in the order a run meets them.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::SessionStart,
         Self::UserPromptSubmit,
+        Self::PreCompact,
         Self::PreToolUse,
         Self::PostToolUse,
         Self::SubagentStart,
@@ -55,6 +59,7 @@ impl HookEvent {
             Self::SubagentStop => "SubagentStop",
             Self::SessionStart => "SessionStart",
             Self::SessionEnd => "SessionEnd",
+            Self::PreCompact => "PreCompact",
         }
     }
 

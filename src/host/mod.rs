@@ -6,6 +6,7 @@
 //!
 //! May import: every layer below ([`subloop::record`] and down).
 pub mod chat;
+pub mod compact;
 pub mod progress;
 
 use std::io::Write;
@@ -187,6 +188,12 @@ pub struct Settings {
     pub hooks: CommandHooks,
     /// What the run's spans may record (message content or not).
     pub telemetry: subloop::run::telemetry::Telemetry,
+    /// How histories are compacted (`--compact`); `None`: not given, the
+    /// default (`auto`), or for a replay the recorded run's.
+    pub compact: Option<compact::CompactPolicy>,
+    /// The model's context window in tokens (`--context-window`), if known:
+    /// compaction starts before a request past 80% of it.
+    pub context_window: Option<u64>,
 }
 
 /// A host's callback, shared (its `Debug` shows only that it is there).
@@ -256,7 +263,14 @@ impl Settings {
             config_files: Vec::new(),
             hooks: CommandHooks::none(),
             telemetry: subloop::run::telemetry::Telemetry::default(),
+            compact: None,
+            context_window: None,
         }
+    }
+
+    /// The compaction policy in force: the one given, else `auto`.
+    pub fn compact_policy(&self) -> compact::CompactPolicy {
+        self.compact.unwrap_or(compact::CompactPolicy::Auto)
     }
 }
 
@@ -397,6 +411,11 @@ fn assemble(
         .on_empty_reply(settings.on_empty_reply)
         .telemetry(settings.telemetry)
         .output_retries(settings.output_retries)
+        .compaction(
+            settings
+                .compact_policy()
+                .compaction(settings.context_window),
+        )
         .redact(redactor.clone());
     if let Some(schema) = &settings.output_schema {
         builder = builder.output_schema(schema.clone());
@@ -454,7 +473,9 @@ fn assemble(
         if let Some(workspace) = recorded_workspace(settings) {
             writer = writer.with_workspace(Path::new(&workspace));
         }
-        writer = writer.with_sandbox(settings.sandbox.level());
+        writer = writer
+            .with_sandbox(settings.sandbox.level())
+            .with_compaction(settings.compact_policy().as_str(), settings.context_window);
         if let Some(shutdown) = &settings.shutdown {
             writer = writer.on_shutdown(shutdown);
         }
@@ -969,6 +990,14 @@ pub fn replay(
     // The answer is checked as the recorded run checked it.
     if settings.output_schema.is_none() {
         settings.output_schema = replay.output_schema().cloned();
+    }
+    // Histories are compacted as the recorded run compacted them.
+    if settings.compact.is_none()
+        && settings.context_window.is_none()
+        && let Some((policy, window)) = compact::recorded(trace)
+    {
+        settings.compact = Some(policy);
+        settings.context_window = window;
     }
     let budget = Budget::new(settings.max_calls)?;
     let approver = settings.decision.approver(

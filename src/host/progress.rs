@@ -50,6 +50,21 @@ impl Monitor for StderrProgress {
                     printable(error)
                 )
             }
+            Event::Compacted {
+                call,
+                trigger,
+                compactor,
+                tokens,
+                replaced,
+                history,
+                ..
+            } => {
+                format!(
+                    "[{agent}] history compacted before model call {call} ({trigger}, {}): {replaced} messages (about {tokens} tokens) -> {} messages",
+                    printable(compactor),
+                    history.len()
+                )
+            }
             Event::ModelFailed { call, failure } => {
                 format!(
                     "[{agent}] model call {call} failed: {}",

@@ -245,8 +245,11 @@ pub(crate) fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
             ));
         };
         // Calls and results, in the history the requests carried...
-        if let Err(detail) = answered_once(run.messages(agent)) {
-            breach(Invariant::AnsweredOnce, at(None, None), detail);
+        // (each history a compaction made, on its own).
+        for history in run.histories(agent) {
+            if let Err(detail) = answered_once(history) {
+                breach(Invariant::AnsweredOnce, at(None, None), detail);
+            }
         }
         // ... and the last round, by its tool lines.
         if let Some(Ok(last)) = run.reply(agent, *calls) {

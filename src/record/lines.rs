@@ -133,6 +133,19 @@ struct Outcome {
 
 #[derive(Deserialize)]
 #[allow(dead_code)]
+struct Compaction {
+    call: u64,
+    trigger: crate::core::compaction::CompactTrigger,
+    compactor: String,
+    #[serde(default)]
+    tokens: Option<u64>,
+    messages: Vec<Message>,
+    replaced: u64,
+    history: Vec<Message>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
 struct McpServer {
     server: String,
     event: String,
@@ -161,8 +174,9 @@ struct Resumed {
 }
 
 /// The kinds a trace holds.
-pub(crate) const KINDS: [&str; 11] = [
+pub(crate) const KINDS: [&str; 12] = [
     "request",
+    "compaction",
     "response",
     "model_failed",
     "empty_reply",
@@ -201,6 +215,7 @@ pub(crate) fn check(value: &Value) -> Result<(), String> {
     let checked = match kind {
         "request" => Request::deserialize(value).map(drop),
         "response" => Response::deserialize(value).map(drop),
+        "compaction" => Compaction::deserialize(value).map(drop),
         "model_failed" => ModelFailed::deserialize(value).map(drop),
         "empty_reply" => EmptyReply::deserialize(value).map(drop),
         "invalid_answer" => InvalidAnswer::deserialize(value).map(drop),

@@ -53,6 +53,9 @@ pub enum ReplayError {
 /// the reply the trace holds for it.
 #[derive(Debug, Clone, PartialEq)]
 struct RecordedCall {
+    /// Where its history starts in the agent's messages (after the last
+    /// compaction before it).
+    start: usize,
     messages: usize,
     /// Which of the agent's tool sets this request offered.
     tool_set: usize,
@@ -81,6 +84,60 @@ struct RecordedAgent {
     invalid_answers: BTreeMap<u32, String>,
     /// Its `hook` lines, in order.
     hook_lines: Vec<Value>,
+    /// Its compactions, in order. Each history it made is held in
+    /// `messages` after the one it replaced.
+    compactions: Vec<RecordedCompaction>,
+    /// Where the current history starts in `messages`.
+    start: usize,
+}
+
+/// One recorded compaction: the history it replaced (`messages[old_start..
+/// old_end]`, with what was added after the last request) and the one it
+/// made (`messages[start..end]`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RecordedCompaction {
+    /// The request it came before.
+    pub(crate) call: u32,
+    pub(crate) trigger: crate::core::compaction::CompactTrigger,
+    pub(crate) compactor: String,
+    pub(crate) tokens: Option<u64>,
+    pub(crate) old_start: usize,
+    pub(crate) old_end: usize,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+}
+
+impl RecordedAgent {
+    /// Keeps the first `kept` calls, the history up to the last of them,
+    /// and the compactions before them and before the next request (which
+    /// a resumed run sends on the history they made).
+    fn keep_calls(&mut self, kept: usize) {
+        self.calls.truncate(kept);
+        self.compactions
+            .retain(|compaction| usize::try_from(compaction.call).is_ok_and(|c| c <= kept + 1));
+        let next = self
+            .compactions
+            .last()
+            .filter(|compaction| usize::try_from(compaction.call).is_ok_and(|c| c == kept + 1));
+        let (start, held) = match (next, self.calls.last()) {
+            (Some(compaction), _) => (compaction.start, compaction.end),
+            (None, Some(call)) => (call.start, call.messages),
+            (None, None) => (0, 0),
+        };
+        self.messages.truncate(held);
+        self.start = start;
+    }
+
+    /// The history that starts at `start` (0 or a compaction's), up to the
+    /// compaction that replaced it (or the end).
+    fn segment(&self, start: usize) -> &[Message] {
+        let end = self
+            .compactions
+            .iter()
+            .find(|compaction| compaction.old_start == start)
+            .map_or(self.messages.len(), |compaction| compaction.old_end);
+        self.messages.get(start..end).unwrap_or_default()
+    }
 }
 
 /// The parent's recorded `outcome` line.
@@ -218,9 +275,7 @@ impl RecordedRun {
                             entry.calls.len()
                         )));
                     }
-                    entry.calls.truncate(kept);
-                    let held = entry.calls.last().map_or(0, |call| call.messages);
-                    entry.messages.truncate(held);
+                    entry.keep_calls(kept);
                     outcome = None;
                     if let Some(path) = workspace_of(&value) {
                         workspace = Some(path);
@@ -260,6 +315,7 @@ impl RecordedRun {
                     let new: Vec<Message> = field(&value, "messages").map_err(at)?;
                     entry.messages.extend(new);
                     entry.calls.push(RecordedCall {
+                        start: entry.start,
                         messages: entry.messages.len(),
                         tool_set: entry.tool_sets.len().saturating_sub(1),
                         attachment: value
@@ -267,7 +323,8 @@ impl RecordedRun {
                             .and_then(Value::as_str)
                             .map(str::to_owned),
                         reply: None,
-                        tools_before: 0,
+                        // Until its reply: none of the tool lines so far answer it.
+                        tools_before: entry.tool_lines.len(),
                     });
                 }
                 "response" | "model_failed" => {
@@ -292,6 +349,33 @@ impl RecordedRun {
                         return Err(at(format!("a second reply to {agent} call {call}")));
                     }
                     slot.reply = Some(reply);
+                }
+                "compaction" => {
+                    let call = call_number(&value).map_err(at)?;
+                    let entry = agents.entry(agent.to_owned()).or_default();
+                    let expected = entry.calls.len() as u64 + 1;
+                    if call != expected || entry.calls.is_empty() {
+                        return Err(at(format!(
+                            "a compaction of {agent} before request {call}, where request {expected} comes next"
+                        )));
+                    }
+                    let new: Vec<Message> = field(&value, "messages").map_err(at)?;
+                    let history: Vec<Message> = field(&value, "history").map_err(at)?;
+                    entry.messages.extend(new);
+                    let old_end = entry.messages.len();
+                    entry.messages.extend(history);
+                    entry.compactions.push(RecordedCompaction {
+                        call: u32::try_from(call)
+                            .map_err(|_| at(format!("call {call} is out of range")))?,
+                        trigger: field(&value, "trigger").map_err(at)?,
+                        compactor: field(&value, "compactor").map_err(at)?,
+                        tokens: value.get("tokens").and_then(Value::as_u64),
+                        old_start: entry.start,
+                        old_end,
+                        start: old_end,
+                        end: entry.messages.len(),
+                    });
+                    entry.start = old_end;
                 }
                 "tool" => agents
                     .entry(agent.to_owned())
@@ -384,7 +468,7 @@ impl RecordedRun {
                 .get(recorded.tool_set)
                 .map(Vec::as_slice)
                 .unwrap_or_default(),
-            messages: entry.messages.get(..recorded.messages)?,
+            messages: entry.messages.get(recorded.start..recorded.messages)?,
             attachment: recorded.attachment.as_deref(),
             output: entry.output_schema.as_ref(),
         })
@@ -494,9 +578,7 @@ impl RecordedRun {
             {
                 parent.tool_lines.truncate(*tools_before);
             }
-            parent.calls.truncate(kept);
-            let held = parent.calls.last().map_or(0, |call| call.messages);
-            parent.messages.truncate(held);
+            parent.keep_calls(kept);
         }
         // And so do the children that later task calls started.
         let later: Vec<String> = prefix
@@ -514,12 +596,76 @@ impl RecordedRun {
         prefix
     }
 
-    /// The whole recorded history of `agent`, as its requests carried it.
+    /// The recorded history of `agent` since its last compaction (its
+    /// whole history when it was never compacted), as its requests carried
+    /// it, with what was added after the last of them.
     pub fn messages(&self, agent: &str) -> &[Message] {
         self.agents
             .get(agent)
-            .map(|entry| entry.messages.as_slice())
+            .map(|entry| entry.segment(entry.start))
             .unwrap_or_default()
+    }
+
+    /// The history request `call` (1-based) of `agent` was part of, from
+    /// its start (the question, or the compaction before it) to the
+    /// compaction that replaced it, or to the end: the request's messages
+    /// and what the next round added to them.
+    pub fn history_of(&self, agent: &str, call: u32) -> &[Message] {
+        let Some(entry) = self.agents.get(agent) else {
+            return &[];
+        };
+        usize::try_from(call)
+            .ok()
+            .and_then(|call| call.checked_sub(1))
+            .and_then(|index| entry.calls.get(index))
+            .map_or(&[], |recorded| entry.segment(recorded.start))
+    }
+
+    /// Every history `agent` had, in order: the first, then the one each
+    /// compaction made (each with what was added to it before the next).
+    pub fn histories(&self, agent: &str) -> Vec<&[Message]> {
+        let Some(entry) = self.agents.get(agent) else {
+            return Vec::new();
+        };
+        std::iter::once(0)
+            .chain(entry.compactions.iter().map(|compaction| compaction.start))
+            .map(|start| entry.segment(start))
+            .collect()
+    }
+
+    /// The compactions of `agent` that came right before its request
+    /// `call`, in order, each with the history it made.
+    pub(crate) fn compactions_before(
+        &self,
+        agent: &str,
+        call: u32,
+    ) -> Vec<(&RecordedCompaction, &[Message], &[Message])> {
+        let Some(entry) = self.agents.get(agent) else {
+            return Vec::new();
+        };
+        entry
+            .compactions
+            .iter()
+            .filter(|compaction| compaction.call == call)
+            .map(|compaction| {
+                let replaced = entry
+                    .messages
+                    .get(compaction.old_start..compaction.old_end)
+                    .unwrap_or_default();
+                let history = entry
+                    .messages
+                    .get(compaction.start..compaction.end)
+                    .unwrap_or_default();
+                (compaction, replaced, history)
+            })
+            .collect()
+    }
+
+    /// How many compactions `agent`'s history went through.
+    pub fn compaction_count(&self, agent: &str) -> usize {
+        self.agents
+            .get(agent)
+            .map_or(0, |entry| entry.compactions.len())
     }
 
     /// Input + output tokens of every recorded reply, parent and children.
@@ -789,7 +935,9 @@ impl Model for ReplayModel {
             state.halted = true;
             return Err(failure);
         };
-        let from = self.checked;
+        // A compaction replaced the history: it is compared from its start.
+        let compacted = !self.run.compactions_before(&self.agent, call).is_empty();
+        let from = if compacted { 0 } else { self.checked };
         self.checked = recorded.messages.len().min(request.messages.len());
         for difference in differences(&recorded, request, from) {
             let seen = state

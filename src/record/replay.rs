@@ -144,7 +144,10 @@ impl Replay {
         // replayed so far, as long as nothing diverged.
         while !log.halted() && log.divergences().is_empty() {
             let made = log.made("parent");
-            let next = match recorded.messages("parent").get(run.outcome.messages.len()) {
+            let next = match recorded
+                .history_of("parent", made)
+                .get(run.outcome.messages.len())
+            {
                 Some(message)
                     if run.outcome.status == StatusKind::Answered
                         && made < recorded.calls("parent")

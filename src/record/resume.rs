@@ -28,14 +28,16 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use crate::agent::output::SchemaOutput;
+use crate::core::compaction::Recorded;
 use crate::core::conversation::{
-    AfterTools, Budget, Conversation, OnEmptyReply, Reply, StatusKind, ToolResult,
+    AfterTools, AwaitingModel, Budget, Compacted, Conversation, OnEmptyReply, Overflow, Reply,
+    StatusKind, ToolResult,
 };
 use crate::core::error::InputError;
 use crate::core::plan::{Plan, PlanItem};
 use crate::core::protocol::{Block, Message, Role, ToolUseId};
 use crate::record::invariants::Breach;
-use crate::record::recorded::{RecordedRun, ReplayError};
+use crate::record::recorded::{RecordedCompaction, RecordedRun, ReplayError};
 
 /// A trace about to be resumed, read through its file: the run it records
 /// (its whole lines: a last line a crash cut short is dropped) and the file,
@@ -225,8 +227,7 @@ impl ResumePoint {
     ) -> Result<Self, ResumeError> {
         let mut follow_up = question;
         let asked = question.map(str::to_owned);
-        let messages = run.messages(agent);
-        let question = match messages.first() {
+        let question = match run.history_of(agent, 1).first() {
             Some(first) if first.role == Role::User => first.text(),
             _ => {
                 return Err(broken(1, "the first message is not the user's question"));
@@ -249,8 +250,26 @@ impl ResumePoint {
         let mut kept = 0;
         // Both histories only grow: each request compares what it added.
         let mut verified = 0;
+        // Compactions before the next request already taken (the one a
+        // refused request forced).
+        let mut taken = 0;
+        let mut compacted_sent = None;
         for call in 1..=recorded_calls {
             let number = call;
+            // The recorded compactions before this request, through the
+            // conversation's own transition: each must replace the history
+            // rebuilt so far and keep the protocol.
+            for (compaction, replaced, history) in run
+                .compactions_before(agent, number)
+                .into_iter()
+                .skip(taken)
+            {
+                conversation = take_compaction(conversation, compaction, replaced, history)
+                    .map_err(|reason| broken(number, &reason))?;
+                verified = 0;
+            }
+            taken = 0;
+            let messages = run.history_of(agent, number);
             // The history this request carried must be the rebuilt one.
             let carried = run.request(agent, number).map(|request| request.messages);
             let history = conversation.history();
@@ -265,11 +284,52 @@ impl ResumePoint {
             }
             verified = history.len();
             kept = number;
+            compacted_sent = None;
             let reply = match run.reply(agent, number) {
                 Some(Ok(reply)) => reply.clone(),
+                // Refused for its length: the compaction it forced is
+                // recorded before the next request (which may never have
+                // been sent: the resumed run sends it).
+                Some(Err(failure))
+                    if failure.kind() == Some(&crate::core::error::FailureKind::ContextWindow)
+                        && !run.compactions_before(agent, number + 1).is_empty() =>
+                {
+                    let compactions = run.compactions_before(agent, number + 1);
+                    let Some((compaction, replaced, history)) = compactions.first() else {
+                        unreachable!("checked above: a compaction follows");
+                    };
+                    if *replaced != conversation.history() {
+                        return Err(broken(
+                            number + 1,
+                            "the compaction does not replace the history the refused request carried",
+                        ));
+                    }
+                    let recorded = Recorded {
+                        name: &compaction.compactor,
+                        history,
+                    };
+                    conversation = match conversation.overflowed(failure.clone(), Ok(&recorded)) {
+                        Overflow::Compacted(next) => next,
+                        Overflow::Overflowed(done) => {
+                            return Err(broken(number + 1, done.text()));
+                        }
+                    };
+                    taken = 1;
+                    verified = 0;
+                    kept = number;
+                    if call == recorded_calls {
+                        compacted_sent = Some(conversation.history().len());
+                    }
+                    continue;
+                }
                 // Failed or never answered: only the last request may be; it is asked again.
                 Some(Err(_)) | None if call == recorded_calls && follow_up.is_none() => {
                     kept = number - 1;
+                    // A compaction before it stands: the trace keeps it,
+                    // and its history is what is on record.
+                    if !run.compactions_before(agent, number).is_empty() {
+                        compacted_sent = Some(conversation.history().len());
+                    }
                     break;
                 }
                 Some(Err(_)) | None if call == recorded_calls => {
@@ -361,6 +421,17 @@ impl ResumePoint {
                 }
             }
         }
+        // A compaction after the last request, before one that was never
+        // sent: the resumed run sends the history it made.
+        if kept == recorded_calls && follow_up.is_none() {
+            let next = recorded_calls.saturating_add(1);
+            let compactions = run.compactions_before(agent, next);
+            for (compaction, replaced, history) in compactions.into_iter().skip(taken) {
+                conversation = take_compaction(conversation, compaction, replaced, history)
+                    .map_err(|reason| broken(next, &reason))?;
+                compacted_sent = Some(conversation.history().len());
+            }
+        }
         if follow_up.is_some() {
             return Err(ResumeError::NotAnswered {
                 ended: run.recorded_outcome().map_or_else(
@@ -373,7 +444,9 @@ impl ResumePoint {
             .rebudget(budget)
             .map_err(|made| ResumeError::BudgetSpent { made })?;
         // The trace holds the messages of every request kept.
-        let sent = if kept == 0 {
+        let sent = if let Some(sent) = compacted_sent {
+            sent
+        } else if kept == 0 {
             0
         } else {
             run.request(agent, kept)
@@ -412,6 +485,33 @@ impl ResumePoint {
             "interrupted": self.interrupted,
             "follow_up": self.follow_up,
         })
+    }
+}
+
+/// Takes a recorded compaction again, through [`Conversation::compact`]:
+/// `replaced` (what it replaced) must be the rebuilt history, with what
+/// the compaction saw added after the last request, and `history` must
+/// keep the protocol and the question.
+fn take_compaction(
+    conversation: Conversation<AwaitingModel>,
+    compaction: &RecordedCompaction,
+    replaced: &[Message],
+    history: &[Message],
+) -> Result<Conversation<AwaitingModel>, String> {
+    if replaced != conversation.history() {
+        return Err(format!(
+            "the compaction before request {} does not replace the history the earlier replies and results make",
+            compaction.call
+        ));
+    }
+    let recorded = Recorded {
+        name: &compaction.compactor,
+        history,
+    };
+    match conversation.compact(&recorded) {
+        Compacted::Shortened(next) => Ok(next),
+        Compacted::Unchanged(_) => Err("the compaction changed nothing".to_owned()),
+        Compacted::Refused { reason, .. } => Err(reason),
     }
 }
 
@@ -765,7 +865,6 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
             format!("{early} tool line(s) before any reply"),
         );
     }
-    let messages = run.messages(agent);
     let whole_round = agent == "parent"
         && run.recorded_outcome().is_some_and(|outcome| {
             matches!(
@@ -829,7 +928,7 @@ fn tool_lines_agree(run: &RecordedRun, agent: &str, calls: u32, note: Note<'_>) 
             .request(agent, call)
             .map(|request| request.messages.len() + 1)
             .filter(|_| call < calls)
-            .and_then(|index| messages.get(index));
+            .and_then(|index| run.history_of(agent, call).get(index));
         for id in &asked {
             let line = lines
                 .iter()

@@ -9,7 +9,8 @@
 //!
 //! | kind | fields |
 //! |---|---|
-//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` (and on the parent's, `workspace`: the directory the tools work in, unless it was a temporary copy; and `sandbox`: the level `run_main`'s programs start in), which a later request carries again when the tools offered changed (an MCP server's list did) |
+//! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` (and on the parent's, `workspace`: the directory the tools work in, unless it was a temporary copy; `sandbox`: the level `run_main`'s programs start in; and `compaction`: the host's policy, `{"policy", "context_window"}`, when it gave one), which a later request carries again when the tools offered changed (an MCP server's list did) |
+//! | `compaction` | `call` (the request it came before), `trigger` (`auto`, `overflow` or `manual`), `compactor`, `tokens` (the estimated input tokens of the history it replaced), `messages` (appended since this agent's previous request, and replaced with the rest), `replaced` (how many messages the replaced history held), `history` (the history from now on, whole: later requests' `messages` append to it) |
 //! | `response` | `call`, `response` (the reply as received) |
 //! | `model_failed` | `call`, `error` |
 //! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
@@ -87,6 +88,8 @@ pub struct TraceWriter {
     workspace: Option<String>,
     /// The sandbox level of `run_main`, written on the parent's first request.
     sandbox: Option<Sandbox>,
+    /// The host's compaction policy, written on the parent's first request.
+    compaction: Option<Value>,
     _termination: Option<Registration>,
     /// The host's shutdown, asked before every line whether the process is ending.
     shutdown: Option<Arc<Shutdown>>,
@@ -260,6 +263,14 @@ impl TraceWriter {
         self
     }
 
+    /// Records the host's compaction policy (its name, as the host calls
+    /// it, and the context window it assumed, if any) on the parent's
+    /// first request, so a replay can compact as the run did.
+    pub fn with_compaction(mut self, policy: &str, context_window: Option<u64>) -> Self {
+        self.compaction = Some(json!({"policy": policy, "context_window": context_window}));
+        self
+    }
+
     /// A writer on a new trace at `path`, opened after checking that it is
     /// none of `protected` (compared by device and inode) and not inside
     /// `workspace` (compared as canonical paths), and that it is a regular
@@ -295,6 +306,7 @@ impl TraceWriter {
             offered: HashMap::new(),
             workspace: None,
             sandbox: None,
+            compaction: None,
             _termination: None,
             shutdown: None,
         }
@@ -383,6 +395,9 @@ impl Monitor for TraceWriter {
                     if let (AgentId::Parent, Some(workspace)) = (agent, &self.workspace) {
                         fields.insert("workspace".into(), json!(workspace));
                     }
+                    if let (AgentId::Parent, Some(compaction)) = (agent, &self.compaction) {
+                        fields.insert("compaction".into(), compaction.clone());
+                    }
                     if let (AgentId::Parent, Some(sandbox)) = (agent, self.sandbox) {
                         fields.insert("sandbox".into(), json!(sandbox));
                     }
@@ -423,6 +438,26 @@ impl Monitor for TraceWriter {
                     "invalid_answer",
                     json!({"call": call, "error": error}),
                 );
+            }
+            Event::Compacted {
+                call,
+                trigger,
+                compactor,
+                tokens,
+                new_messages,
+                replaced,
+                history,
+            } => {
+                let fields = json!({
+                    "call": call,
+                    "trigger": trigger,
+                    "compactor": compactor,
+                    "tokens": tokens,
+                    "messages": new_messages,
+                    "replaced": replaced,
+                    "history": history,
+                });
+                self.line(agent, "compaction", fields);
             }
             Event::ModelFailed { call, failure } => {
                 let error_type = failure.kind().map(|kind| kind.as_str());
@@ -510,6 +545,8 @@ fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
         system: String,
         tools: Vec<ToolDefinition>,
         messages: Vec<Message>,
+        /// The history each compaction made, with the request it came before.
+        compactions: Vec<(u64, Vec<Message>)>,
     }
     let mut agents: HashMap<String, AgentState> = HashMap::new();
     let mut requests = Vec::new();
@@ -538,8 +575,29 @@ fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
                 .map(|request| request.messages.clone())
                 .unwrap_or_default();
             if let Some(state) = agents.get_mut("parent") {
-                state.messages = held;
+                // A compaction before the next request stands (the resumed
+                // run sends its history); later ones do not.
+                state.compactions.retain(|(call, _)| *call <= kept + 1);
+                state.messages = match state.compactions.last() {
+                    Some((call, history)) if *call == kept + 1 => history.clone(),
+                    _ => held,
+                };
             }
+            continue;
+        }
+        if field_str(&value, "kind") == Some("compaction") {
+            let agent = field_str(&value, "agent").ok_or(format!("line {number}: no agent"))?;
+            let call = value
+                .get("call")
+                .and_then(Value::as_u64)
+                .ok_or(format!("line {number}: no call number"))?;
+            let history: Vec<Message> = serde_json::from_value(field(&value, "history"))
+                .map_err(|err| format!("line {number}: history: {err}"))?;
+            let state = agents
+                .get_mut(agent)
+                .ok_or(format!("line {number}: a compaction before any request"))?;
+            state.messages.clone_from(&history);
+            state.compactions.push((call, history));
             continue;
         }
         if field_str(&value, "kind") != Some("request") {
@@ -566,6 +624,7 @@ fn rebuild_requests(trace: &str) -> Result<Vec<RebuiltRequest>, String> {
                         system,
                         tools,
                         messages: Vec::new(),
+                        compactions: Vec::new(),
                     },
                 );
                 agents.get_mut(&agent).ok_or("agent state lost")?

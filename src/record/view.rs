@@ -150,6 +150,24 @@ fn agent_lines(
                 printable(&question)
             ));
         }
+        for line in hooks_of(hooks, &["PreCompact"])
+            .filter(|line| line.get("call").and_then(Value::as_u64) == Some(u64::from(call)))
+        {
+            hook_line(line, &pad, paint, out);
+        }
+        for (compaction, replaced, made) in run.compactions_before(agent, call) {
+            let about = compaction
+                .tokens
+                .map(|tokens| format!(" (about {tokens} tokens)"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "{pad}{agent} history compacted before call {call} ({}, {}): {} messages{about} -> {} messages\n",
+                compaction.trigger,
+                printable(&compaction.compactor),
+                replaced.len(),
+                made.len()
+            ));
+        }
         let offered = run
             .request(agent, call)
             .map_or(0, |request| request.tools.len());
@@ -302,13 +320,15 @@ pub(crate) fn follow_ups(run: &RecordedRun, agent: &str, call: u32) -> Vec<Strin
         }
         _ => false,
     };
-    let (Some(before), Some(now)) = (run.request(agent, earlier), run.request(agent, call)) else {
+    let (Some(before), Some(_)) = (run.request(agent, earlier), run.request(agent, call)) else {
         return Vec::new();
     };
     if !answered {
         return Vec::new();
     }
-    now.messages
+    // What followed the answer in its history (a compaction after it
+    // replaced that history, so the next request may not carry it).
+    run.history_of(agent, earlier)
         .get(before.messages.len()..)
         .unwrap_or_default()
         .iter()

@@ -22,9 +22,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::core::agent_id::AgentId;
+use crate::core::compaction::{CompactTrigger, Compaction, TokenCount};
 use crate::core::conversation::{
-    AfterRound, AwaitingModel, AwaitingTools, CONTINUE_PROMPT, Conversation, Interrupt,
-    InterruptKind, Outcome, Reply, ToolCall, ToolOutput,
+    AfterRound, AwaitingModel, AwaitingTools, CONTINUE_PROMPT, Compacted, Conversation, Interrupt,
+    InterruptKind, Outcome, Overflow, Reply, ToolCall, ToolOutput,
 };
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::ToolDefinition;
@@ -128,6 +129,65 @@ pub trait Executor {
     fn telemetry(&self) -> Telemetry {
         Telemetry::default()
     }
+
+    /// When and how the conversation's history is compacted, asked once
+    /// when the loop starts. `None` (the default): never; a request the
+    /// server refuses for its length then finishes the conversation
+    /// `context_overflow`.
+    fn compaction(&self) -> Option<Compaction> {
+        None
+    }
+
+    /// The history is about to be compacted for `trigger`, before model
+    /// request `call`: `Some(reason)`
+    /// blocks it (a `PreCompact` hook that said so). A blocked automatic
+    /// compaction leaves the history as it is; a blocked compaction after
+    /// an overflow finishes the conversation `context_overflow`. The
+    /// default allows it.
+    fn before_compaction(&mut self, call: u32, trigger: CompactTrigger) -> Option<String> {
+        let _ = (call, trigger);
+        None
+    }
+}
+
+/// How many times the history may be compacted before one request: each
+/// compaction shortens it, and a trigger still due after this many is left
+/// to the server's verdict.
+const COMPACTIONS_PER_REQUEST: usize = 4;
+
+/// The token estimate of a request's fixed part: the system prompt and
+/// the tool definitions.
+fn fixed_tokens(system: &str, definitions: &[ToolDefinition]) -> u64 {
+    let tools = serde_json::to_string(definitions).map_or(0, |text| text.len());
+    ((system.len() + tools) as u64).div_ceil(4)
+}
+
+/// Tells `monitor` that `agent`'s history, `before` (of which the monitor
+/// has seen the first `sent` messages), was replaced by `after`'s.
+#[allow(clippy::too_many_arguments)]
+fn tell_compacted(
+    monitor: &mut dyn Monitor,
+    agent: &AgentId,
+    call: u32,
+    trigger: CompactTrigger,
+    compactor: &str,
+    tokens: u64,
+    before: &[crate::core::protocol::Message],
+    sent: usize,
+    after: &Conversation<AwaitingModel>,
+) {
+    monitor.event(
+        agent,
+        &Event::Compacted {
+            call,
+            trigger,
+            compactor,
+            tokens,
+            new_messages: before.get(sent..).unwrap_or_default(),
+            replaced: before.len(),
+            history: after.history(),
+        },
+    );
 }
 
 /// The future of a round of tool calls ([`Executor::execute_round`]).
@@ -322,6 +382,13 @@ where
     let mut sent = sent;
     let identity = model.identity();
     let telemetry = live.executor.telemetry();
+    let compaction = live.executor.compaction();
+    // Counted only for a trigger to judge.
+    let fixed = match compaction.as_ref().and_then(Compaction::trigger) {
+        Some(_) => fixed_tokens(live.stage.asking().system(), live.executor.definitions()),
+        None => 0,
+    };
+    let mut tokens = TokenCount::new(fixed);
     loop {
         let conversation = live.stage.asking();
         let call = conversation.calls_made() + 1;
@@ -331,6 +398,56 @@ where
             return live.finish(conversation.interrupt(interrupt).into_outcome());
         }
         live.executor.refresh();
+        if let Some(compaction) = &compaction
+            && let Some(trigger) = compaction.trigger()
+        {
+            for _ in 0..COMPACTIONS_PER_REQUEST {
+                let estimate = tokens.of(live.stage.asking().history());
+                if !trigger.due(estimate) {
+                    break;
+                }
+                if let Some(reason) = live.executor.before_compaction(call, CompactTrigger::Auto) {
+                    let text = format!(
+                        "the history (about {estimate} tokens, {}) was not compacted: {reason}",
+                        trigger.describe()
+                    );
+                    live.monitor.warning(agent, &text);
+                    break;
+                }
+                let conversation = live.stage.take_asking();
+                let before = conversation.history().to_vec();
+                match conversation.compact(compaction.compactor()) {
+                    Compacted::Shortened(next) => {
+                        tell_compacted(
+                            &mut *live.monitor,
+                            agent,
+                            call,
+                            CompactTrigger::Auto,
+                            compaction.compactor().name(),
+                            estimate,
+                            &before,
+                            sent,
+                            &next,
+                        );
+                        sent = next.history().len();
+                        tokens.reset();
+                        live.stage.ask(next);
+                    }
+                    Compacted::Unchanged(same) => {
+                        live.stage.ask(same);
+                        break;
+                    }
+                    Compacted::Refused {
+                        conversation,
+                        reason,
+                    } => {
+                        live.monitor.warning(agent, &reason);
+                        live.stage.ask(conversation);
+                        break;
+                    }
+                }
+            }
+        }
         let attachment = live.executor.attachment();
         let span = telemetry::chat_span(identity.as_ref(), agent, call);
         let answer = {
@@ -379,7 +496,45 @@ where
                     );
                     return live.finish(conversation.interrupt_in_flight(interrupt).into_outcome());
                 }
-                return live.finish(conversation.model_failed(failure).into_outcome());
+                if failure.kind() != Some(&FailureKind::ContextWindow) {
+                    return live.finish(conversation.model_failed(failure).into_outcome());
+                }
+                // Too long for the model: compacted and asked again, or
+                // finished `context_overflow`.
+                let blocked = compaction
+                    .as_ref()
+                    .and_then(|_| {
+                        live.executor
+                            .before_compaction(call + 1, CompactTrigger::Overflow)
+                    })
+                    .map(|reason| format!("a PreCompact hook blocked compaction: {reason}"));
+                let compactor = match (&compaction, &blocked) {
+                    (_, Some(blocked)) => Err(blocked.as_str()),
+                    (None, None) => Err("compaction is off"),
+                    (Some(compaction), None) => Ok(compaction.compactor()),
+                };
+                let before = conversation.history().to_vec();
+                let estimate = tokens.of(&before);
+                match conversation.overflowed(failure, compactor) {
+                    Overflow::Compacted(next) => {
+                        tell_compacted(
+                            &mut *live.monitor,
+                            agent,
+                            call + 1,
+                            CompactTrigger::Overflow,
+                            compactor.map_or("", |compactor| compactor.name()),
+                            estimate,
+                            &before,
+                            sent,
+                            &next,
+                        );
+                        sent = next.history().len();
+                        tokens.reset();
+                        live.stage.ask(next);
+                        continue;
+                    }
+                    Overflow::Overflowed(done) => return live.finish(done.into_outcome()),
+                }
             }
         };
         live.monitor.event(
@@ -391,6 +546,7 @@ where
             },
         );
         drop(raw);
+        tokens.replied(reply.usage.as_ref(), conversation.history().len() + 1);
         let pending = match conversation.receive(reply) {
             Reply::Tools(pending) => pending,
             Reply::Continued(next) => {

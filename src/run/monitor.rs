@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::core::agent_id::AgentId;
 use crate::core::call::ToolRecord;
+use crate::core::compaction::CompactTrigger;
 use crate::core::hook::HookRecord;
 use crate::core::protocol::Usage;
 use serde_json::Value;
@@ -55,6 +56,25 @@ pub enum Event<'a> {
         call: u32,
         /// Why the answer failed.
         error: &'a str,
+    },
+    /// The history was compacted before request `call`: `history` replaced
+    /// it.
+    Compacted {
+        /// 1-based number of the request the compaction came before.
+        call: u32,
+        /// What set it off.
+        trigger: CompactTrigger,
+        /// The compactor's name.
+        compactor: &'a str,
+        /// The estimated input tokens of the history it replaced.
+        tokens: u64,
+        /// The messages appended to the history since this conversation's
+        /// previous request (they were part of what was replaced).
+        new_messages: &'a [Message],
+        /// How many messages the replaced history held.
+        replaced: usize,
+        /// The history from now on.
+        history: &'a [Message],
     },
     /// The model request failed.
     ModelFailed {

@@ -23,6 +23,20 @@ fn server() -> Option<String> {
     }
 }
 
+/// The second server's base URL: the same model with a context of 2048
+/// tokens (`SUBLOOP_LLAMA_SMALL_URL`), or `None` (and a skip).
+fn small_server() -> Option<String> {
+    match std::env::var("SUBLOOP_LLAMA_SMALL_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            common::skipped(
+                "no small-context llama-server: SUBLOOP_LLAMA_SMALL_URL is not set (.ci/run starts one)",
+            );
+            None
+        }
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -240,6 +254,63 @@ fn a_question_longer_than_the_context_window_is_a_context_window_failure() {
                 "{what}: {error}"
             );
         }
+    }
+}
+
+/// A run whose files do not fit the server's context window together (a
+/// 5.6 KB `main.py` against 2048 tokens, system prompt and tools
+/// included): the server refuses the request that carries it, the run
+/// compacts and goes on, and ends in a status a model can bring about,
+/// for each provider; `view --check` holds and `replay` reproduces.
+#[test]
+fn a_run_whose_files_do_not_fit_compacts_against_a_small_window() {
+    let Some(url) = small_server() else {
+        return;
+    };
+    for provider in ["openai", "anthropic"] {
+        let dir = TempDir::new("local-model-small");
+        let mut program: Vec<String> = (0..90)
+            .map(|i| format!("# step {i}: add the numbers and print the running total"))
+            .collect();
+        program.push("total = 0".to_owned());
+        program.extend((0..60).map(|i| format!("total += {i}")));
+        program.push("print(total)\n".to_owned());
+        dir.write("ws/main.py", program.join("\n"));
+        dir.write("ws/expected.txt", "1770\n");
+        let ws = dir.path().join("ws");
+        let trace = dir.path().join("run.jsonl");
+        let out = subloop(
+            &url,
+            provider,
+            &[
+                "run",
+                "--question",
+                "Read main.py and expected.txt with read_file and say whether main.py prints what expected.txt says.",
+                "--live",
+                "--provider",
+                provider,
+                "--workspace",
+                ws.to_str().expect("utf-8"),
+                "--decision",
+                "deny",
+                "--max-calls",
+                "6",
+                "--trace",
+                trace.to_str().expect("utf-8"),
+                "--quiet",
+            ],
+        );
+        let recorded = std::fs::read_to_string(&trace).expect("the trace");
+        let compactions = recorded
+            .lines()
+            .filter(|line| line.contains("\"kind\":\"compaction\""))
+            .count();
+        assert!(
+            compactions >= 1,
+            "{provider}: no compaction\n{}",
+            text(&out.stderr)
+        );
+        holds_the_protocol(&url, provider, &ws, &trace, "6", provider);
     }
 }
 

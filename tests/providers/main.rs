@@ -32,6 +32,8 @@ mod clients;
 #[cfg(feature = "async")]
 mod concurrent_bench;
 #[cfg(feature = "async")]
+mod context_window;
+#[cfg(feature = "async")]
 mod live_api;
 #[cfg(feature = "live")]
 mod live_fidelity;

@@ -21,6 +21,7 @@ mod host;
 #[path = "../mock_api/mod.rs"]
 mod mock_api;
 
+mod compaction;
 mod invariants;
 mod replay;
 mod resume;

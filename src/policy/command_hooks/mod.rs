@@ -239,6 +239,10 @@ impl CommandHooks {
         if let Some(reason) = input.reason {
             object.insert("reason".into(), json!(reason));
         }
+        if let Some(trigger) = input.trigger {
+            object.insert("trigger".into(), json!(trigger));
+            object.insert("custom_instructions".into(), json!(""));
+        }
         Value::Object(object)
     }
 
@@ -334,6 +338,7 @@ pub(crate) struct HookInput<'a> {
     source: Option<&'a str>,
     reason: Option<&'a str>,
     model_call: Option<u32>,
+    trigger: Option<&'a str>,
 }
 
 impl<'a> HookInput<'a> {
@@ -349,6 +354,19 @@ impl<'a> HookInput<'a> {
             source: None,
             reason: None,
             model_call: None,
+            trigger: None,
+        }
+    }
+
+    /// `PreCompact`: `trigger` (`auto` for a compaction the run decided
+    /// on, its threshold's or after an overflow; `manual` for one the host
+    /// asked for) and `custom_instructions` (none: the built-in compactors
+    /// take no instructions), before model request `call`.
+    pub fn pre_compact(agent: &'a AgentId, call: u32, trigger: &'a str) -> Self {
+        Self {
+            trigger: Some(trigger),
+            model_call: Some(call),
+            ..Self::new(HookEvent::PreCompact, agent)
         }
     }
 
@@ -431,6 +449,7 @@ impl<'a> HookInput<'a> {
             HookEvent::SubagentStart | HookEvent::SubagentStop => Some(agent_type(self.agent)),
             HookEvent::SessionStart => self.source,
             HookEvent::SessionEnd => self.reason,
+            HookEvent::PreCompact => self.trigger,
             HookEvent::UserPromptSubmit | HookEvent::Stop => None,
         }
     }

@@ -162,7 +162,8 @@ fn blocked(event: HookEvent, command: &str, stderr: &str) -> Judged {
         HookEvent::PostToolUse
         | HookEvent::UserPromptSubmit
         | HookEvent::Stop
-        | HookEvent::SubagentStop => Judged::decided(HookDecision::Block, reason),
+        | HookEvent::SubagentStop
+        | HookEvent::PreCompact => Judged::decided(HookDecision::Block, reason),
         HookEvent::SubagentStart | HookEvent::SessionStart | HookEvent::SessionEnd => {
             let mut judged = Judged::decided(HookDecision::Warned, reason.clone());
             judged.warnings.push(format!(
@@ -296,7 +297,8 @@ fn from_json(
             HookEvent::PostToolUse
             | HookEvent::UserPromptSubmit
             | HookEvent::Stop
-            | HookEvent::SubagentStop => {
+            | HookEvent::SubagentStop
+            | HookEvent::PreCompact => {
                 judged.decision = HookDecision::Block;
                 judged.reason = Some(reason.filter(|reason| !reason.is_empty()).unwrap_or_else(
                     || format!("blocked by {event} hook `{command}` (no reason given)"),

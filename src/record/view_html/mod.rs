@@ -143,7 +143,12 @@ struct LaneData<'a> {
     budget: Option<u32>,
     system: Option<&'a str>,
     tools: Option<&'a [ToolDefinition]>,
+    /// The first history; each compaction's is in `histories`.
     history: &'a [Message],
+    /// Every history the lane had (the first, then each compaction's),
+    /// when it was compacted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    histories: Vec<&'a [Message]>,
     calls: Vec<CallData<'a>>,
     report: Option<Value>,
 }
@@ -158,6 +163,12 @@ struct CallData<'a> {
     asked: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     messages: Option<usize>,
+    /// Which of the lane's `histories` the request's messages begin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history: Option<usize>,
+    /// The compactions before this request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    compacted: Vec<CompactionData<'a>>,
     /// The request's history, when it is not a prefix of the lane's.
     #[serde(skip_serializing_if = "Option::is_none")]
     own_messages: Option<&'a [Message]>,
@@ -183,6 +194,16 @@ struct CallData<'a> {
     sent_back: Option<&'a str>,
     uses: Vec<UseData<'a>>,
     results: &'a [Value],
+}
+
+/// One compaction before a request.
+#[derive(Serialize)]
+struct CompactionData<'a> {
+    trigger: &'static str,
+    compactor: &'a str,
+    tokens: Option<u64>,
+    replaced: usize,
+    kept: usize,
 }
 
 /// One `tool_use` of a reply: the index of its result among the call's
@@ -266,8 +287,11 @@ fn lane<'a>(
     children: &HashMap<(u32, &'a str), &'a str>,
 ) -> (LaneData<'a>, usize) {
     let total = run.calls(agent);
-    let history = run.messages(agent);
+    let histories = run.histories(agent);
+    let history = histories.first().copied().unwrap_or_default();
     let first = run.request(agent, 1);
+    // Which history each request begins (its index in `histories`).
+    let mut segment = 0;
     let mut calls = Vec::new();
     let mut links = 0;
     for call in 1..=total {
@@ -276,6 +300,8 @@ fn lane<'a>(
             call,
             asked: crate::record::view::follow_ups(run, agent, call),
             messages: None,
+            history: None,
+            compacted: Vec::new(),
             own_messages: None,
             plan: None,
             own_tools: None,
@@ -289,11 +315,25 @@ fn lane<'a>(
             uses: Vec::new(),
             results: &[],
         };
+        for (compaction, replaced, made) in run.compactions_before(agent, call) {
+            segment += 1;
+            entry.compacted.push(CompactionData {
+                trigger: compaction.trigger.as_str(),
+                compactor: &compaction.compactor,
+                tokens: compaction.tokens,
+                replaced: replaced.len(),
+                kept: made.len(),
+            });
+        }
         if let Some(request) = &request {
             entry.messages = Some(request.messages.len());
+            let lane_history = histories.get(segment).copied().unwrap_or_default();
+            if segment > 0 {
+                entry.history = Some(segment);
+            }
             // A request whose history is not a prefix of the agent's (only a
             // hand-made trace) carries its own.
-            if !is_prefix(history, request.messages) {
+            if !is_prefix(lane_history, request.messages) {
                 entry.own_messages = Some(request.messages);
             }
             entry.plan = Some(request.attachment);
@@ -418,6 +458,11 @@ fn lane<'a>(
         system: first.as_ref().map(|first| first.system),
         tools: first.as_ref().map(|first| first.tools),
         history,
+        histories: if histories.len() > 1 {
+            histories
+        } else {
+            Vec::new()
+        },
         calls,
         report,
     };

@@ -336,6 +336,14 @@
         asked.appendChild(document.createTextNode(preview(question, 600)));
         box.appendChild(asked);
       });
+      (Array.isArray(call.compacted) ? call.compacted : []).forEach(function (c) {
+        const compacted = el("div", "compacted");
+        compacted.dataset.compacted = "1";
+        compacted.appendChild(el("b", null, "history compacted (" + c.trigger + ", " + c.compactor + "): "));
+        const about = typeof c.tokens === "number" ? " (about " + c.tokens + " tokens)" : "";
+        compacted.appendChild(document.createTextNode(c.replaced + " messages" + about + " \u2192 " + c.kept + " messages"));
+        box.appendChild(compacted);
+      });
       const head = el("button", "head");
       head.type = "button";
       const parts = ["#" + call.call];
@@ -348,9 +356,11 @@
       head.textContent = parts.join(" \u00b7 ");
       head.title = "offered: " + offered.join(", ") + " \u2014 click for the full request";
       head.addEventListener("click", function () {
+        const histories = Array.isArray(lane.histories) ? lane.histories : [lane.history];
+        const base = histories[call.history || 0];
         const messages = Array.isArray(call.own_messages)
           ? call.own_messages
-          : (Array.isArray(lane.history) ? lane.history.slice(0, call.messages || 0) : []);
+          : (Array.isArray(base) ? base.slice(0, call.messages || 0) : []);
         const tools = Array.isArray(call.own_tools) ? call.own_tools : lane.tools;
         const request = { system: lane.system, tools: tools, messages: messages };
         if (call.plan) request.attachment = call.plan;

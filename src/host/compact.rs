@@ -1,0 +1,80 @@
+//! The CLI's compaction policies (`--compact`, `--context-window`), as the
+//! library's [`Compaction`]s, and the policy a trace records for a replay.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde_json::Value;
+use subloop::core::compaction::{ClearToolResults, Compaction, SlidingWindow, Threshold, Tiered};
+
+/// How a run compacts its histories (`--compact`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompactPolicy {
+    /// The tiered default: clear old tool results, then drop old rounds.
+    Auto,
+    /// Never: a request refused for its length ends the run `context_overflow`.
+    Off,
+    /// Clear every tool result but the last two.
+    ClearResults,
+    /// Keep the question and the last four rounds.
+    Window,
+}
+
+impl CompactPolicy {
+    /// Every policy, in help order.
+    pub const ALL: [Self; 4] = [Self::Auto, Self::Off, Self::ClearResults, Self::Window];
+
+    /// The name on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Off => "off",
+            Self::ClearResults => "clear-results",
+            Self::Window => "window",
+        }
+    }
+
+    /// The policy named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|policy| policy.as_str() == name)
+    }
+
+    /// The library's compaction: the compactor, on an overflow, and past
+    /// [`Threshold::DEFAULT_FRACTION`] of `window` when it is known.
+    pub fn compaction(self, window: Option<u64>) -> Option<Compaction> {
+        let compaction = match self {
+            Self::Off => return None,
+            Self::Auto => Compaction::new(Tiered::standard()),
+            Self::ClearResults => Compaction::new(ClearToolResults::new(2)),
+            Self::Window => Compaction::new(SlidingWindow::new(4)),
+        };
+        Some(match window {
+            Some(window) => {
+                compaction.when(Threshold::of_window(window, Threshold::DEFAULT_FRACTION))
+            }
+            None => compaction,
+        })
+    }
+}
+
+/// The compaction policy and context window the trace at `path` records on
+/// the parent's first request, if it records one it names.
+pub fn recorded(path: &Path) -> Option<(CompactPolicy, Option<u64>)> {
+    let file = std::fs::File::open(path).ok()?;
+    for line in std::io::BufReader::new(file).lines().take(10_000) {
+        let Ok(line) = line else { return None };
+        let Ok(value) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let first = value.get("kind").and_then(Value::as_str) == Some("request")
+            && value.get("agent").and_then(Value::as_str) == Some("parent");
+        if !first {
+            continue;
+        }
+        let compaction = value.get("compaction")?;
+        let policy = CompactPolicy::parse(compaction.get("policy")?.as_str()?)?;
+        let window = compaction.get("context_window").and_then(Value::as_u64);
+        return Some((policy, window));
+    }
+    None
+}

@@ -1,0 +1,223 @@
+//! A model server with a small context window, on loopback, for both
+//! providers and both clients: it refuses every request whose messages
+//! take more than a set number of bytes with the provider's own
+//! context-window error body. A run that reads more files than fit
+//! finishes `answered` with compaction on (the default) and
+//! `context_overflow` with it off — not `model_error`, not a hang.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use subloop::StatusKind;
+use subloop::providers::anthropic::LiveConfig;
+use subloop::providers::http::Timeouts;
+use subloop::providers::openai::OpenAiConfig;
+
+use crate::clients::{Anthropic, OpenAi, Taps};
+use crate::common::TempDir;
+use crate::host::{DecisionMode, Settings, compact::CompactPolicy};
+use crate::mock_api::{MockServer, Recorded, Reply};
+
+/// The most bytes of messages the server takes.
+const WINDOW: usize = 9_000;
+/// The files the model reads, one per request, 3 KB each: all five do not
+/// fit together.
+const FILES: [&str; 5] = ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"];
+
+fn workspace(dir: &TempDir) -> std::path::PathBuf {
+    let root = dir.path().join("ws");
+    std::fs::create_dir_all(&root).unwrap();
+    for (n, name) in FILES.iter().enumerate() {
+        let text: String = std::iter::repeat_n(char::from(b'a' + n as u8), 3000).collect();
+        std::fs::write(root.join(name), text).unwrap();
+    }
+    root
+}
+
+fn settings(root: &std::path::Path, policy: CompactPolicy) -> Settings {
+    let mut settings = Settings::new(root.to_path_buf());
+    settings.question = "Read every file and say which letters they hold.".to_owned();
+    settings.decision = DecisionMode::Deny;
+    settings.progress = false;
+    settings.max_calls = 20;
+    settings.compact = Some(policy);
+    settings
+}
+
+/// Which provider's wire the server speaks.
+#[derive(Clone, Copy, Debug)]
+enum Wire {
+    Anthropic,
+    OpenAi,
+}
+
+/// The server: over `WINDOW` bytes of messages, the provider's refusal;
+/// else the next file to read (counted over the files whose content the
+/// request holds, whole or cleared), then the answer.
+fn server(wire: Wire) -> (MockServer, Arc<Mutex<Vec<usize>>>) {
+    let sizes = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&sizes);
+    let mut reads = 0;
+    let server = MockServer::start(move |request: &Recorded| {
+        let body = request.json();
+        let bytes = body["messages"].to_string().len();
+        seen.lock().unwrap().push(bytes);
+        if bytes > WINDOW {
+            return Reply::json(400, refusal(wire, bytes));
+        }
+        let next = FILES.get(reads).copied();
+        reads += 1;
+        Reply::json(200, reply(wire, reads, next))
+    });
+    (server, sizes)
+}
+
+/// Each provider's real context-window error body.
+fn refusal(wire: Wire, bytes: usize) -> Value {
+    let tokens = bytes / 4;
+    match wire {
+        Wire::Anthropic => json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": format!("prompt is too long: {tokens} tokens > {} maximum", WINDOW / 4)}}),
+        Wire::OpenAi => {
+            json!({"error": {"message": format!("This model's maximum context length is {} tokens. However, your messages resulted in {tokens} tokens. Please reduce the length of the messages.", WINDOW / 4),
+            "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+        }
+    }
+}
+
+fn reply(wire: Wire, n: usize, file: Option<&str>) -> Value {
+    match (wire, file) {
+        (Wire::Anthropic, Some(file)) => {
+            json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant",
+            "model": "claude-test", "content": [{"type": "tool_use", "id": format!("toolu_{n}"), "name": "read_file",
+            "input": {"path": file}}], "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 100, "output_tokens": 10}})
+        }
+        (Wire::Anthropic, None) => {
+            json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant",
+            "model": "claude-test", "content": [{"type": "text", "text": "Five files, five letters."}],
+            "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 100, "output_tokens": 10}})
+        }
+        (Wire::OpenAi, Some(file)) => {
+            json!({"id": "chatcmpl-x", "object": "chat.completion", "created": 1,
+            "model": "gpt-test", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{n}"), "type": "function",
+                "function": {"name": "read_file", "arguments": json!({"path": file}).to_string()}}]}}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+        }
+        (Wire::OpenAi, None) => {
+            json!({"id": "chatcmpl-x", "object": "chat.completion", "created": 1,
+            "model": "gpt-test", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": "Five files, five letters."}}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
+        }
+    }
+}
+
+fn timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(5),
+        read: Duration::from_secs(10),
+        overall: Duration::from_secs(30),
+    }
+}
+
+fn run(wire: Wire, url: &str, settings: &Settings) -> subloop::RunReport {
+    match wire {
+        Wire::Anthropic => {
+            let env = |name: &str| match name {
+                "ANTHROPIC_API_KEY" => Some("sk-ant-test".to_owned()),
+                "ANTHROPIC_BASE_URL" => Some(url.to_owned()),
+                _ => None,
+            };
+            let mut config = LiveConfig::from_env(env, Some("claude-test".to_owned())).unwrap();
+            config.timeouts = timeouts();
+            Anthropic::new(config, &Taps::default()).run(settings)
+        }
+        Wire::OpenAi => {
+            let base = format!("{url}/v1");
+            let env = |name: &str| match name {
+                "OPENAI_BASE_URL" => Some(base.clone()),
+                _ => None,
+            };
+            let mut config = OpenAiConfig::from_env(env, Some("gpt-test".to_owned())).unwrap();
+            config.timeouts = timeouts();
+            OpenAi::new(config, &Taps::default()).run(settings)
+        }
+    }
+}
+
+fn overflowing_run_answers_with_compaction_and_overflows_without(wire: Wire) {
+    let dir = TempDir::new("context-window");
+    let root = workspace(&dir);
+
+    let (mock, sizes) = server(wire);
+    let mut on = settings(&root, CompactPolicy::Auto);
+    on.trace = Some(dir.path().join("on.jsonl"));
+    let report = run(wire, &mock.url, &on);
+    assert_eq!(
+        report.outcome.status,
+        StatusKind::Answered,
+        "{wire:?}: {}",
+        report.outcome.text
+    );
+    let sizes = sizes.lock().unwrap().clone();
+    let refused = sizes.iter().filter(|bytes| **bytes > WINDOW).count();
+    assert!(refused >= 1, "{wire:?}: {sizes:?}");
+    // Each refusal was followed by a compaction and one more try, never
+    // by the same request again.
+    assert_eq!(
+        sizes.len(),
+        FILES.len() + 1 + refused,
+        "{wire:?}: {sizes:?}"
+    );
+    let read: Vec<&str> = report.tools.iter().map(|tool| tool.name.as_str()).collect();
+    assert_eq!(read, ["read_file"; 5], "{wire:?}");
+    let trace = std::fs::read_to_string(on.trace.as_ref().unwrap()).unwrap();
+    assert!(trace.contains("\"kind\":\"compaction\""), "{wire:?}");
+    assert!(
+        trace.contains("\"error_type\":\"context_window_exceeded\""),
+        "{wire:?}"
+    );
+    let recorded = subloop::record::recorded::RecordedRun::parse(&trace).unwrap();
+    let broken: Vec<_> = subloop::record::invariants::Policy::default()
+        .check(&recorded)
+        .into_iter()
+        .filter(|verdict| !verdict.held())
+        .collect();
+    assert!(broken.is_empty(), "{wire:?}: {broken:?}");
+
+    let (mock, sizes) = server(wire);
+    let off = settings(&root, CompactPolicy::Off);
+    let report = run(wire, &mock.url, &off);
+    assert_eq!(
+        report.outcome.status,
+        StatusKind::ContextOverflow,
+        "{wire:?}"
+    );
+    assert!(
+        report.outcome.text.contains("compaction is off"),
+        "{}",
+        report.outcome.text
+    );
+    // The refused request is the last one: asked once.
+    let sizes = sizes.lock().unwrap().clone();
+    assert_eq!(sizes.iter().filter(|bytes| **bytes > WINDOW).count(), 1);
+    assert!(sizes.last().is_some_and(|bytes| *bytes > WINDOW));
+}
+
+#[test]
+fn anthropic_overflow_is_compacted_or_ends_context_overflow() {
+    overflowing_run_answers_with_compaction_and_overflows_without(Wire::Anthropic);
+}
+
+#[test]
+fn openai_overflow_is_compacted_or_ends_context_overflow() {
+    overflowing_run_answers_with_compaction_and_overflows_without(Wire::OpenAi);
+}
+
+crate::async_twins!(
+    anthropic_overflow_is_compacted_or_ends_context_overflow,
+    openai_overflow_is_compacted_or_ends_context_overflow,
+);
