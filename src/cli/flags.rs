@@ -672,7 +672,7 @@ pub(crate) const FLAGS: &[Flag] = &[
     Flag {
         long: "compact",
         short: None,
-        help: "how a history too long for the model is shortened: auto (the default: old tool results cleared, then the oldest rounds dropped), clear-results, window (the question and the last 4 rounds), or off; it is compacted when the server refuses a request for its length and, with --context-window, before a request past 80% of the window; a history that cannot be shortened ends the run context_overflow (a replay compacts as the recorded run did unless given)",
+        help: "how a history too long for the model is shortened: auto (the default: old tool results cleared, then the oldest rounds dropped), clear-results, window (the question and the last 4 rounds), summarize (the model summarizes all but the last 2 rounds; auto when it cannot), or off; it is compacted when the server refuses a request for its length and, with --context-window, before a request past 80% of the window; a history that cannot be shortened ends the run context_overflow (a replay compacts as the recorded run did unless given)",
         commands: ALL,
         group: Group::Options,
         action: Action::Value("POLICY", |d, v| {
@@ -680,7 +680,7 @@ pub(crate) const FLAGS: &[Flag] = &[
                 v.raw
                     .to_str()
                     .and_then(crate::host::compact::CompactPolicy::parse)
-                    .ok_or_else(|| v.takes("auto, clear-results, window or off"))?,
+                    .ok_or_else(|| v.takes("auto, clear-results, window, summarize or off"))?,
             );
             Ok(())
         }),

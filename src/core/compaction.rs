@@ -211,12 +211,134 @@ impl TokenCount {
     }
 }
 
+/// Replaces the older rounds of a history with a summary the model
+/// writes (a request of its own, with a handoff prompt and no tools): the
+/// question stays first, with the summary after it, and the last
+/// `keep_rounds` rounds stay whole. When the summary request is itself too
+/// long for the window, the oldest rounds it would summarize are dropped
+/// (half of them each time) and it is asked again, at most
+/// [`Summarize::ATTEMPTS`] times. A run uses it through
+/// [`Compaction::summarizing`]; the history it proposes is checked like
+/// any compactor's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summarize {
+    keep_rounds: usize,
+}
+
+impl Summarize {
+    /// The system prompt of a summary request.
+    pub const SYSTEM: &'static str = "You write handoff summaries of a coding agent's work. \
+Another instance of the agent continues from your summary alone, so keep every fact it needs: \
+what was asked, what each tool call found (file contents that matter, program output, errors), \
+what was decided and what is left to do. Do not call tools. Do not add anything that did not happen.";
+
+    /// The request that ends a summary request's messages.
+    pub const ASK: &str = "Summarize the conversation above for whoever continues it, as the \
+system prompt says. Reply with the summary only.";
+
+    /// The text the summary starts with in the compacted history.
+    pub const PREFIX: &'static str =
+        "[summary of the earlier rounds of this conversation, written to fit the context window]";
+
+    /// How many summary requests one compaction makes at most.
+    pub const ATTEMPTS: usize = 3;
+
+    /// Keeps the last `keep_rounds` rounds (at least one) whole.
+    pub fn new(keep_rounds: usize) -> Self {
+        Self {
+            keep_rounds: keep_rounds.max(1),
+        }
+    }
+
+    /// Where the question ends and the kept rounds start in `history`,
+    /// when there is anything before them to summarize.
+    fn split(&self, history: &[Message]) -> Option<(usize, usize)> {
+        let starts: Vec<usize> = history
+            .iter()
+            .enumerate()
+            .filter(|(_, message)| message.role == Role::Assistant)
+            .map(|(index, _)| index)
+            .collect();
+        let first = *starts.first()?;
+        let question_at = current_question(history)?;
+        let before = starts.iter().filter(|start| **start < question_at).count();
+        let droppable = if before == 0 {
+            starts.len()
+        } else {
+            before - 1
+        };
+        let summarized = starts.len().saturating_sub(self.keep_rounds).min(droppable);
+        if summarized == 0 {
+            return None;
+        }
+        Some((first, *starts.get(summarized)?))
+    }
+
+    /// The messages of a summary request for `history`, its oldest
+    /// `dropped` rounds left out (after a request too long for the
+    /// window); `None` when nothing is left to summarize.
+    pub fn request(&self, history: &[Message], dropped: usize) -> Option<Vec<Message>> {
+        let (first, keep_from) = self.split(history)?;
+        let rounds: Vec<usize> = (first..keep_from)
+            .filter(|index| {
+                history
+                    .get(*index)
+                    .is_some_and(|message| message.role == Role::Assistant)
+            })
+            .collect();
+        if dropped >= rounds.len() {
+            return None;
+        }
+        let from = *rounds.get(dropped)?;
+        let mut messages: Vec<Message> = history.get(..first)?.to_vec();
+        messages.extend(history.get(from..keep_from)?.iter().cloned());
+        // The ask goes last on the last user message (after any results,
+        // which come first), so user and assistant still alternate.
+        let last = messages.last_mut()?;
+        last.content.push(Block::Text {
+            text: Self::ASK.to_owned(),
+        });
+        Some(messages)
+    }
+
+    /// How many rounds a summary of `history` would cover.
+    pub fn rounds(&self, history: &[Message]) -> usize {
+        self.split(history).map_or(0, |(first, keep_from)| {
+            history
+                .get(first..keep_from)
+                .unwrap_or_default()
+                .iter()
+                .filter(|message| message.role == Role::Assistant)
+                .count()
+        })
+    }
+
+    /// The compacted history: the question with `summary` after it (in
+    /// place of an earlier summary or note), then the kept rounds.
+    pub fn apply(&self, history: &[Message], summary: &str) -> Option<Vec<Message>> {
+        let (first, keep_from) = self.split(history)?;
+        let mut question: Vec<Message> = history.get(..first)?.to_vec();
+        let last = question.last_mut()?;
+        if let [_, .., Block::Text { text }] = last.content.as_slice()
+            && (text.starts_with(Self::PREFIX) || note_count(text).is_some())
+        {
+            last.content.pop();
+        }
+        last.content.push(Block::Text {
+            text: format!("{}\n{}", Self::PREFIX, summary.trim()),
+        });
+        question.extend(history.get(keep_from..)?.iter().cloned());
+        Some(question)
+    }
+}
+
 /// When and how a run compacts its histories (the parent's and every
 /// child's, each under its own budget).
 #[derive(Clone)]
 pub struct Compaction {
     compactor: Arc<dyn Compactor>,
     trigger: Option<Arc<dyn Trigger>>,
+    summarize: Option<Summarize>,
 }
 
 impl std::fmt::Debug for Compaction {
@@ -224,6 +346,7 @@ impl std::fmt::Debug for Compaction {
         f.debug_struct("Compaction")
             .field("compactor", &self.compactor.name())
             .field("trigger", &self.trigger.as_ref().map(|t| t.describe()))
+            .field("summarize", &self.summarize)
             .finish()
     }
 }
@@ -236,6 +359,7 @@ impl Compaction {
         Self {
             compactor: Arc::new(compactor),
             trigger: None,
+            summarize: None,
         }
     }
 
@@ -244,6 +368,7 @@ impl Compaction {
         Self {
             compactor,
             trigger: None,
+            summarize: None,
         }
     }
 
@@ -267,9 +392,22 @@ impl Compaction {
         self
     }
 
+    /// First asks the model for a summary ([`Summarize`]); the compactor
+    /// is used when there is nothing to summarize or no summary came back.
+    #[must_use]
+    pub fn summarizing(mut self, summarize: Summarize) -> Self {
+        self.summarize = Some(summarize);
+        self
+    }
+
     /// The compactor.
     pub fn compactor(&self) -> &dyn Compactor {
         self.compactor.as_ref()
+    }
+
+    /// The summary it asks for first, if any.
+    pub fn summarize(&self) -> Option<&Summarize> {
+        self.summarize.as_ref()
     }
 
     /// The trigger, if any.
@@ -322,10 +460,18 @@ impl Compactor for Tiered {
 }
 
 /// Proposes one given history: how a recorded compaction is taken again
-/// when a trace is rebuilt, through the same transition.
+/// when a trace is rebuilt, and a summary once the model wrote it, through
+/// the same transition.
 pub(crate) struct Recorded<'a> {
     pub(crate) name: &'a str,
     pub(crate) history: &'a [Message],
+}
+
+impl<'a> Recorded<'a> {
+    /// Proposes `history`, under `name`.
+    pub(crate) fn new(name: &'a str, history: &'a [Message]) -> Self {
+        Self { name, history }
+    }
 }
 
 impl Compactor for Recorded<'_> {

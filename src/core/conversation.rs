@@ -1057,6 +1057,15 @@ impl Conversation<AwaitingModel> {
         }
     }
 
+    /// Adds what a request outside the conversation's own turns spent (a
+    /// summary for a compaction) to its usage.
+    pub(crate) fn spent(mut self, usage: Option<Usage>) -> Self {
+        if let Some(usage) = &usage {
+            self.core.usage.add(usage);
+        }
+        self
+    }
+
     /// Stops at this turn boundary, before the next model request, for a
     /// run-wide reason (deadline, token budget, cancellation).
     pub fn interrupt(self, interrupt: Interrupt) -> Interrupted {

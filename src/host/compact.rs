@@ -5,7 +5,9 @@ use std::io::BufRead;
 use std::path::Path;
 
 use serde_json::Value;
-use subloop::core::compaction::{ClearToolResults, Compaction, SlidingWindow, Threshold, Tiered};
+use subloop::core::compaction::{
+    ClearToolResults, Compaction, SlidingWindow, Summarize, Threshold, Tiered,
+};
 
 /// How a run compacts its histories (`--compact`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,11 +20,20 @@ pub enum CompactPolicy {
     ClearResults,
     /// Keep the question and the last four rounds.
     Window,
+    /// A summary the model writes of all but the last two rounds; `auto`
+    /// when it cannot write one.
+    Summarize,
 }
 
 impl CompactPolicy {
     /// Every policy, in help order.
-    pub const ALL: [Self; 4] = [Self::Auto, Self::Off, Self::ClearResults, Self::Window];
+    pub const ALL: [Self; 5] = [
+        Self::Auto,
+        Self::Off,
+        Self::ClearResults,
+        Self::Window,
+        Self::Summarize,
+    ];
 
     /// The name on the command line.
     pub fn as_str(self) -> &'static str {
@@ -31,6 +42,7 @@ impl CompactPolicy {
             Self::Off => "off",
             Self::ClearResults => "clear-results",
             Self::Window => "window",
+            Self::Summarize => "summarize",
         }
     }
 
@@ -47,6 +59,7 @@ impl CompactPolicy {
             Self::Auto => Compaction::new(Tiered::standard()),
             Self::ClearResults => Compaction::new(ClearToolResults::new(2)),
             Self::Window => Compaction::new(SlidingWindow::new(4)),
+            Self::Summarize => Compaction::new(Tiered::standard()).summarizing(Summarize::new(2)),
         };
         Some(match window {
             Some(window) => {

@@ -127,6 +127,9 @@ pub enum Difference {
     },
     /// The trace holds this request but no reply to it (the recorded run ended there).
     NoReply,
+    /// The replay asked for a summary to compact a history, and the trace
+    /// holds no (further) summary of this agent.
+    UnrecordedSummary,
     /// The agent made another number of requests than recorded.
     CallCount {
         /// Requests in the trace.
@@ -203,6 +206,9 @@ impl fmt::Display for Divergence {
             ),
             Difference::NoReply => f.write_str(
                 "the trace holds this request but no reply (the recorded run ended here)",
+            ),
+            Difference::UnrecordedSummary => f.write_str(
+                "a compaction asked the model for a summary the trace does not hold (the recorded run compacted otherwise)",
             ),
             Difference::CallCount { recorded, now } => {
                 write!(f, "recorded {recorded} request(s), now {now}")

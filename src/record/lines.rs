@@ -142,6 +142,17 @@ struct Compaction {
     messages: Vec<Message>,
     replaced: u64,
     history: Vec<Message>,
+    #[serde(default)]
+    summary: Option<Summary>,
+}
+
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct Summary {
+    text: String,
+    #[serde(default)]
+    usage: Option<crate::core::protocol::Usage>,
+    requests: u32,
 }
 
 #[derive(Deserialize)]

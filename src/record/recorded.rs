@@ -101,10 +101,21 @@ pub(crate) struct RecordedCompaction {
     pub(crate) trigger: crate::core::compaction::CompactTrigger,
     pub(crate) compactor: String,
     pub(crate) tokens: Option<u64>,
+    /// The summary the model wrote, if it wrote one.
+    pub(crate) summary: Option<RecordedSummary>,
     pub(crate) old_start: usize,
     pub(crate) old_end: usize,
     pub(crate) start: usize,
     pub(crate) end: usize,
+}
+
+/// A summary a compaction asked the model for.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RecordedSummary {
+    pub(crate) text: String,
+    pub(crate) usage: Option<crate::core::protocol::Usage>,
+    /// How many requests it took (the ones before the last were too long).
+    pub(crate) requests: u32,
 }
 
 impl RecordedAgent {
@@ -370,6 +381,24 @@ impl RecordedRun {
                         trigger: field(&value, "trigger").map_err(at)?,
                         compactor: field(&value, "compactor").map_err(at)?,
                         tokens: value.get("tokens").and_then(Value::as_u64),
+                        summary: value
+                            .get("summary")
+                            .filter(|v| v.is_object())
+                            .map(|summary| RecordedSummary {
+                                text: summary
+                                    .get("text")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or_default()
+                                    .to_owned(),
+                                usage: summary
+                                    .get("usage")
+                                    .and_then(|usage| serde_json::from_value(usage.clone()).ok()),
+                                requests: summary
+                                    .get("requests")
+                                    .and_then(Value::as_u64)
+                                    .and_then(|n| u32::try_from(n).ok())
+                                    .unwrap_or(1),
+                            }),
                         old_start: entry.start,
                         old_end,
                         start: old_end,
@@ -674,7 +703,24 @@ impl RecordedRun {
             .values()
             .flat_map(|entry| &entry.calls)
             .filter_map(|call| call.reply.as_ref()?.as_ref().ok()?.usage.as_ref())
+            .chain(
+                self.agents
+                    .values()
+                    .flat_map(|entry| &entry.compactions)
+                    .filter_map(|compaction| compaction.summary.as_ref()?.usage.as_ref()),
+            )
             .fold(0, |total: u64, usage| total.saturating_add(usage.billed()))
+    }
+
+    /// The summaries `agent`'s compactions asked the model for, in order.
+    pub(crate) fn summaries(&self, agent: &str) -> Vec<&RecordedSummary> {
+        self.agents.get(agent).map_or_else(Vec::new, |entry| {
+            entry
+                .compactions
+                .iter()
+                .filter_map(|compaction| compaction.summary.as_ref())
+                .collect()
+        })
     }
 
     /// The delegations the trace shows: the highest child number in it.
@@ -888,6 +934,8 @@ pub(crate) struct ReplayModel {
     log: Arc<ReplayLog>,
     /// Messages of the history already compared (a history only grows).
     checked: usize,
+    /// Summary requests answered so far.
+    summary_requests: usize,
 }
 
 impl ReplayModel {
@@ -898,7 +946,40 @@ impl ReplayModel {
             run,
             log,
             checked: 0,
+            summary_requests: 0,
         }
+    }
+
+    /// A summary request, answered as recorded: the recorded summaries'
+    /// requests in order, those before each one's last refused for length.
+    fn summary(&mut self) -> Result<ModelResponse, ModelFailure> {
+        let mut left = self.summary_requests;
+        self.summary_requests += 1;
+        for summary in self.run.summaries(&self.agent) {
+            let requests = usize::try_from(summary.requests).unwrap_or(1).max(1);
+            if left + 1 < requests {
+                return Err(ModelFailure::with_kind(
+                    FailureKind::ContextWindow,
+                    "the recorded summary request was too long for the context window",
+                ));
+            }
+            if left + 1 == requests {
+                let mut reply = ModelResponse::answer(summary.text.clone());
+                reply.usage = summary.usage;
+                return Ok(reply);
+            }
+            left -= requests;
+        }
+        let found = Divergence {
+            agent: self.agent.clone(),
+            call: None,
+            difference: Difference::UnrecordedSummary,
+        };
+        let failure = stopped(&found);
+        let mut state = self.log.state();
+        state.divergences.push(found);
+        state.halted = true;
+        Err(failure)
     }
 }
 
@@ -911,6 +992,10 @@ fn stopped(divergence: &Divergence) -> ModelFailure {
 
 impl Model for ReplayModel {
     fn respond(&mut self, request: &Request<'_>) -> Result<ModelResponse, ModelFailure> {
+        if request.system == crate::core::compaction::Summarize::SYSTEM && request.tools.is_empty()
+        {
+            return self.summary();
+        }
         let mut state = self.log.state();
         let made = state.made.entry(self.agent.clone()).or_insert(0);
         *made = made.saturating_add(1);

@@ -10,7 +10,7 @@
 //! | kind | fields |
 //! |---|---|
 //! | `request` | `call`, `tools` (names offered), `messages` (appended since this agent's previous request), `attachment` (the plan, if any); on an agent's first request also `system` and `tool_definitions` (and on the parent's, `workspace`: the directory the tools work in, unless it was a temporary copy; `sandbox`: the level `run_main`'s programs start in; and `compaction`: the host's policy, `{"policy", "context_window"}`, when it gave one), which a later request carries again when the tools offered changed (an MCP server's list did) |
-//! | `compaction` | `call` (the request it came before), `trigger` (`auto`, `overflow` or `manual`), `compactor`, `tokens` (the estimated input tokens of the history it replaced), `messages` (appended since this agent's previous request, and replaced with the rest), `replaced` (how many messages the replaced history held), `history` (the history from now on, whole: later requests' `messages` append to it) |
+//! | `compaction` | `call` (the request it came before), `trigger` (`auto`, `overflow` or `manual`), `compactor`, `tokens` (the estimated input tokens of the history it replaced), `messages` (appended since this agent's previous request, and replaced with the rest), `replaced` (how many messages the replaced history held), `history` (the history from now on, whole: later requests' `messages` append to it), and for a summary the model wrote, `summary` (`text`, `usage`, `requests`: how many summary requests it took) |
 //! | `response` | `call`, `response` (the reply as received) |
 //! | `model_failed` | `call`, `error` |
 //! | `empty_reply` | `call` (whose reply was an empty `end_turn`), `continued_with` (the user message that answered it, under `--on-empty-reply continue`) |
@@ -447,8 +447,11 @@ impl Monitor for TraceWriter {
                 new_messages,
                 replaced,
                 history,
+                summary,
+                summary_usage,
+                summary_requests,
             } => {
-                let fields = json!({
+                let mut fields = json!({
                     "call": call,
                     "trigger": trigger,
                     "compactor": compactor,
@@ -457,6 +460,12 @@ impl Monitor for TraceWriter {
                     "replaced": replaced,
                     "history": history,
                 });
+                if let (Some(text), Some(object)) = (summary, fields.as_object_mut()) {
+                    object.insert(
+                        "summary".into(),
+                        json!({"text": text, "usage": summary_usage, "requests": summary_requests}),
+                    );
+                }
                 self.line(agent, "compaction", fields);
             }
             Event::ModelFailed { call, failure } => {

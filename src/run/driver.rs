@@ -22,13 +22,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use crate::core::agent_id::AgentId;
-use crate::core::compaction::{CompactTrigger, Compaction, TokenCount};
+use crate::core::compaction::{
+    CompactTrigger, Compaction, Compactor, Recorded, Summarize, TokenCount,
+};
 use crate::core::conversation::{
     AfterRound, AwaitingModel, AwaitingTools, CONTINUE_PROMPT, Compacted, Conversation, Interrupt,
     InterruptKind, Outcome, Overflow, Reply, ToolCall, ToolOutput,
 };
 use crate::core::error::{FailureKind, ModelFailure};
-use crate::core::protocol::ToolDefinition;
+use crate::core::protocol::{Message, ReplyBlock, Request, ToolDefinition, Usage, join_text};
 use crate::run::model::{AsyncModel, Blocking, Model, Received};
 use crate::run::monitor::{Event, Monitor};
 use crate::run::telemetry::{self, Telemetry};
@@ -150,6 +152,9 @@ pub trait Executor {
     }
 }
 
+/// The name a summary's compaction is recorded under.
+const SUMMARIZE: &str = "summarize";
+
 /// How many times the history may be compacted before one request: each
 /// compaction shortens it, and a trigger still due after this many is left
 /// to the server's verdict.
@@ -162,6 +167,77 @@ fn fixed_tokens(system: &str, definitions: &[ToolDefinition]) -> u64 {
     ((system.len() + tools) as u64).div_ceil(4)
 }
 
+/// A summary the model wrote for a compaction, and the history it makes.
+struct Summary {
+    history: Vec<Message>,
+    text: String,
+    usage: Option<Usage>,
+    attempts: u32,
+}
+
+/// Asks `model` for a summary of `history`, as `summarize` says: a
+/// request too long for the window is asked again without the oldest half
+/// of the rounds it summarizes, at most [`Summarize::ATTEMPTS`] times.
+/// `Err` says why there is none.
+async fn summarize<M: AsyncModel + ?Sized>(
+    model: &mut M,
+    summarize: &Summarize,
+    history: &[Message],
+) -> Result<Summary, String> {
+    let rounds = summarize.rounds(history);
+    let mut dropped = 0;
+    let mut attempts = 0;
+    let mut usage: Option<Usage> = None;
+    loop {
+        let Some(messages) = summarize.request(history, dropped) else {
+            return Err(if rounds == 0 {
+                "there is nothing to summarize".to_owned()
+            } else {
+                "even the newest rounds do not fit a summary request".to_owned()
+            });
+        };
+        attempts += 1;
+        let request = Request {
+            system: Summarize::SYSTEM,
+            tools: &[],
+            messages: &messages,
+            attachment: None,
+            output: None,
+        };
+        match model.respond_async(&request).await {
+            Ok(received) => {
+                let reply = received.response;
+                if let Some(spent) = &reply.usage {
+                    usage.get_or_insert_with(Usage::default).add(spent);
+                }
+                let text = join_text(reply.content.iter().filter_map(|block| match block {
+                    ReplyBlock::Known(block) => Some(block),
+                    ReplyBlock::Unsupported { .. } => None,
+                }));
+                if text.trim().is_empty() {
+                    return Err("the summary came back empty".to_owned());
+                }
+                let history = summarize
+                    .apply(history, &text)
+                    .ok_or_else(|| "there is nothing to summarize".to_owned())?;
+                return Ok(Summary {
+                    history,
+                    text,
+                    usage,
+                    attempts,
+                });
+            }
+            Err(failure)
+                if failure.kind() == Some(&FailureKind::ContextWindow)
+                    && (attempts as usize) < Summarize::ATTEMPTS =>
+            {
+                dropped += rounds.saturating_sub(dropped).div_ceil(2);
+            }
+            Err(failure) => return Err(format!("the summary request failed: {failure}")),
+        }
+    }
+}
+
 /// Tells `monitor` that `agent`'s history, `before` (of which the monitor
 /// has seen the first `sent` messages), was replaced by `after`'s.
 #[allow(clippy::too_many_arguments)]
@@ -172,9 +248,10 @@ fn tell_compacted(
     trigger: CompactTrigger,
     compactor: &str,
     tokens: u64,
-    before: &[crate::core::protocol::Message],
+    before: &[Message],
     sent: usize,
     after: &Conversation<AwaitingModel>,
+    summary: Option<&Summary>,
 ) {
     monitor.event(
         agent,
@@ -186,6 +263,9 @@ fn tell_compacted(
             new_messages: before.get(sent..).unwrap_or_default(),
             replaced: before.len(),
             history: after.history(),
+            summary: summary.map(|summary| summary.text.as_str()),
+            summary_usage: summary.and_then(|summary| summary.usage),
+            summary_requests: summary.map_or(0, |summary| summary.attempts),
         },
     );
 }
@@ -263,6 +343,10 @@ struct Stage {
     asking: Option<Conversation<AwaitingModel>>,
     /// Whether the request of `asking` has been sent.
     in_flight: bool,
+    /// Whether the request of `asking` was refused for its length and a
+    /// summary is being written (the refused request counts; its failure
+    /// is already told).
+    failed_in_flight: bool,
     tools: Option<Conversation<AwaitingTools>>,
 }
 
@@ -271,6 +355,7 @@ impl Stage {
     fn ask(&mut self, conversation: Conversation<AwaitingModel>) {
         self.asking = Some(conversation);
         self.in_flight = false;
+        self.failed_in_flight = false;
     }
 
     /// The conversation between turns. The loop keeps it there from each
@@ -285,6 +370,7 @@ impl Stage {
     /// Takes the conversation between turns out of the stage.
     fn take_asking(&mut self) -> Conversation<AwaitingModel> {
         self.in_flight = false;
+        self.failed_in_flight = false;
         match self.asking.take() {
             Some(conversation) => conversation,
             None => unreachable!("the loop asks only with a conversation in the stage"),
@@ -327,7 +413,9 @@ impl<E: Executor + ?Sized> Drop for Live<'_, E> {
                 AfterRound::Stopped(done) => done.into_outcome(),
             }
         } else if let Some(conversation) = stage.asking {
-            if stage.in_flight {
+            if stage.failed_in_flight {
+                conversation.interrupt_in_flight(interrupt).into_outcome()
+            } else if stage.in_flight {
                 let call = conversation.calls_made() + 1;
                 let failure = ModelFailure::with_kind(
                     FailureKind::Cancelled,
@@ -414,24 +502,50 @@ where
                     live.monitor.warning(agent, &text);
                     break;
                 }
+                // The conversation stays in the stage while the model
+                // writes a summary: a run dropped then is finished as
+                // usual.
+                let before = live.stage.asking().history().to_vec();
+                let summary = match compaction.summarize() {
+                    Some(how) => match summarize(model, how, &before).await {
+                        Ok(summary) => Some(summary),
+                        Err(why) => {
+                            let text = format!(
+                                "no summary ({why}); compacted by {} instead",
+                                compaction.compactor().name()
+                            );
+                            live.monitor.warning(agent, &text);
+                            None
+                        }
+                    },
+                    None => None,
+                };
                 let conversation = live.stage.take_asking();
-                let before = conversation.history().to_vec();
-                match conversation.compact(compaction.compactor()) {
+                let recorded = summary
+                    .as_ref()
+                    .map(|summary| Recorded::new(SUMMARIZE, &summary.history));
+                let compactor: &dyn Compactor = match &recorded {
+                    Some(recorded) => recorded,
+                    None => compaction.compactor(),
+                };
+                match conversation.compact(compactor) {
                     Compacted::Shortened(next) => {
                         tell_compacted(
                             &mut *live.monitor,
                             agent,
                             call,
                             CompactTrigger::Auto,
-                            compaction.compactor().name(),
+                            compactor.name(),
                             estimate,
                             &before,
                             sent,
                             &next,
+                            summary.as_ref(),
                         );
                         sent = next.history().len();
                         tokens.reset();
-                        live.stage.ask(next);
+                        live.stage
+                            .ask(next.spent(summary.as_ref().and_then(|summary| summary.usage)));
                     }
                     Compacted::Unchanged(same) => {
                         live.stage.ask(same);
@@ -473,7 +587,7 @@ where
             Err(failure) => telemetry::record_failure(&span, failure),
         }
         drop(span);
-        let conversation = live.stage.take_asking();
+        let mut conversation = live.stage.take_asking();
         let Received {
             response: reply,
             raw,
@@ -508,13 +622,44 @@ where
                             .before_compaction(call + 1, CompactTrigger::Overflow)
                     })
                     .map(|reason| format!("a PreCompact hook blocked compaction: {reason}"));
-                let compactor = match (&compaction, &blocked) {
-                    (_, Some(blocked)) => Err(blocked.as_str()),
-                    (None, None) => Err("compaction is off"),
-                    (Some(compaction), None) => Ok(compaction.compactor()),
-                };
                 let before = conversation.history().to_vec();
                 let estimate = tokens.of(&before);
+                let summary = match (&compaction, &blocked) {
+                    (Some(compaction), None) => match compaction.summarize() {
+                        Some(how) => {
+                            // Back in the stage while the model writes it,
+                            // the refused request counted if the run is
+                            // dropped meanwhile.
+                            live.stage.ask(conversation);
+                            live.stage.failed_in_flight = true;
+                            let summary = summarize(model, how, &before).await;
+                            conversation = live.stage.take_asking();
+                            match summary {
+                                Ok(summary) => Some(summary),
+                                Err(why) => {
+                                    let text = format!(
+                                        "no summary ({why}); compacted by {} instead",
+                                        compaction.compactor().name()
+                                    );
+                                    live.monitor.warning(agent, &text);
+                                    None
+                                }
+                            }
+                        }
+                        None => None,
+                    },
+                    _ => None,
+                };
+                let recorded = summary
+                    .as_ref()
+                    .map(|summary| Recorded::new(SUMMARIZE, &summary.history));
+                let compactor: Result<&dyn Compactor, &str> =
+                    match (&compaction, &blocked, &recorded) {
+                        (_, Some(blocked), _) => Err(blocked.as_str()),
+                        (None, None, _) => Err("compaction is off"),
+                        (Some(_), None, Some(recorded)) => Ok(recorded),
+                        (Some(compaction), None, None) => Ok(compaction.compactor()),
+                    };
                 match conversation.overflowed(failure, compactor) {
                     Overflow::Compacted(next) => {
                         tell_compacted(
@@ -527,10 +672,12 @@ where
                             &before,
                             sent,
                             &next,
+                            summary.as_ref(),
                         );
                         sent = next.history().len();
                         tokens.reset();
-                        live.stage.ask(next);
+                        live.stage
+                            .ask(next.spent(summary.as_ref().and_then(|summary| summary.usage)));
                         continue;
                     }
                     Overflow::Overflowed(done) => return live.finish(done.into_outcome()),

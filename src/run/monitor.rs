@@ -75,6 +75,13 @@ pub enum Event<'a> {
         replaced: usize,
         /// The history from now on.
         history: &'a [Message],
+        /// The summary the model wrote, when the compactor asked for one
+        /// ([`crate::core::compaction::Summarize`]).
+        summary: Option<&'a str>,
+        /// What the summary requests spent.
+        summary_usage: Option<Usage>,
+        /// How many summary requests were made (0 without a summary).
+        summary_requests: u32,
     },
     /// The model request failed.
     ModelFailed {
@@ -213,6 +220,14 @@ impl Monitor for AgentMonitor<'_> {
         }
         if let Event::EmptyReplyContinued { .. } = event {
             self.continued += 1;
+        }
+        // A summary's tokens count against the run's budget.
+        if let Event::Compacted {
+            summary_usage: Some(usage),
+            ..
+        } = event
+        {
+            self.guard.add_usage(usage);
         }
         self.monitor.event(agent, event);
     }

@@ -2,8 +2,9 @@
 //! providers and both clients: it refuses every request whose messages
 //! take more than a set number of bytes with the provider's own
 //! context-window error body. A run that reads more files than fit
-//! finishes `answered` with compaction on (the default) and
-//! `context_overflow` with it off — not `model_error`, not a hang.
+//! finishes `answered` with compaction on (the default, and with the
+//! model's summaries) and `context_overflow` with it off — not
+//! `model_error`, not a hang.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -66,6 +67,10 @@ fn server(wire: Wire) -> (MockServer, Arc<Mutex<Vec<usize>>>) {
         if bytes > WINDOW {
             return Reply::json(400, refusal(wire, bytes));
         }
+        // A summary request (its system prompt says so): the summary.
+        if body.to_string().contains("You write handoff summaries") {
+            return Reply::json(200, summary(wire));
+        }
         let next = FILES.get(reads).copied();
         reads += 1;
         Reply::json(200, reply(wire, reads, next))
@@ -112,6 +117,19 @@ fn reply(wire: Wire, n: usize, file: Option<&str>) -> Value {
                 "role": "assistant", "content": "Five files, five letters."}}],
             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
         }
+    }
+}
+
+fn summary(wire: Wire) -> Value {
+    let text = "Read files of one letter each, so far a, b and c.";
+    match wire {
+        Wire::Anthropic => json!({"id": "msg_s", "type": "message", "role": "assistant",
+            "model": "claude-test", "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn", "stop_sequence": null, "usage": {"input_tokens": 300, "output_tokens": 20}}),
+        Wire::OpenAi => json!({"id": "chatcmpl-s", "object": "chat.completion", "created": 1,
+            "model": "gpt-test", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 300, "completion_tokens": 20, "total_tokens": 320}}),
     }
 }
 
@@ -187,6 +205,40 @@ fn overflowing_run_answers_with_compaction_and_overflows_without(wire: Wire) {
         .filter(|verdict| !verdict.held())
         .collect();
     assert!(broken.is_empty(), "{wire:?}: {broken:?}");
+
+    // The model summarizes instead: the run reads every file and answers,
+    // each refusal answered by a summary of the older rounds.
+    let (mock, _) = server(wire);
+    let mut summarized = settings(&root, CompactPolicy::Summarize);
+    summarized.trace = Some(dir.path().join("summarize.jsonl"));
+    let report = run(wire, &mock.url, &summarized);
+    assert_eq!(
+        report.outcome.status,
+        StatusKind::Answered,
+        "{wire:?}: {}",
+        report.outcome.text
+    );
+    assert_eq!(report.tools.len(), FILES.len(), "{wire:?}");
+    let trace = std::fs::read_to_string(summarized.trace.as_ref().unwrap()).unwrap();
+    let compactions: Vec<Value> = trace
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|line| line["kind"] == "compaction")
+        .collect();
+    assert!(!compactions.is_empty(), "{wire:?}");
+    assert!(
+        compactions
+            .iter()
+            .all(|line| line["compactor"] == "summarize"),
+        "{wire:?}: {compactions:?}"
+    );
+    assert!(
+        mock.recorded().iter().any(|request| request
+            .json()
+            .to_string()
+            .contains("You write handoff summaries")),
+        "{wire:?}"
+    );
 
     let (mock, sizes) = server(wire);
     let off = settings(&root, CompactPolicy::Off);

@@ -705,8 +705,6 @@ fn a_pre_compact_hook_blocks_a_compaction() {
     assert!(trace.contains("was not compacted: not now"), "{trace}");
 }
 
-crate::async_twins!(a_child_compacts_within_its_own_budget_and_its_report_is_unchanged);
-
 /// The property's driver compacts: a fixed case with refusals and a
 /// threshold leaves compaction lines of both triggers, in both drivers.
 #[test]
@@ -749,3 +747,91 @@ fn the_property_runs_compact() {
         );
     }
 }
+
+/// A summary the model writes: the summary request that is itself too
+/// long is asked again without the oldest half of its rounds, the summary
+/// replaces the older rounds after the question, the trace records it
+/// (with its requests and tokens), the run goes on, replays reproduced and
+/// resumes through it.
+#[test]
+fn a_summary_replaces_older_rounds_even_when_its_own_request_overflows() {
+    use subloop::core::compaction::Summarize;
+    let dir = TempDir::new("compaction-summary");
+    let root = workspace(&dir);
+    let trace = dir.path().join("trace.jsonl");
+    let mut summary_reply = answer("Read a, b and c: each is the alphabet repeated.");
+    summary_reply.usage = Some(Usage::new(500, 40));
+    let parent = vec![
+        Ok(read("t1", "a.txt", 900)),
+        Ok(read("t2", "b.txt", 1800)),
+        Ok(read("t3", "c.txt", 2700)),
+        Ok(read("t4", "a.txt", 3600)),
+        Err(too_long()),
+        // The summary request of three rounds: too long too.
+        Err(too_long()),
+        // Of the newest one only (the oldest half dropped): the summary.
+        Ok(summary_reply),
+        Ok(answer("The files hold the alphabet.")),
+    ];
+    let compaction = || Compaction::new(Tiered::standard()).summarizing(Summarize::new(1));
+    let build = |approver: Arc<dyn Approver>, children| {
+        agent(approver, &root, children, Some(compaction()))
+    };
+    let mut model = RecordingModel::new(parent);
+    let report = build(Arc::new(AllowAll), Arc::new(ScriptedChildren(Vec::new())))
+        .monitor(TraceWriter::create(&trace).unwrap())
+        .build()
+        .run_driven("Read the files.", Budget::new(10).unwrap(), &mut model)
+        .unwrap();
+    assert_eq!(report.outcome.status, StatusKind::Answered);
+    let requests = model.requests();
+    // Six requests of the run (the fifth refused), and two summary requests.
+    assert_eq!(requests.len(), 8);
+    let summaries: Vec<_> = requests
+        .iter()
+        .filter(|request| request.system == Summarize::SYSTEM)
+        .collect();
+    assert_eq!(summaries.len(), 2);
+    assert!(summaries.iter().all(|request| request.tools.is_empty()));
+    // The first summarized the three older rounds, the second the newest of them.
+    assert_eq!(summaries[0].messages.len(), 7);
+    assert_eq!(summaries[1].messages.len(), 3);
+    for request in &requests {
+        keeps_the_protocol(&request.messages).unwrap();
+    }
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines = compactions(&text);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["compactor"], "summarize");
+    assert_eq!(lines[0]["summary"]["requests"], 2);
+    assert_eq!(lines[0]["summary"]["usage"]["input_tokens"], 500);
+    let history: Vec<Message> = serde_json::from_value(lines[0]["history"].clone()).unwrap();
+    // The question and its summary, then the last round.
+    assert_eq!(history.len(), 3);
+    assert!(history[0].text().contains(Summarize::PREFIX));
+    assert!(history[0].text().contains("each is the alphabet repeated"));
+    // The request after the summary carries it and the last round.
+    let last = &requests.last().unwrap().messages;
+    assert_eq!(last, &history);
+    assert!(broken_rules(&text).is_empty(), "{:?}", broken_rules(&text));
+    // A replay serves the summary from the trace, refusal included.
+    let replay = Replay::load(&trace)
+        .unwrap()
+        .run(
+            Arc::new(AllowAll),
+            Budget::new(10).unwrap(),
+            |approver, children| {
+                Ok::<_, Box<dyn std::error::Error>>(build(approver, children).build())
+            },
+        )
+        .unwrap();
+    assert!(replay.reproduced(), "{:?}", replay.lines(true));
+    // The tokens a summary spent count as the run's.
+    let recorded = RecordedRun::parse(&text).unwrap();
+    assert_eq!(recorded.spent_tokens(), report.total_usage().billed());
+}
+
+crate::async_twins!(
+    a_child_compacts_within_its_own_budget_and_its_report_is_unchanged,
+    a_summary_replaces_older_rounds_even_when_its_own_request_overflows,
+);
