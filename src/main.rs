@@ -11,7 +11,7 @@ use crate::host::Models;
 
 /// The live models, and the `[live]` line to print once the run will go ahead.
 #[cfg(feature = "live")]
-fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), String> {
+fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String, String), String> {
     use crate::cli::Provider;
     use std::sync::Arc;
     use std::time::Duration;
@@ -54,11 +54,12 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
             config.stream = flags.stream;
             timeouts(&mut config.timeouts);
             let line = announce(&config.model, &config.display_base_url());
+            let base = config.base_url.clone();
             let mut client = anthropic::Client::new(config);
             if show_stream {
                 client = client.with_text_sink(sink);
             }
-            Ok((Models::Live(Arc::new(client)), line))
+            Ok((Models::Live(Arc::new(client)), line, base))
         }
         Provider::OpenAi => {
             let mut config =
@@ -77,17 +78,18 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String), Str
             config.stream = flags.stream;
             timeouts(&mut config.timeouts);
             let line = announce(&config.model, &config.display_base_url());
+            let base = config.base_url.clone();
             let mut client = openai::Client::new(config);
             if show_stream {
                 client = client.with_text_sink(sink);
             }
-            Ok((Models::OpenAi(Arc::new(client)), line))
+            Ok((Models::OpenAi(Arc::new(client)), line, base))
         }
     }
 }
 
 #[cfg(not(feature = "live"))]
-fn live_client(_flags: LiveFlags, _progress: bool) -> Result<(Models, String), String> {
+fn live_client(_flags: LiveFlags, _progress: bool) -> Result<(Models, String, String), String> {
     Err(
         "this subloop was built without the `live` feature; rebuild with default features"
             .to_owned(),
@@ -332,7 +334,17 @@ fn run() -> ExitCode {
     let mut live_line = None;
     let models = match (&cli.command, &cli.script, cli.live) {
         (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
-            Ok((models, line)) => {
+            Ok((models, mut line, base)) => {
+                // The window, when not given, from a server that reports it.
+                #[cfg(feature = "live")]
+                if cli.settings.context_window.is_none()
+                    && cli.settings.compact_policy() != host::compact::CompactPolicy::Off
+                    && let Some(window) = host::compact::window_of_server(&base)
+                {
+                    cli.settings.context_window = Some(window);
+                    line.push_str(&format!(" (context window {window} tokens)"));
+                }
+                let _ = base;
                 live_line = Some(line);
                 models
             }

@@ -79,6 +79,16 @@ pub trait Trigger: Send + Sync {
 
     /// The rule in words, for records (`over 6000 tokens`).
     fn describe(&self) -> String;
+
+    /// Whether a compaction that brought the request to about `tokens`
+    /// input tokens did enough: the run compacts again (a few times at
+    /// most) until it did, so that a compactor whose savings shrink (old
+    /// results already cleared) does not leave the history just under the
+    /// line, to be compacted again a few turns later. The default: no
+    /// longer due.
+    fn relieved(&self, tokens: u64) -> bool {
+        !self.due(tokens)
+    }
 }
 
 /// Compact when the next request's input is estimated at more than a
@@ -125,6 +135,11 @@ impl Trigger for Threshold {
 
     fn describe(&self) -> String {
         format!("over {} tokens", self.tokens)
+    }
+
+    /// Half the threshold or less.
+    fn relieved(&self, tokens: u64) -> bool {
+        tokens <= self.tokens / 2
     }
 }
 

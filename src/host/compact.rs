@@ -91,3 +91,40 @@ pub fn recorded(path: &Path) -> Option<(CompactPolicy, Option<u64>)> {
     }
     None
 }
+
+/// The context window a model server reports, in tokens: llama.cpp's
+/// `llama-server` answers `GET /props` with
+/// `default_generation_settings.n_ctx`. Asked of servers other than the
+/// two official APIs (which have no such endpoint), with a 2-second limit;
+/// `None` when the server does not say.
+#[cfg(feature = "live")]
+pub fn window_of_server(base_url: &str) -> Option<u64> {
+    let root = base_url.trim_end_matches('/');
+    let root = root.strip_suffix("/v1").unwrap_or(root);
+    let official = ["://api.anthropic.com", "://api.openai.com"];
+    if official.iter().any(|host| root.contains(host)) {
+        return None;
+    }
+    let config = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .timeout_global(Some(std::time::Duration::from_secs(2)))
+        .build();
+    let agent = ureq::Agent::new_with_config(config);
+    let mut response = agent.get(format!("{root}/props")).call().ok()?;
+    if response.status() != 200 {
+        return None;
+    }
+    let text = response
+        .body_mut()
+        .with_config()
+        .limit(1 << 20)
+        .read_to_string()
+        .ok()?;
+    let props: Value = serde_json::from_str(&text).ok()?;
+    props
+        .pointer("/default_generation_settings/n_ctx")
+        .or_else(|| props.get("n_ctx"))
+        .and_then(Value::as_u64)
+        .filter(|tokens| *tokens > 0)
+}

@@ -156,8 +156,8 @@ pub trait Executor {
 const SUMMARIZE: &str = "summarize";
 
 /// How many times the history may be compacted before one request: each
-/// compaction shortens it, and a trigger still due after this many is left
-/// to the server's verdict.
+/// compaction shortens it, and a trigger not relieved after this many is
+/// left to the server's verdict.
 const COMPACTIONS_PER_REQUEST: usize = 4;
 
 /// The token estimate of a request's fixed part: the system prompt and
@@ -489,9 +489,15 @@ where
         if let Some(compaction) = &compaction
             && let Some(trigger) = compaction.trigger()
         {
-            for _ in 0..COMPACTIONS_PER_REQUEST {
+            for pass in 0..COMPACTIONS_PER_REQUEST {
                 let estimate = tokens.of(live.stage.asking().history());
-                if !trigger.due(estimate) {
+                // Due to start; once started, until relieved.
+                let go_on = if pass == 0 {
+                    trigger.due(estimate)
+                } else {
+                    !trigger.relieved(estimate)
+                };
+                if !go_on {
                     break;
                 }
                 if let Some(reason) = live.executor.before_compaction(call, CompactTrigger::Auto) {

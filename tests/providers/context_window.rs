@@ -73,7 +73,7 @@ fn server(wire: Wire) -> (MockServer, Arc<Mutex<Vec<usize>>>) {
         }
         let next = FILES.get(reads).copied();
         reads += 1;
-        Reply::json(200, reply(wire, reads, next))
+        Reply::json(200, reply(wire, reads, next, bytes / 4))
     });
     (server, sizes)
 }
@@ -91,8 +91,10 @@ fn refusal(wire: Wire, bytes: usize) -> Value {
     }
 }
 
-fn reply(wire: Wire, n: usize, file: Option<&str>) -> Value {
-    match (wire, file) {
+/// The reply to request `n`: a read of `file`, or the answer; its usage
+/// says the prompt took `prompt` tokens.
+fn reply(wire: Wire, n: usize, file: Option<&str>, prompt: usize) -> Value {
+    let mut reply = match (wire, file) {
         (Wire::Anthropic, Some(file)) => {
             json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant",
             "model": "claude-test", "content": [{"type": "tool_use", "id": format!("toolu_{n}"), "name": "read_file",
@@ -117,7 +119,12 @@ fn reply(wire: Wire, n: usize, file: Option<&str>) -> Value {
                 "role": "assistant", "content": "Five files, five letters."}}],
             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}})
         }
+    };
+    match wire {
+        Wire::Anthropic => reply["usage"]["input_tokens"] = json!(prompt),
+        Wire::OpenAi => reply["usage"]["prompt_tokens"] = json!(prompt),
     }
+    reply
 }
 
 fn summary(wire: Wire) -> Value {
@@ -273,3 +280,78 @@ crate::async_twins!(
     anthropic_overflow_is_compacted_or_ends_context_overflow,
     openai_overflow_is_compacted_or_ends_context_overflow,
 );
+
+/// A server that reports its window (`GET /props`, as llama-server does):
+/// without `--context-window`, the run takes it from there, records it,
+/// and compacts before a request past 80% of it, never refused.
+#[test]
+fn the_window_a_server_reports_is_used_before_any_refusal() {
+    let dir = TempDir::new("context-window-props");
+    let root = workspace(&dir);
+    let mut reads = 0;
+    let mock = MockServer::start(move |request: &Recorded| {
+        if request.path == "/props" {
+            return Reply::json(
+                200,
+                json!({"default_generation_settings": {"n_ctx": 2000}, "total_slots": 1}),
+            );
+        }
+        let bytes = request.json()["messages"].to_string().len();
+        if bytes > WINDOW {
+            return Reply::json(400, refusal(Wire::OpenAi, bytes));
+        }
+        let next = FILES.get(reads).copied();
+        reads += 1;
+        Reply::json(200, reply(Wire::OpenAi, reads, next, bytes / 4))
+    });
+    let trace = dir.path().join("props.jsonl");
+    let out = std::process::Command::new(crate::common::bin())
+        .args([
+            "run",
+            "--live",
+            "--provider",
+            "openai",
+            "--quiet",
+            "--decision",
+            "deny",
+        ])
+        .arg("--workspace")
+        .arg(&root)
+        .args([
+            "--question",
+            "Read every file.",
+            "--max-calls",
+            "20",
+            "--trace",
+        ])
+        .arg(&trace)
+        .env("OPENAI_BASE_URL", format!("{}/v1", mock.url))
+        .env("OPENAI_MODEL", "gpt-test")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let first = lines.iter().find(|line| line["kind"] == "request").unwrap();
+    assert_eq!(
+        first["compaction"],
+        json!({"policy": "auto", "context_window": 2000})
+    );
+    let compactions: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["kind"] == "compaction")
+        .collect();
+    assert!(!compactions.is_empty());
+    assert!(compactions.iter().all(|line| line["trigger"] == "auto"));
+    assert!(lines.iter().all(|line| line["kind"] != "model_failed"));
+}
