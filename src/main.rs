@@ -11,7 +11,12 @@ use crate::host::Models;
 
 /// The live models, and the `[live]` line to print once the run will go ahead.
 #[cfg(feature = "live")]
-fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String, String), String> {
+fn live_client(
+    flags: LiveFlags,
+    settings: &host::Settings,
+) -> Result<(Models, String, String), String> {
+    let progress = settings.progress;
+    let native = settings.compact_policy() == host::compact::CompactPolicy::Native;
     use crate::cli::Provider;
     use std::sync::Arc;
     use std::time::Duration;
@@ -53,6 +58,11 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String, Stri
             }
             config.stream = flags.stream;
             timeouts(&mut config.timeouts);
+            if native {
+                // Cleared on the server past 80% of the window, when known.
+                let trigger = settings.context_window.map(|window| window / 5 * 4);
+                config.clear_tool_uses = Some(anthropic::ClearToolUses::new(trigger));
+            }
             let line = announce(&config.model, &config.display_base_url());
             let base = config.base_url.clone();
             let mut client = anthropic::Client::new(config);
@@ -62,6 +72,9 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String, Stri
             Ok((Models::Live(Arc::new(client)), line, base))
         }
         Provider::OpenAi => {
+            if native {
+                return Err("--compact native is the Messages API's own context editing: use it with --provider anthropic (with openai: auto, clear-results, window or summarize)".to_owned());
+            }
             let mut config =
                 openai::OpenAiConfig::from_env(env, flags.model).map_err(|err| match err {
                     subloop::providers::http::ConfigError::MissingModel => {
@@ -89,7 +102,10 @@ fn live_client(flags: LiveFlags, progress: bool) -> Result<(Models, String, Stri
 }
 
 #[cfg(not(feature = "live"))]
-fn live_client(_flags: LiveFlags, _progress: bool) -> Result<(Models, String, String), String> {
+fn live_client(
+    _flags: LiveFlags,
+    _settings: &host::Settings,
+) -> Result<(Models, String, String), String> {
     Err(
         "this subloop was built without the `live` feature; rebuild with default features"
             .to_owned(),
@@ -333,7 +349,7 @@ fn run() -> ExitCode {
     }
     let mut live_line = None;
     let models = match (&cli.command, &cli.script, cli.live) {
-        (_, _, Some(flags)) => match live_client(flags, cli.settings.progress) {
+        (_, _, Some(flags)) => match live_client(flags, &cli.settings) {
             Ok((models, mut line, base)) => {
                 // The window, when not given, from a server that reports it.
                 #[cfg(feature = "live")]

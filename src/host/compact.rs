@@ -23,16 +23,20 @@ pub enum CompactPolicy {
     /// A summary the model writes of all but the last two rounds; `auto`
     /// when it cannot write one.
     Summarize,
+    /// The Messages API clears old tool results on its side (context
+    /// editing); `auto` here when a request is refused all the same.
+    Native,
 }
 
 impl CompactPolicy {
     /// Every policy, in help order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Auto,
         Self::Off,
         Self::ClearResults,
         Self::Window,
         Self::Summarize,
+        Self::Native,
     ];
 
     /// The name on the command line.
@@ -43,6 +47,7 @@ impl CompactPolicy {
             Self::ClearResults => "clear-results",
             Self::Window => "window",
             Self::Summarize => "summarize",
+            Self::Native => "native",
         }
     }
 
@@ -56,12 +61,14 @@ impl CompactPolicy {
     pub fn compaction(self, window: Option<u64>) -> Option<Compaction> {
         let compaction = match self {
             Self::Off => return None,
-            Self::Auto => Compaction::new(Tiered::standard()),
+            Self::Auto | Self::Native => Compaction::new(Tiered::standard()),
             Self::ClearResults => Compaction::new(ClearToolResults::new(2)),
             Self::Window => Compaction::new(SlidingWindow::new(4)),
             Self::Summarize => Compaction::new(Tiered::standard()).summarizing(Summarize::new(2)),
         };
         Some(match window {
+            // The server clears before the window fills; here only a refusal compacts.
+            _ if self == Self::Native => compaction,
             Some(window) => {
                 compaction.when(Threshold::of_window(window, Threshold::DEFAULT_FRACTION))
             }

@@ -310,6 +310,10 @@ pub fn demo_stream_handler() -> impl FnMut(&Recorded) -> Reply + Send + 'static 
 /// `MessageDeltaUsage` allows), `message_stop`.
 pub fn message_events(message: &Value) -> Vec<(&'static str, Value)> {
     let mut start = message.clone();
+    // What context editing cleared comes with `message_delta`, as the API sends it.
+    let edits = start
+        .as_object_mut()
+        .and_then(|object| object.remove("context_management"));
     start["content"] = json!([]);
     start["stop_reason"] = Value::Null;
     start["stop_sequence"] = Value::Null;
@@ -357,13 +361,14 @@ pub fn message_events(message: &Value) -> Vec<(&'static str, Value)> {
             json!({"type": "content_block_stop", "index": index}),
         ));
     }
-    events.push((
-        "message_delta",
-        json!({"type": "message_delta",
-            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-            "usage": {"output_tokens": message["usage"]["output_tokens"], "input_tokens": null,
-                "cache_creation_input_tokens": null, "cache_read_input_tokens": null}}),
-    ));
+    let mut delta = json!({"type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
+        "usage": {"output_tokens": message["usage"]["output_tokens"], "input_tokens": null,
+            "cache_creation_input_tokens": null, "cache_read_input_tokens": null}});
+    if let Some(edits) = edits {
+        delta["context_management"] = edits;
+    }
+    events.push(("message_delta", delta));
     events.push(("message_stop", json!({"type": "message_stop"})));
     events
 }

@@ -355,3 +355,113 @@ fn the_window_a_server_reports_is_used_before_any_refusal() {
     assert!(compactions.iter().all(|line| line["trigger"] == "auto"));
     assert!(lines.iter().all(|line| line["kind"] != "model_failed"));
 }
+
+/// `--compact native`: the Messages API's own tool-result clearing. Each
+/// request carries the beta header and the `context_management` edit
+/// (past 80% of the window, the last 3 tool uses and every `task` report
+/// kept); what the server cleared, as each reply says, is kept in the
+/// trace's `response` line, streamed or not. With the other provider it is
+/// a usage error.
+#[test]
+fn native_clearing_is_asked_of_the_messages_api_and_recorded() {
+    for stream in [false, true] {
+        let dir = TempDir::new("context-window-native");
+        let root = workspace(&dir);
+        let mut reads = 0;
+        let mock = MockServer::start(move |_request: &Recorded| {
+            let next = FILES.get(reads).copied();
+            reads += 1;
+            let mut message = reply(Wire::Anthropic, reads, next, 900 * reads);
+            message["context_management"] = json!({"applied_edits": [
+                {"type": "clear_tool_uses_20250919", "cleared_tool_uses": reads, "cleared_input_tokens": 700 * reads}]});
+            if stream {
+                crate::mock_api::Reply::sse(&crate::mock_api::message_events(&message))
+            } else {
+                Reply::json(200, message)
+            }
+        });
+        let trace = dir.path().join("native.jsonl");
+        let mut command = std::process::Command::new(crate::common::bin());
+        command
+            .args([
+                "run",
+                "--live",
+                "--compact",
+                "native",
+                "--context-window",
+                "10000",
+            ])
+            .args([
+                "--quiet",
+                "--decision",
+                "deny",
+                "--question",
+                "Read every file.",
+            ])
+            .arg("--workspace")
+            .arg(&root)
+            .arg("--trace")
+            .arg(&trace)
+            .env("ANTHROPIC_BASE_URL", &mock.url)
+            .env("ANTHROPIC_API_KEY", "sk-ant-test")
+            .stdin(std::process::Stdio::null());
+        if stream {
+            command.arg("--stream");
+        }
+        let out = command.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let requests = mock.recorded();
+        assert_eq!(requests.len(), FILES.len() + 1);
+        for request in &requests {
+            assert_eq!(
+                request.header("anthropic-beta"),
+                Some("context-management-2025-06-27")
+            );
+            assert_eq!(
+                request.json()["context_management"],
+                json!({"edits": [{"type": "clear_tool_uses_20250919",
+                    "trigger": {"type": "input_tokens", "value": 8000},
+                    "keep": {"type": "tool_uses", "value": 3}, "exclude_tools": ["task"]}]})
+            );
+        }
+        let responses: Vec<Value> = std::fs::read_to_string(&trace)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|line| line["kind"] == "response")
+            .collect();
+        assert_eq!(responses.len(), FILES.len() + 1);
+        for (n, line) in responses.iter().enumerate() {
+            assert_eq!(
+                line["response"]["context_management"]["applied_edits"][0]["cleared_tool_uses"],
+                n + 1,
+                "stream {stream}: {line}"
+            );
+        }
+    }
+    let dir = TempDir::new("context-window-native-openai");
+    let out = std::process::Command::new(crate::common::bin())
+        .args([
+            "run",
+            "--live",
+            "--provider",
+            "openai",
+            "--model",
+            "m",
+            "--compact",
+            "native",
+        ])
+        .arg("--workspace")
+        .arg(workspace(&dir))
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--compact native"));
+}

@@ -92,6 +92,63 @@ pub struct LiveConfig {
     pub retry: RetryPolicy,
     /// Use the SSE event stream.
     pub stream: bool,
+    /// The API's own tool-result clearing (context editing), when asked
+    /// for: old tool results are cleared on the server before the prompt
+    /// reaches the model, the history kept here stays whole, and each
+    /// reply says what was cleared (`context_management.applied_edits`,
+    /// kept in the trace's `response` line).
+    pub clear_tool_uses: Option<ClearToolUses>,
+}
+
+/// The settings of the Messages API's tool-result clearing
+/// (`clear_tool_uses_20250919`, beta `context-management-2025-06-27`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClearToolUses {
+    /// Clear once the prompt holds more input tokens than this (`None`:
+    /// the API's default, 100,000).
+    pub trigger_tokens: Option<u64>,
+    /// The most recent tool uses kept whole (the API's default is 3).
+    pub keep_tool_uses: u32,
+    /// Tools whose results are never cleared (a child's bounded report).
+    pub exclude_tools: Vec<String>,
+}
+
+impl ClearToolUses {
+    /// The edit's type.
+    pub const TYPE: &'static str = "clear_tool_uses_20250919";
+    /// The beta header value that enables it.
+    pub const BETA: &'static str = "context-management-2025-06-27";
+
+    /// Clears past `trigger_tokens` (the API's default when `None`),
+    /// keeping the last 3 tool uses and every `task` report.
+    pub fn new(trigger_tokens: Option<u64>) -> Self {
+        Self {
+            trigger_tokens,
+            keep_tool_uses: 3,
+            exclude_tools: vec!["task".to_owned()],
+        }
+    }
+
+    /// The request's `context_management` field.
+    fn field(&self) -> Value {
+        let mut edit = Map::new();
+        edit.insert("type".into(), json!(Self::TYPE));
+        if let Some(tokens) = self.trigger_tokens {
+            edit.insert(
+                "trigger".into(),
+                json!({"type": "input_tokens", "value": tokens}),
+            );
+        }
+        edit.insert(
+            "keep".into(),
+            json!({"type": "tool_uses", "value": self.keep_tool_uses}),
+        );
+        if !self.exclude_tools.is_empty() {
+            edit.insert("exclude_tools".into(), json!(self.exclude_tools));
+        }
+        json!({"edits": [Value::Object(edit)]})
+    }
 }
 
 impl std::fmt::Debug for LiveConfig {
@@ -104,6 +161,7 @@ impl std::fmt::Debug for LiveConfig {
             .field("timeouts", &self.timeouts)
             .field("retry", &self.retry)
             .field("stream", &self.stream)
+            .field("clear_tool_uses", &self.clear_tool_uses)
             .finish()
     }
 }
@@ -160,6 +218,7 @@ impl LiveConfig {
             timeouts: Timeouts::default(),
             retry: RetryPolicy::default(),
             stream: false,
+            clear_tool_uses: None,
         }
     }
 }
@@ -208,6 +267,9 @@ fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
     body.insert("messages".into(), messages);
     if config.stream {
         body.insert("stream".into(), json!(true));
+    }
+    if let Some(clearing) = &config.clear_tool_uses {
+        body.insert("context_management".into(), clearing.field());
     }
     if let Some(schema) = request.output {
         body.insert(
@@ -335,12 +397,16 @@ impl Protocol for LiveConfig {
         } else {
             "application/json"
         };
-        vec![
+        let mut headers = vec![
             ("x-api-key", self.api_key.expose()),
             ("anthropic-version", LiveConfig::API_VERSION),
             ("content-type", "application/json"),
             ("accept", accept),
-        ]
+        ];
+        if self.clear_tool_uses.is_some() {
+            headers.push(("anthropic-beta", ClearToolUses::BETA));
+        }
+        headers
     }
 
     fn read_error(

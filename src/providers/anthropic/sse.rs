@@ -184,6 +184,11 @@ impl StreamAssembler {
                 if let Some(Value::Object(usage)) = data.get("usage") {
                     merge_usage(&mut self.usage, usage);
                 }
+                // What the API's context editing cleared, kept with the reply.
+                if let Some(edits) = data.get("context_management") {
+                    self.message
+                        .insert("context_management".to_owned(), edits.clone());
+                }
             }
             "message_stop" => self.stopped = true,
             "error" => {
