@@ -102,7 +102,7 @@ pub fn recorded(path: &Path) -> Option<(CompactPolicy, Option<u64>)> {
 /// The context window a model server reports, in tokens: llama.cpp's
 /// `llama-server` answers `GET /props` with
 /// `default_generation_settings.n_ctx`. Asked of servers other than the
-/// two official APIs (which have no such endpoint), with a 2-second limit;
+/// two official APIs (which have no such endpoint), within one second;
 /// `None` when the server does not say.
 #[cfg(feature = "live")]
 pub fn window_of_server(base_url: &str) -> Option<u64> {
@@ -115,7 +115,7 @@ pub fn window_of_server(base_url: &str) -> Option<u64> {
     let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .max_redirects(0)
-        .timeout_global(Some(std::time::Duration::from_secs(2)))
+        .timeout_global(Some(std::time::Duration::from_secs(1)))
         .build();
     let agent = ureq::Agent::new_with_config(config);
     let mut response = agent.get(format!("{root}/props")).call().ok()?;

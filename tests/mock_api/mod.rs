@@ -106,8 +106,26 @@ pub struct MockServer {
     pub connections: Arc<AtomicUsize>,
 }
 
+/// What a `GET` gets (a model server's own endpoints, such as
+/// llama-server's `/props`, which a live run asks for its context window):
+/// not a model request, so not recorded and not handed to the handler.
+type Props = Option<Value>;
+
 impl MockServer {
     pub fn start(handler: impl FnMut(&Recorded) -> Reply + Send + 'static) -> Self {
+        Self::start_with(None, handler)
+    }
+
+    /// A server that also answers `GET /props` with `props`, as
+    /// llama-server does (every other `GET` is a 404).
+    pub fn reporting(
+        props: Value,
+        handler: impl FnMut(&Recorded) -> Reply + Send + 'static,
+    ) -> Self {
+        Self::start_with(Some(props), handler)
+    }
+
+    fn start_with(props: Props, handler: impl FnMut(&Recorded) -> Reply + Send + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -118,8 +136,8 @@ impl MockServer {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { break };
                 let index = conns.fetch_add(1, Ordering::SeqCst);
-                let (reqs, handler) = (reqs.clone(), handler.clone());
-                std::thread::spawn(move || serve(stream, index, &reqs, &handler));
+                let (reqs, handler, props) = (reqs.clone(), handler.clone(), props.clone());
+                std::thread::spawn(move || serve(stream, index, &reqs, &handler, props.as_ref()));
             }
         });
         Self {
@@ -139,6 +157,7 @@ fn serve(
     connection: usize,
     requests: &Mutex<Vec<Recorded>>,
     handler: &Mutex<Handler>,
+    props: Option<&Value>,
 ) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
@@ -148,6 +167,7 @@ fn serve(
         if reader.read_line(&mut line).unwrap_or(0) == 0 {
             return;
         }
+        let method = line.split_whitespace().next().unwrap_or("").to_owned();
         let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
         let mut headers = Vec::new();
         loop {
@@ -171,6 +191,23 @@ fn serve(
         let mut body = vec![0; length];
         if reader.read_exact(&mut body).is_err() {
             return;
+        }
+        if method == "GET" {
+            let (status, body) = match props.filter(|_| path == "/props") {
+                Some(props) => (200, props.to_string()),
+                None => (404, r#"{"error": "not found"}"#.to_owned()),
+            };
+            let head = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            if writer.write_all(head.as_bytes()).is_err()
+                || writer.write_all(body.as_bytes()).is_err()
+            {
+                return;
+            }
+            let _ = writer.flush();
+            continue;
         }
         let recorded = Recorded {
             path,

@@ -289,13 +289,8 @@ fn the_window_a_server_reports_is_used_before_any_refusal() {
     let dir = TempDir::new("context-window-props");
     let root = workspace(&dir);
     let mut reads = 0;
-    let mock = MockServer::start(move |request: &Recorded| {
-        if request.path == "/props" {
-            return Reply::json(
-                200,
-                json!({"default_generation_settings": {"n_ctx": 2000}, "total_slots": 1}),
-            );
-        }
+    let props = json!({"default_generation_settings": {"n_ctx": 2000}, "total_slots": 1});
+    let mock = MockServer::reporting(props, move |request: &Recorded| {
         let bytes = request.json()["messages"].to_string().len();
         if bytes > WINDOW {
             return Reply::json(400, refusal(Wire::OpenAi, bytes));

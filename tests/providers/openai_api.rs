@@ -1122,12 +1122,18 @@ crate::async_twins!(
 fn a_server_that_never_answers_is_a_model_error_naming_the_flags_that_help() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let base = format!("http://{}/v1", listener.local_addr().expect("addr"));
-    // Held open, never answered, until the test ends.
+    // Every connection held open, never answered, until the test ends (the
+    // run first asks `GET /props` for the window, which goes unanswered
+    // too, then the model request).
     let held = std::thread::spawn(move || {
         let mut open = Vec::new();
-        if let Ok((stream, _)) = listener.accept() {
-            open.push(stream);
-            std::thread::sleep(Duration::from_secs(3));
+        let _ = listener.set_nonblocking(true);
+        let until = std::time::Instant::now() + Duration::from_secs(4);
+        while std::time::Instant::now() < until {
+            if let Ok((stream, _)) = listener.accept() {
+                open.push(stream);
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     });
     let output = Command::new(common::bin())
