@@ -285,43 +285,46 @@ impl ResumePoint {
             verified = history.len();
             kept = number;
             compacted_sent = None;
+            // Refused for its length: the compaction it forced is recorded
+            // before the next request (which may never have been sent: the
+            // resumed run sends it).
+            let forced = match run.reply(agent, number) {
+                Some(Err(failure))
+                    if failure.kind() == Some(&crate::core::error::FailureKind::ContextWindow) =>
+                {
+                    run.compactions_before(agent, number + 1)
+                        .into_iter()
+                        .next()
+                        .map(|compaction| (failure, compaction))
+                }
+                _ => None,
+            };
+            if let Some((failure, (compaction, replaced, history))) = forced {
+                if replaced != conversation.history() {
+                    return Err(broken(
+                        number + 1,
+                        "the compaction does not replace the history the refused request carried",
+                    ));
+                }
+                let recorded = Recorded {
+                    name: &compaction.compactor,
+                    history,
+                };
+                conversation = match conversation.overflowed(failure.clone(), Ok(&recorded)) {
+                    Overflow::Compacted(next) => next,
+                    Overflow::Overflowed(done) => {
+                        return Err(broken(number + 1, done.text()));
+                    }
+                };
+                taken = 1;
+                verified = 0;
+                if call == recorded_calls {
+                    compacted_sent = Some(conversation.history().len());
+                }
+                continue;
+            }
             let reply = match run.reply(agent, number) {
                 Some(Ok(reply)) => reply.clone(),
-                // Refused for its length: the compaction it forced is
-                // recorded before the next request (which may never have
-                // been sent: the resumed run sends it).
-                Some(Err(failure))
-                    if failure.kind() == Some(&crate::core::error::FailureKind::ContextWindow)
-                        && !run.compactions_before(agent, number + 1).is_empty() =>
-                {
-                    let compactions = run.compactions_before(agent, number + 1);
-                    let Some((compaction, replaced, history)) = compactions.first() else {
-                        unreachable!("checked above: a compaction follows");
-                    };
-                    if *replaced != conversation.history() {
-                        return Err(broken(
-                            number + 1,
-                            "the compaction does not replace the history the refused request carried",
-                        ));
-                    }
-                    let recorded = Recorded {
-                        name: &compaction.compactor,
-                        history,
-                    };
-                    conversation = match conversation.overflowed(failure.clone(), Ok(&recorded)) {
-                        Overflow::Compacted(next) => next,
-                        Overflow::Overflowed(done) => {
-                            return Err(broken(number + 1, done.text()));
-                        }
-                    };
-                    taken = 1;
-                    verified = 0;
-                    kept = number;
-                    if call == recorded_calls {
-                        compacted_sent = Some(conversation.history().len());
-                    }
-                    continue;
-                }
                 // Failed or never answered: only the last request may be; it is asked again.
                 Some(Err(_)) | None if call == recorded_calls && follow_up.is_none() => {
                     kept = number - 1;

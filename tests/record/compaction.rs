@@ -400,6 +400,37 @@ fn an_overflow_is_compacted_and_the_run_answers_and_replays() {
     );
     let replay = host::replay(&settings, settings.trace.as_ref().unwrap(), false).unwrap();
     assert!(replay.reproduced(), "{:?}", replay.lines(true));
+    // `view` shows it, in the terminal and on the page, and `--check` holds.
+    let trace_path = settings.trace.as_ref().unwrap();
+    let view = std::process::Command::new(common::bin())
+        .args(["view", "--check"])
+        .arg(trace_path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&view.stdout);
+    assert_eq!(view.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("parent history compacted before call 5 (overflow, tiered): 7 messages"),
+        "{text}"
+    );
+    let page = dir.path().join("page.html");
+    let view = std::process::Command::new(common::bin())
+        .arg("view")
+        .arg(trace_path)
+        .arg("-o")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_eq!(view.status.code(), Some(0));
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("\"compacted\":[{\"trigger\":\"overflow\""),
+        "the page's data holds the compaction"
+    );
+    assert!(
+        html.contains("\"histories\":["),
+        "the page's data holds both histories"
+    );
 }
 
 #[test]

@@ -211,7 +211,8 @@ fn the_pages_of_the_demo_runs_and_a_long_run_draw_in_a_browser() {
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&shots).expect("screenshot dir");
 
-    // Pages: the three demo runs through `--view`, a 1000-turn run through `view -o`.
+    // Pages: the three demo runs through `--view`, a 1000-turn run through
+    // `view -o`, and the same run compacted, through `--view`.
     let mut pages: Vec<(&str, PathBuf, PathBuf)> = Vec::new();
     for (name, flags) in [
         ("allow", &["--decision", "allow"][..]),
@@ -278,6 +279,41 @@ fn the_pages_of_the_demo_runs_and_a_long_run_draw_in_a_browser() {
         String::from_utf8_lossy(&out.stderr)
     );
     pages.push(("long", trace, page));
+    // The same run compacted under a 20,000-token window: its requests
+    // after each compaction open the history that compaction made.
+    let trace = dir.path().join("compacted.jsonl");
+    let page = dir.path().join("compacted.html");
+    let out = subloop(&[
+        "run",
+        "--quiet",
+        "--decision",
+        "deny",
+        "--max-calls",
+        "1001",
+        "--context-window",
+        "20000",
+        "--workspace",
+        workspace.to_str().expect("utf-8"),
+        "--script",
+        script.to_str().expect("utf-8"),
+        "--trace",
+        trace.to_str().expect("utf-8"),
+        "--view",
+        page.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read_to_string(&trace)
+            .expect("trace")
+            .contains("\"kind\":\"compaction\""),
+        "the compacted run compacted"
+    );
+    pages.push(("compacted", trace, page));
 
     // The browser's own traffic, from a page with nothing in it; and a
     // control page that does fetch, so the check is seen to catch a request.
