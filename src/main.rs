@@ -59,9 +59,12 @@ fn live_client(
             config.stream = flags.stream;
             timeouts(&mut config.timeouts);
             if native {
-                // Cleared on the server past 80% of the window, when known.
-                let trigger = settings.context_window.map(|window| window / 5 * 4);
-                config.clear_tool_uses = Some(anthropic::ClearToolUses::new(trigger));
+                // On the server, when the window is known: old tool results
+                // cleared past 60% of it, the history compacted past 80%
+                // (else the API's defaults, 100,000 and 150,000 tokens).
+                let at = |fifths: u64| settings.context_window.map(|window| window / 5 * fifths);
+                config.clear_tool_uses = Some(anthropic::ClearToolUses::new(at(3)));
+                config.server_compaction = Some(anthropic::ServerCompaction::new(at(4)));
             }
             let line = announce(&config.model, &config.display_base_url());
             let base = config.base_url.clone();

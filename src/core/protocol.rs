@@ -129,6 +129,19 @@ pub enum Block {
         /// Opaque encrypted reasoning.
         data: String,
     },
+    /// `{"type": "compaction", "content", …}`: the Messages API's summary of
+    /// the history before it (its server-side compaction, beta
+    /// `compact-2026-01-12`); kept and sent back unchanged, every field of
+    /// it, so the server reads the summary instead of what it replaced.
+    Compaction {
+        /// The summary; `None` when the server's compaction failed (the
+        /// block is then a no-op, still sent back).
+        #[serde(default)]
+        content: Option<String>,
+        /// Its other fields (`encrypted_content`, `signature`, …), as received.
+        #[serde(flatten)]
+        rest: serde_json::Map<String, Value>,
+    },
 }
 
 fn is_false(value: &bool) -> bool {
@@ -158,6 +171,7 @@ impl Block {
             Self::ToolResult { .. } => "tool_result",
             Self::Thinking { .. } => "thinking",
             Self::RedactedThinking { .. } => "redacted_thinking",
+            Self::Compaction { .. } => "compaction",
         }
     }
 }
@@ -535,7 +549,7 @@ impl ReplyBlock {
             .to_owned();
         match kind.as_str() {
             // `tool_result` is a user-side block: a model may not send one.
-            "text" | "tool_use" | "thinking" | "redacted_thinking" => {
+            "text" | "tool_use" | "thinking" | "redacted_thinking" | "compaction" => {
                 // Read from a borrow: only the block's own fields are copied, not the whole value.
                 match Block::deserialize(&raw) {
                     Ok(block) => Self::Known(block),
@@ -733,7 +747,7 @@ mod tests {
             .unwrap_or("<missing>")
             .to_owned();
         match kind.as_str() {
-            "text" | "tool_use" | "thinking" | "redacted_thinking" => {
+            "text" | "tool_use" | "thinking" | "redacted_thinking" | "compaction" => {
                 match serde_json::from_value::<Block>(raw.clone()) {
                     Ok(block) => ReplyBlock::Known(block),
                     Err(err) => ReplyBlock::Unsupported {

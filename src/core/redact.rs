@@ -163,6 +163,11 @@ impl Redactor {
             Block::Thinking { thinking, .. } => {
                 self.string(thinking);
             }
+            Block::Compaction { content, .. } => {
+                if let Some(content) = content {
+                    self.string(content);
+                }
+            }
             Block::RedactedThinking { .. } => {}
         }
     }

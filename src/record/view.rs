@@ -201,7 +201,17 @@ fn agent_lines(
                 } else {
                     format!(": {}", preview(&text))
                 };
-                format!("{stop}{usage}{said}")
+                // The Messages API's own compaction (`--compact native`).
+                let compacted = if reply
+                    .content
+                    .iter()
+                    .any(|block| matches!(block, ReplyBlock::Known(Block::Compaction { .. })))
+                {
+                    " (the server summarized the history before it)"
+                } else {
+                    ""
+                };
+                format!("{stop}{usage}{compacted}{said}")
             }
             Some(Err(failure)) => {
                 paint.code("31", &format!("failed: {}", printable(failure.message())))

@@ -351,12 +351,19 @@ fn the_window_a_server_reports_is_used_before_any_refusal() {
     assert!(lines.iter().all(|line| line["kind"] != "model_failed"));
 }
 
-/// `--compact native`: the Messages API's own tool-result clearing. Each
-/// request carries the beta header and the `context_management` edit
-/// (past 80% of the window, the last 3 tool uses and every `task` report
-/// kept); what the server cleared, as each reply says, is kept in the
-/// trace's `response` line, streamed or not. With the other provider it is
-/// a usage error.
+/// The Messages API's summary block, as a reply begins with it.
+fn compaction_block() -> Value {
+    json!({"type": "compaction", "content": "Read a.txt and b.txt: one letter each.",
+           "encrypted_content": "b3BhcXVl"})
+}
+
+/// `--compact native`: the Messages API's own tool-result clearing and
+/// compaction. Each request carries both betas and both edits (clearing
+/// past 60% of the window, the last 3 tool uses and every `task` report
+/// kept; compaction past 80%); what the server cleared, as each reply
+/// says, is kept in the trace's `response` line, and its summary block is
+/// sent back with every later request, streamed or not. With the other
+/// provider it is a usage error.
 #[test]
 fn native_clearing_is_asked_of_the_messages_api_and_recorded() {
     for stream in [false, true] {
@@ -369,6 +376,11 @@ fn native_clearing_is_asked_of_the_messages_api_and_recorded() {
             let mut message = reply(Wire::Anthropic, reads, next, 900 * reads);
             message["context_management"] = json!({"applied_edits": [
                 {"type": "clear_tool_uses_20250919", "cleared_tool_uses": reads, "cleared_input_tokens": 700 * reads}]});
+            // The third reply begins with the server's summary.
+            if reads == 3 {
+                let content = message["content"].as_array_mut().unwrap();
+                content.insert(0, compaction_block());
+            }
             if stream {
                 crate::mock_api::Reply::sse(&crate::mock_api::message_events(&message))
             } else {
@@ -412,17 +424,32 @@ fn native_clearing_is_asked_of_the_messages_api_and_recorded() {
         );
         let requests = mock.recorded();
         assert_eq!(requests.len(), FILES.len() + 1);
-        for request in &requests {
+        for (n, request) in requests.iter().enumerate() {
             assert_eq!(
                 request.header("anthropic-beta"),
-                Some("context-management-2025-06-27")
+                Some("context-management-2025-06-27,compact-2026-01-12")
             );
+            let body = request.json();
             assert_eq!(
-                request.json()["context_management"],
+                body["context_management"],
                 json!({"edits": [{"type": "clear_tool_uses_20250919",
-                    "trigger": {"type": "input_tokens", "value": 8000},
-                    "keep": {"type": "tool_uses", "value": 3}, "exclude_tools": ["task"]}]})
+                    "trigger": {"type": "input_tokens", "value": 6000},
+                    "keep": {"type": "tool_uses", "value": 3}, "exclude_tools": ["task"]},
+                    {"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 8000}}]})
             );
+            // From the fourth request on, the summary goes back as received.
+            let sent_back = body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|message| message["content"].as_array().cloned().unwrap_or_default())
+                .any(|mut block| {
+                    if let Some(object) = block.as_object_mut() {
+                        object.remove("cache_control");
+                    }
+                    block == compaction_block()
+                });
+            assert_eq!(sent_back, n >= 3, "stream {stream}: request {}", n + 1);
         }
         let responses: Vec<Value> = std::fs::read_to_string(&trace)
             .unwrap()
@@ -431,6 +458,17 @@ fn native_clearing_is_asked_of_the_messages_api_and_recorded() {
             .filter(|line| line["kind"] == "response")
             .collect();
         assert_eq!(responses.len(), FILES.len() + 1);
+        let view = std::process::Command::new(crate::common::bin())
+            .args(["view", "--check"])
+            .arg(&trace)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&view.stdout);
+        assert_eq!(view.status.code(), Some(0), "{text}");
+        assert!(
+            text.contains("parent call 3 (4 tools offered) -> tool_use, 2700 in / 10 out tokens (the server summarized the history before it)"),
+            "{text}"
+        );
         for (n, line) in responses.iter().enumerate() {
             assert_eq!(
                 line["response"]["context_management"]["applied_edits"][0]["cleared_tool_uses"],

@@ -98,6 +98,68 @@ pub struct LiveConfig {
     /// reply says what was cleared (`context_management.applied_edits`,
     /// kept in the trace's `response` line).
     pub clear_tool_uses: Option<ClearToolUses>,
+    /// The API's own compaction, when asked for: past its trigger the
+    /// server summarizes the history, the reply begins with a `compaction`
+    /// block (`core::protocol::Block::Compaction`) that is kept in the
+    /// history and sent back, and the server reads the summary instead of
+    /// what it replaced.
+    pub server_compaction: Option<ServerCompaction>,
+}
+
+/// The settings of the Messages API's server-side compaction
+/// (`compact_20260112`, beta `compact-2026-01-12`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerCompaction {
+    /// Compact once the prompt holds more input tokens than this (`None`:
+    /// the API's default, 150,000).
+    pub trigger_tokens: Option<u64>,
+}
+
+impl ServerCompaction {
+    /// The edit's type.
+    pub const TYPE: &'static str = "compact_20260112";
+    /// The beta header value that enables it.
+    pub const BETA: &'static str = "compact-2026-01-12";
+
+    /// Compacts past `trigger_tokens` (the API's default when `None`).
+    pub fn new(trigger_tokens: Option<u64>) -> Self {
+        Self { trigger_tokens }
+    }
+
+    /// Its entry in `context_management.edits`.
+    fn edit(&self) -> Value {
+        let mut edit = Map::new();
+        edit.insert("type".into(), json!(Self::TYPE));
+        if let Some(tokens) = self.trigger_tokens {
+            edit.insert(
+                "trigger".into(),
+                json!({"type": "input_tokens", "value": tokens}),
+            );
+        }
+        Value::Object(edit)
+    }
+}
+
+/// The `anthropic-beta` header with both context-management betas.
+const BOTH_BETAS: &str = "context-management-2025-06-27,compact-2026-01-12";
+
+/// The request's `context_management` field for `config`'s edits, if it
+/// asks for any: tool-result clearing first, then compaction.
+fn context_management(config: &LiveConfig) -> Option<Value> {
+    let edits: Vec<Value> = config
+        .clear_tool_uses
+        .as_ref()
+        .map(ClearToolUses::edit)
+        .into_iter()
+        .chain(
+            config
+                .server_compaction
+                .as_ref()
+                .map(ServerCompaction::edit),
+        )
+        .collect();
+    (!edits.is_empty()).then(|| json!({"edits": edits}))
 }
 
 /// The settings of the Messages API's tool-result clearing
@@ -130,8 +192,8 @@ impl ClearToolUses {
         }
     }
 
-    /// The request's `context_management` field.
-    fn field(&self) -> Value {
+    /// Its entry in `context_management.edits`.
+    fn edit(&self) -> Value {
         let mut edit = Map::new();
         edit.insert("type".into(), json!(Self::TYPE));
         if let Some(tokens) = self.trigger_tokens {
@@ -147,7 +209,7 @@ impl ClearToolUses {
         if !self.exclude_tools.is_empty() {
             edit.insert("exclude_tools".into(), json!(self.exclude_tools));
         }
-        json!({"edits": [Value::Object(edit)]})
+        Value::Object(edit)
     }
 }
 
@@ -162,6 +224,7 @@ impl std::fmt::Debug for LiveConfig {
             .field("retry", &self.retry)
             .field("stream", &self.stream)
             .field("clear_tool_uses", &self.clear_tool_uses)
+            .field("server_compaction", &self.server_compaction)
             .finish()
     }
 }
@@ -219,6 +282,7 @@ impl LiveConfig {
             retry: RetryPolicy::default(),
             stream: false,
             clear_tool_uses: None,
+            server_compaction: None,
         }
     }
 }
@@ -268,8 +332,8 @@ fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
     if config.stream {
         body.insert("stream".into(), json!(true));
     }
-    if let Some(clearing) = &config.clear_tool_uses {
-        body.insert("context_management".into(), clearing.field());
+    if let Some(field) = context_management(config) {
+        body.insert("context_management".into(), field);
     }
     if let Some(schema) = request.output {
         body.insert(
@@ -403,8 +467,14 @@ impl Protocol for LiveConfig {
             ("content-type", "application/json"),
             ("accept", accept),
         ];
-        if self.clear_tool_uses.is_some() {
-            headers.push(("anthropic-beta", ClearToolUses::BETA));
+        let beta = match (&self.clear_tool_uses, &self.server_compaction) {
+            (Some(_), Some(_)) => Some(BOTH_BETAS),
+            (Some(_), None) => Some(ClearToolUses::BETA),
+            (None, Some(_)) => Some(ServerCompaction::BETA),
+            (None, None) => None,
+        };
+        if let Some(beta) = beta {
+            headers.push(("anthropic-beta", beta));
         }
         headers
     }

@@ -147,6 +147,17 @@ impl StreamAssembler {
                             push_citation(&mut state.block, citation.clone());
                         }
                     }
+                    // A server compaction's summary: each frame replaces
+                    // the block's fields it names, not appends to them.
+                    "compaction_delta" => {
+                        if let (Some(block), Some(fields)) =
+                            (state.block.as_object_mut(), delta.as_object())
+                        {
+                            for (key, value) in fields.iter().filter(|(key, _)| *key != "type") {
+                                block.insert(key.clone(), value.clone());
+                            }
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -264,6 +275,7 @@ fn read_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::protocol::Block;
 
     #[test]
     fn deltas_for_blocks_never_started_are_failures() {
@@ -361,6 +373,55 @@ mod tests {
             .and_then(Value::as_str)
             .unwrap_or_default();
         assert_eq!(path.len(), DELTAS / 5 * 85);
+    }
+
+    /// A server compaction streams as a `compaction` block whose
+    /// `compaction_delta` frames replace its fields; the block is kept
+    /// whole, with the fields this crate does not read, and what context
+    /// editing cleared comes with `message_delta`.
+    #[test]
+    fn a_streamed_server_compaction_is_kept_whole() {
+        let stream = [
+            r#"{"type":"message_start","message":{"usage":{"input_tokens":1}}}"#,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"compaction","content":null}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"Read a","encrypted_content":null}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"compaction_delta","content":"Read a and b.","encrypted_content":"opaque=="}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Done."}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":2},"context_management":{"applied_edits":[]}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]
+        .iter()
+        .map(|data| format!("data: {data}\n\n"))
+        .collect::<String>();
+        let received = read_stream(stream.as_bytes(), &mut |_| {}).expect("a message");
+        let first = received.response.content.first().expect("a block");
+        let crate::core::protocol::ReplyBlock::Known(Block::Compaction { content, rest }) = first
+        else {
+            panic!("not a compaction block: {first:?}");
+        };
+        assert_eq!(content.as_deref(), Some("Read a and b."));
+        assert_eq!(
+            rest.get("encrypted_content"),
+            Some(&serde_json::json!("opaque=="))
+        );
+        let raw = received.raw.expect("the assembled message");
+        assert_eq!(
+            raw["context_management"],
+            serde_json::json!({"applied_edits": []})
+        );
+        // Sent back as received.
+        let sent = serde_json::to_value(Block::Compaction {
+            content: content.clone(),
+            rest: rest.clone(),
+        })
+        .expect("a block serializes");
+        assert_eq!(
+            sent,
+            serde_json::json!({"type": "compaction", "content": "Read a and b.", "encrypted_content": "opaque=="})
+        );
     }
 
     #[test]
