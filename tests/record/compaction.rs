@@ -866,3 +866,79 @@ crate::async_twins!(
     a_child_compacts_within_its_own_budget_and_its_report_is_unchanged,
     a_summary_replaces_older_rounds_even_when_its_own_request_overflows,
 );
+
+/// A hand-edited compaction line: a history that splits a call from its
+/// result is a broken rule `view --check` names and a trace `--resume`
+/// refuses; a line of the wrong shape is refused with its line number;
+/// neither panics.
+#[test]
+fn a_hand_broken_compaction_is_named_not_resumed() {
+    let dir = TempDir::new("compaction-broken");
+    let root = workspace(&dir);
+    let script = [
+        read_json("t1", "a.txt"),
+        read_json("t2", "b.txt"),
+        read_json("t3", "c.txt"),
+        too_long_json(),
+        read_json("t4", "a.txt"),
+        answer_json("Done."),
+    ];
+    let settings = settings(&dir, &root, &script);
+    execute(&settings);
+    let whole = std::fs::read_to_string(settings.trace.as_ref().unwrap()).unwrap();
+    // The compaction's history loses its last message (a result): its call
+    // is left without one. Cut after that line, as if the run died there.
+    let mut broken = String::new();
+    let mut number = 0;
+    for line in whole.lines() {
+        let mut value: Value = serde_json::from_str(line).unwrap();
+        if value["kind"] == "compaction" {
+            value["history"].as_array_mut().unwrap().pop();
+            number = broken.lines().count() + 1;
+            broken.push_str(&value.to_string());
+            broken.push('\n');
+            break;
+        }
+        broken.push_str(line);
+        broken.push('\n');
+    }
+    assert!(number > 0);
+    let path = dir.write("broken.jsonl", &broken);
+    let check = std::process::Command::new(common::bin())
+        .args(["view", "--check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{text}");
+    assert!(text.contains("broken"), "{text}");
+    let mut resumed = settings.clone();
+    resumed.trace = None;
+    resumed.resume = Some(path.clone());
+    let script = std::fs::read_to_string(resumed.script.as_ref().unwrap()).unwrap();
+    let script = subloop::providers::scripted::Script::parse(&script).unwrap();
+    let err = host::execute(&resumed, Models::Script(script)).expect_err("refused");
+    assert!(err.to_string().contains("compaction"), "{err}");
+    // A compaction line of the wrong shape.
+    let mut shape = String::new();
+    for line in whole.lines() {
+        let mut value: Value = serde_json::from_str(line).unwrap();
+        if value["kind"] == "compaction" {
+            value["history"] = json!(7);
+        }
+        shape.push_str(&value.to_string());
+        shape.push('\n');
+    }
+    let path = dir.write("shape.jsonl", &shape);
+    let check = std::process::Command::new(common::bin())
+        .args(["view", "--check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("line {number}: a `compaction` line")),
+        "{stderr}"
+    );
+}

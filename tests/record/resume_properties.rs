@@ -1,6 +1,7 @@
-//! For arbitrary scripted runs, the trace cut at every line boundary either
-//! resumes to a history that keeps the conversation's rules or is refused
-//! with an error — never a panic, never a broken history.
+//! For arbitrary scripted runs (compacted under a small window or not),
+//! the trace cut at every line boundary either resumes to a history that
+//! keeps the conversation's rules or is refused with an error — never a
+//! panic, never a broken history.
 
 use crate::common;
 
@@ -63,17 +64,30 @@ fn replies(rounds: &[Vec<Value>], answers: bool) -> Value {
 }
 
 /// The trace of a scripted run of `rounds` (and an answer if `answers`)
-/// with `max_calls` and `decision`, and the folder that holds it.
+/// with `max_calls` and `decision`, compacted (the default policy) under
+/// a context `window` of that many tokens when there is one, and the
+/// folder that holds it.
 fn recorded(
     rounds: &[Vec<Value>],
     answers: bool,
     max_calls: u32,
     decision: DecisionMode,
+    window: Option<u64>,
     tag: &str,
 ) -> (TempDir, String) {
     let dir = TempDir::new(tag);
     dir.write("ws/main.py", "print(6 * 7)\n");
-    let script = dir.write("script.json", replies(rounds, answers).to_string());
+    let mut script = replies(rounds, answers);
+    // Under a window the run counts by its own estimate: the script's
+    // token counts (far below it) would hide what the history holds.
+    if window.is_some() {
+        for reply in script["parent"].as_array_mut().into_iter().flatten() {
+            if let Some(object) = reply.as_object_mut() {
+                object.remove("usage");
+            }
+        }
+    }
+    let script = dir.write("script.json", script.to_string());
     let trace = dir.path().join("run.jsonl");
     let mut settings = Settings::new(dir.path().join("ws"));
     settings.question = "Check main.py.".to_owned();
@@ -82,6 +96,7 @@ fn recorded(
     settings.progress = false;
     settings.trace = Some(trace.clone());
     settings.script = Some(script.clone());
+    settings.context_window = window;
     let loaded = subloop::providers::scripted::Script::load(&script).expect("script");
     host::execute(&settings, Models::Script(loaded)).expect("run");
     let text = std::fs::read_to_string(&trace).expect("trace");
@@ -141,8 +156,10 @@ proptest! {
     fn every_prefix_resumes_to_a_sound_history_or_is_refused(
         (rounds, answers) in script(),
         max_calls in 1u32..6,
+        window in proptest::option::of(600u64..1400),
     ) {
-        let (_dir, text) = recorded(&rounds, answers, max_calls, DecisionMode::Deny, "resume-prop");
+        let (_dir, text) =
+            recorded(&rounds, answers, max_calls, DecisionMode::Deny, window, "resume-prop");
         let mut cut = 0;
         let mut prefixes = vec![String::new()];
         for line in text.split_inclusive('\n') {
@@ -297,7 +314,8 @@ proptest! {
         max_calls in 1u32..6,
         changes in prop::collection::vec((any::<prop::sample::Index>(), mutations()), 1..12),
     ) {
-        let (_dir, text) = recorded(&rounds, answers, max_calls, DecisionMode::Allow, "check-prop");
+        let (_dir, text) =
+            recorded(&rounds, answers, max_calls, DecisionMode::Allow, None, "check-prop");
         let lines: Vec<String> = text.lines().map(str::to_owned).collect();
         // The run as recorded holds every rule.
         let run = RecordedRun::parse(&text).expect("the trace reads");
