@@ -303,6 +303,18 @@ fn run() -> ExitCode {
                 }
             };
         }
+        Ok(Invocation::Check(args)) => {
+            let mut out = Vec::new();
+            let status = crate::cli::check::run(&args, &mut out);
+            let text = String::from_utf8_lossy(&out);
+            return match crate::cli::output::print_stdout(text.trim_end(), false) {
+                Ok(()) => ExitCode::from(status),
+                Err(err) => {
+                    let _ = writeln!(std::io::stderr(), "subloop: cannot write the output: {err}");
+                    ExitCode::from(1)
+                }
+            };
+        }
         Err(err) => return usage_error(err),
     };
     let command = cli.command;

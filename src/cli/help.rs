@@ -32,6 +32,7 @@ fn overview() -> String {
         usage_lines(Command::Chat),
         usage_lines(Command::View),
         vec![
+            "subloop check FILE... [--format FORMAT] [--json]".to_owned(),
             "subloop doctor".to_owned(),
             "subloop help [COMMAND]".to_owned(),
             "subloop -h | --help".to_owned(),
@@ -53,6 +54,10 @@ fn overview() -> String {
         ("replay", summary(Command::Replay)),
         ("chat", summary(Command::Chat)),
         ("view", summary(Command::View)),
+        (
+            "check",
+            "check histories by the loop's pairing rules: subloop traces, Messages API and Chat Completions request histories",
+        ),
         (
             "doctor",
             "what this machine supports of run_main's sandbox (Landlock, seccomp), level by level",

@@ -1,5 +1,6 @@
 //! The command line: `subloop demo`, `subloop run`, `subloop replay`,
-//! `subloop chat`, `subloop view`, `subloop doctor` and `subloop help`.
+//! `subloop chat`, `subloop view`, `subloop check`, `subloop doctor` and
+//! `subloop help`.
 //!
 //! Every flag is one entry of a table (`flags.rs`) that says which
 //! subcommands take it, what its help line is, and what it sets; the parser
@@ -8,6 +9,7 @@
 //! with the same hint, `(see `subloop run --help`)`. `main.rs` only calls
 //! [`parse`], wires [`crate::host`] and prints.
 
+pub mod check;
 mod doctor;
 pub mod durable;
 mod flags;
@@ -150,6 +152,8 @@ pub enum Invocation {
     Run(Box<Cli>),
     /// Print this text on stdout and exit 0 (a help text or the version).
     Print(String),
+    /// `subloop check FILE…`.
+    Check(check::CheckArgs),
 }
 
 /// A usage error: one line that ends with a pointer to the right help.
@@ -211,6 +215,7 @@ where
         Some(Arg::Short('h') | Arg::Long("help")) => return Ok(Invocation::Print(help(None))),
         Some(Arg::Short('V') | Arg::Long("version")) => return Ok(Invocation::Print(version())),
         Some(Arg::Value(word)) if word == "help" => return help_topic(&mut parser),
+        Some(Arg::Value(word)) if word == "check" => return check::parse(&mut parser),
         Some(Arg::Value(word)) if word == "doctor" => {
             return match parser.next().map_err(|err| top(lexopt_message(err)))? {
                 None => Ok(Invocation::Print(doctor::report(
@@ -467,6 +472,9 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
             return Ok(Invocation::Print(help(None)));
         }
         Some(Arg::Value(word)) if word == "help" => return Ok(Invocation::Print(help(None))),
+        Some(Arg::Value(word)) if word == "check" => {
+            return Ok(Invocation::Print(check::HELP.to_owned()));
+        }
         Some(Arg::Value(word)) if word == "doctor" => {
             return Ok(Invocation::Print(
                 "subloop doctor: says what this machine can enforce of run_main's sandbox: the \

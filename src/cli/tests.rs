@@ -82,6 +82,7 @@ fn run(args: &[String]) -> Result<Cli, CliError> {
     match parse(args)? {
         Invocation::Run(cli) => Ok(*cli),
         Invocation::Print(text) => panic!("{args:?} printed instead of running: {text}"),
+        Invocation::Check(check) => panic!("{args:?} is a check: {check:?}"),
     }
 }
 

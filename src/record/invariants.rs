@@ -6,7 +6,7 @@
 //! [`Policy::check`] gives one [`Verdict`] per [`Invariant`]: held, or broken with
 //! every [`Breach`] and where it is (agent, call, tool_use id).
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -144,76 +144,28 @@ impl Default for Policy {
     }
 }
 
-/// The calls of a history, as `(id, name, input)`, when every one is
-/// answered exactly once, in call order, by the next message, which holds
-/// only those results; and no result answers an id that was not asked.
-/// The error names the message index and what is wrong.
+/// The calls of a history, as `(id, name, input)`, when the pairing
+/// rules hold over it ([`crate::record::history::pairing`]: every call
+/// answered exactly once, in call order, by the next message, and no
+/// result for a call not asked right before; the last message's calls may
+/// be answered outside it). The error is the first place they break.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub(crate) fn answered_once(messages: &[Message]) -> Result<Vec<(String, String, Value)>, String> {
-    let mut asked = Vec::new();
-    let mut answered_by_next = false;
-    for (index, message) in messages.iter().enumerate() {
-        let results = message
-            .content
-            .iter()
-            .any(|block| matches!(block, Block::ToolResult { .. }));
-        if message.role == Role::User && results && !answered_by_next {
-            return Err(format!(
-                "message {index} holds results for calls no reply asked for"
-            ));
-        }
-        answered_by_next = false;
-        if message.role != Role::Assistant {
-            continue;
-        }
-        let ids: Vec<(&str, &str, &Value)> = message
-            .content
-            .iter()
-            .filter_map(|block| match block {
-                Block::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
-                _ => None,
-            })
-            .collect();
-        let unique: HashSet<&str> = ids.iter().map(|(id, ..)| *id).collect();
-        if unique.len() != ids.len() || ids.iter().any(|(id, ..)| id.is_empty()) {
-            return Err(format!(
-                "message {index} holds empty or duplicate tool_use ids"
-            ));
-        }
-        if ids.is_empty() {
-            continue;
-        }
-        let Some(next) = messages.get(index + 1) else {
-            // The last round is answered outside this history (by `tool` lines).
-            continue;
-        };
-        let answered: Vec<&str> = next
-            .content
-            .iter()
-            .map(|block| match block {
-                Block::ToolResult { tool_use_id, .. } => Ok(tool_use_id.as_str()),
-                other => Err(other.kind()),
-            })
-            .collect::<Result<_, _>>()
-            .map_err(|kind| {
-                format!(
-                    "message {} holds a {kind} block among the results",
-                    index + 1
-                )
-            })?;
-        let wanted: Vec<&str> = ids.iter().map(|(id, ..)| *id).collect();
-        if next.role != Role::User || answered != wanted {
-            return Err(format!(
-                "message {} answers {answered:?}, expected {wanted:?}",
-                index + 1
-            ));
-        }
-        answered_by_next = true;
-        asked.extend(
-            ids.iter()
-                .map(|(id, name, input)| (id.to_string(), name.to_string(), (*input).clone())),
-        );
+    let turns = crate::record::history::turns_of(messages);
+    if let Some(finding) = crate::record::history::pairing(&turns, true).first() {
+        return Err(finding.to_string());
     }
-    Ok(asked)
+    Ok(messages
+        .iter()
+        .filter(|message| message.role == Role::Assistant)
+        .flat_map(|message| &message.content)
+        .filter_map(|block| match block {
+            Block::ToolUse { id, name, input } => {
+                Some((id.to_string(), name.clone(), input.clone()))
+            }
+            _ => None,
+        })
+        .collect())
 }
 
 impl Policy {
@@ -245,10 +197,18 @@ pub(crate) fn check(run: &RecordedRun, policy: &Policy) -> Vec<Verdict> {
             ));
         };
         // Calls and results, in the history the requests carried...
-        // (each history a compaction made, on its own).
+        // (each history a compaction made, on its own), by the pairing
+        // rules every history is checked by; a history's last round may be
+        // answered by its tool lines.
         for history in run.histories(agent) {
-            if let Err(detail) = answered_once(history) {
-                breach(Invariant::AnsweredOnce, at(None, None), detail);
+            let turns = crate::record::history::turns_of(history);
+            for finding in crate::record::history::pairing(&turns, true) {
+                let id = finding.id.clone();
+                breach(
+                    Invariant::AnsweredOnce,
+                    at(None, id.as_deref()),
+                    format!("{} ({})", finding, finding.rule),
+                );
             }
         }
         // ... and the last round, by its tool lines.

@@ -1231,8 +1231,8 @@ fn other_stop_reasons_finish_model_stopped_even_with_unknown_blocks() {
             "type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "rust"}
         }))
     };
-    let compaction =
-        || ReplyBlock::from_value(json!({"type": "compaction", "content": "summary so far"}));
+    let upload =
+        || ReplyBlock::from_value(json!({"type": "container_upload", "file_id": "file_1"}));
     for (reason, wire) in [
         (StopReason::PauseTurn, "pause_turn"),
         (StopReason::Refusal, "refusal"),
@@ -1241,7 +1241,7 @@ fn other_stop_reasons_finish_model_stopped_even_with_unknown_blocks() {
         (StopReason::Other("something_new".into()), "something_new"),
     ] {
         let sent = reply(
-            vec![text("Searching."), server_tool(), compaction()],
+            vec![text("Searching."), server_tool(), upload()],
             Some(reason.clone()),
         );
         let done = expect_stopped(start(3).receive(sent.clone()));
@@ -1258,7 +1258,7 @@ fn other_stop_reasons_finish_model_stopped_even_with_unknown_blocks() {
             "{text}"
         );
         assert!(
-            text.contains("[unsupported `compaction` block: {"),
+            text.contains("[unsupported `container_upload` block: {"),
             "{text}"
         );
         assert_eq!(done.history(), &[question()]);

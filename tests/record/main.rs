@@ -22,6 +22,7 @@ mod host;
 mod mock_api;
 
 mod compaction;
+mod history;
 mod invariants;
 mod replay;
 mod resume;

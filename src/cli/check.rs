@@ -1,0 +1,242 @@
+//! `subloop check FILE…`: the pairing rules over histories, subloop's own
+//! traces (every invariant of `view --check`) and the request histories
+//! of the Messages API and Chat Completions.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use subloop::record::history::{Format, History};
+use subloop::record::recorded::RecordedRun;
+
+use super::{CliError, Invocation};
+
+/// The largest file `check` reads whole (a request history is at most a
+/// request body; a trace at most a long run).
+const MAX_BYTES: u64 = 256 << 20;
+
+/// A file's format as `--format` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// subloop's JSON Lines trace.
+    Subloop,
+    /// A request history.
+    Raw(Format),
+}
+
+/// A parsed `subloop check`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckArgs {
+    /// The files, in order.
+    pub files: Vec<PathBuf>,
+    /// `--format`; `None`: each file's own, by its content.
+    pub format: Option<FileFormat>,
+    /// `--json`.
+    pub json: bool,
+}
+
+/// `subloop check --help`.
+pub const HELP: &str = "\
+subloop check: checks histories by the loop's pairing rules: each tool call answered by a result \
+in the very next message, once, in call order, and no result for a call not asked right before. \
+A subloop trace gets every rule of `view --check`.
+
+USAGE:
+    subloop check FILE... [--format FORMAT] [--json]
+
+OPTIONS:
+    --format FORMAT    auto (the default: by content), subloop (a --trace file), anthropic (a \
+Messages API request body or its messages array), openai (a Chat Completions request body or its \
+messages array)
+    --json             one JSON object per file, one per line: file, format, held, findings \
+(rule, message, line, id, detail) or error
+    -h, --help         this help
+
+Exit status: 0 every file held, 1 a rule is broken, 2 a file could not be read.";
+
+/// Parses the arguments after `check`.
+pub fn parse(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
+    use lexopt::Arg;
+
+    let fail = |message: String| CliError::new(None, format!("check: {message}"));
+    let mut args = CheckArgs {
+        files: Vec::new(),
+        format: None,
+        json: false,
+    };
+    let mut format_given = false;
+    while let Some(arg) = parser.next().map_err(|err| fail(err.to_string()))? {
+        match arg {
+            Arg::Short('h') | Arg::Long("help") => return Ok(Invocation::Print(HELP.to_owned())),
+            Arg::Long("json") if !args.json => args.json = true,
+            Arg::Long("format") if !format_given => {
+                format_given = true;
+                let value: OsString = parser
+                    .value()
+                    .map_err(|_| fail("--format needs a value: --format FORMAT".to_owned()))?;
+                args.format = match value.to_str() {
+                    Some("auto") => None,
+                    Some("subloop") => Some(FileFormat::Subloop),
+                    Some(name) => Some(FileFormat::Raw(Format::parse(name).ok_or_else(|| {
+                        fail(format!(
+                            "--format takes auto, subloop, anthropic or openai, got `{name}`"
+                        ))
+                    })?)),
+                    None => {
+                        return Err(fail(
+                            "--format takes auto, subloop, anthropic or openai".to_owned(),
+                        ));
+                    }
+                };
+            }
+            Arg::Long(name @ ("json" | "format")) => {
+                return Err(fail(format!("--{name} given twice")));
+            }
+            Arg::Long(name) => return Err(fail(format!("unknown flag `--{name}`"))),
+            Arg::Short(c) => return Err(fail(format!("unknown flag `-{c}`"))),
+            Arg::Value(file) => args.files.push(PathBuf::from(file)),
+        }
+    }
+    if args.files.is_empty() {
+        return Err(fail("no FILE: `subloop check FILE...`".to_owned()));
+    }
+    Ok(Invocation::Check(args))
+}
+
+/// What checking one file gave.
+enum Verdict {
+    /// Read as `format`; the places its rules break (none: held).
+    Read {
+        format: &'static str,
+        findings: Vec<Value>,
+        lines: Vec<String>,
+    },
+    /// Unreadable.
+    Unreadable(String),
+}
+
+/// Checks every file; prints a verdict per file; gives the exit status.
+pub fn run(args: &CheckArgs, out: &mut dyn std::io::Write) -> u8 {
+    let mut status = 0;
+    for file in &args.files {
+        let shown = subloop::core::text::printable(&file.display().to_string());
+        let verdict = check_file(file, args.format);
+        let line = match &verdict {
+            Verdict::Read {
+                format,
+                findings,
+                lines,
+            } => {
+                if !findings.is_empty() {
+                    status = status.max(1);
+                }
+                if args.json {
+                    json!({"file": file.display().to_string(), "format": format,
+                           "held": findings.is_empty(), "findings": findings})
+                    .to_string()
+                } else if findings.is_empty() {
+                    format!("{shown}: held ({format})")
+                } else {
+                    let mut text =
+                        format!("{shown}: broken ({format}): {} place(s)", findings.len());
+                    for line in lines {
+                        text.push_str("\n    ");
+                        text.push_str(&subloop::core::text::printable(line));
+                    }
+                    text
+                }
+            }
+            Verdict::Unreadable(reason) => {
+                status = 2;
+                if args.json {
+                    json!({"file": file.display().to_string(), "error": reason}).to_string()
+                } else {
+                    format!(
+                        "{shown}: unreadable: {}",
+                        subloop::core::text::printable(reason)
+                    )
+                }
+            }
+        };
+        if writeln!(out, "{line}").is_err() {
+            return status.max(1);
+        }
+    }
+    status
+}
+
+/// Reads and checks one file.
+fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
+    let size = match std::fs::metadata(file) {
+        Ok(meta) if meta.is_dir() => return Verdict::Unreadable("a directory".to_owned()),
+        Ok(meta) => meta.len(),
+        Err(err) => return Verdict::Unreadable(err.to_string()),
+    };
+    if size > MAX_BYTES {
+        return Verdict::Unreadable(format!("{size} bytes: more than check reads ({MAX_BYTES})"));
+    }
+    let text = match std::fs::read(file) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(_) => return Verdict::Unreadable("not UTF-8 text".to_owned()),
+        },
+        Err(err) => return Verdict::Unreadable(err.to_string()),
+    };
+    let trace = match format {
+        Some(FileFormat::Subloop) => true,
+        Some(FileFormat::Raw(_)) => false,
+        None => is_trace(&text),
+    };
+    if trace {
+        return match RecordedRun::parse(&text) {
+            Ok(run) => {
+                let verdicts = subloop::record::invariants::Policy::default().check(&run);
+                let mut findings = Vec::new();
+                let mut lines = Vec::new();
+                for verdict in verdicts {
+                    for breach in &verdict.breaches {
+                        lines.push(format!("{breach} [{}]", verdict.invariant.rule()));
+                        findings.push(json!({"rule": verdict.invariant, "agent": breach.agent,
+                            "call": breach.call, "id": breach.id, "detail": breach.detail}));
+                    }
+                }
+                Verdict::Read {
+                    format: "subloop",
+                    findings,
+                    lines,
+                }
+            }
+            Err(reason) => Verdict::Unreadable(reason),
+        };
+    }
+    let format = match format {
+        Some(FileFormat::Raw(format)) => Some(format),
+        _ => None,
+    };
+    match History::read(&text, format) {
+        Ok(history) => {
+            let found = history.check();
+            Verdict::Read {
+                format: history.format.as_str(),
+                lines: found
+                    .iter()
+                    .map(|finding| format!("{finding} [{}]", finding.rule))
+                    .collect(),
+                findings: found
+                    .iter()
+                    .map(|finding| serde_json::to_value(finding).unwrap_or(Value::Null))
+                    .collect(),
+            }
+        }
+        Err(err) => Verdict::Unreadable(err.to_string()),
+    }
+}
+
+/// A subloop trace is JSON Lines whose first line has `agent` and `kind`.
+fn is_trace(text: &str) -> bool {
+    let first = text.lines().next().unwrap_or_default();
+    serde_json::from_str::<Value>(first).is_ok_and(|value| {
+        value.get("agent").is_some_and(Value::is_string)
+            && value.get("kind").is_some_and(Value::is_string)
+    })
+}

@@ -1,0 +1,173 @@
+//! Any agent's history, as the loop's pairing rules see it, and those
+//! rules checked over it: one rule set for subloop's own traces (the
+//! `answered_once` invariant of `view --check`) and for histories other
+//! programs keep (a Messages API request body or `messages` array, a Chat
+//! Completions `messages` array).
+//!
+//! A history is read into [`Turn`]s: who spoke, which calls a reply
+//! asked for, which results a user turn carries, and where each is in the
+//! file (message index, line). Everything else of a message (text, images,
+//! thinking, fields this crate does not know) is left alone: reading needs
+//! only the ids, so a history with blocks of any type is read.
+//!
+//! [`pairing`] is the rule set: each `tool_use` is answered by a
+//! `tool_result` in the very next message, once, in call order, and no
+//! result answers a call that was not asked right before it. Each breach
+//! is a [`Finding`] naming its [`Rule`], the message, the id and what to do
+//! about it.
+
+mod raw;
+mod rules;
+
+pub use raw::ReadError;
+pub use rules::{Finding, Rule, pairing};
+
+use serde::Serialize;
+
+/// Who wrote a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speaker {
+    /// The user (or the host, carrying tool results).
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One call a reply asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Call {
+    /// Its id (`tool_use.id`, `tool_calls[].id`).
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+}
+
+/// One result a user turn carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Answer {
+    /// The id of the call it answers.
+    pub id: String,
+    /// The index of the message that holds it in the file's own list (for
+    /// a Chat Completions history, each `tool` message is one).
+    pub message: usize,
+}
+
+/// One turn of a history: a message, or (Chat Completions) an assistant
+/// message's `tool` messages taken together as the user turn that answers
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Turn {
+    /// Who wrote it.
+    pub speaker: Speaker,
+    /// The index of its (first) message in the file's own list.
+    pub message: usize,
+    /// The file's line, for formats with one message per line.
+    pub line: Option<usize>,
+    /// The calls it asks for, in order (an assistant turn).
+    pub calls: Vec<Call>,
+    /// The results it carries, in order (a user turn).
+    pub results: Vec<Answer>,
+}
+
+impl Turn {
+    /// A turn of `speaker` at message `message`, with nothing in it.
+    pub fn new(speaker: Speaker, message: usize) -> Self {
+        Self {
+            speaker,
+            message,
+            line: None,
+            calls: Vec::new(),
+            results: Vec::new(),
+        }
+    }
+}
+
+/// The formats a history is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Format {
+    /// A Messages API request body (`{"messages": [...]}`) or its
+    /// `messages` array.
+    Anthropic,
+    /// A Chat Completions request body or its `messages` array.
+    OpenAi,
+}
+
+impl Format {
+    /// `anthropic` or `openai`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Anthropic => "anthropic",
+            Self::OpenAi => "openai",
+        }
+    }
+
+    /// The format named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "anthropic" => Some(Self::Anthropic),
+            "openai" => Some(Self::OpenAi),
+            _ => None,
+        }
+    }
+}
+
+/// One agent's history, read from a file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct History {
+    /// The format it was read from.
+    pub format: Format,
+    /// Its turns, in order.
+    pub turns: Vec<Turn>,
+}
+
+impl History {
+    /// Reads `text` as `format`, or as whichever format it is when `None`
+    /// (a Chat Completions history has `tool` messages, `tool_calls` or a
+    /// `system` role; otherwise it is read as the Messages API's).
+    pub fn read(text: &str, format: Option<Format>) -> Result<Self, ReadError> {
+        raw::read(text, format)
+    }
+
+    /// Every place the pairing rules break, in file order.
+    pub fn check(&self) -> Vec<Finding> {
+        pairing(&self.turns, false)
+    }
+}
+
+/// The turns of a history of this crate's messages (message `i` is turn
+/// `i`).
+pub(crate) fn turns_of(messages: &[crate::core::protocol::Message]) -> Vec<Turn> {
+    use crate::core::protocol::{Block, Role};
+    messages
+        .iter()
+        .enumerate()
+        .map(|(index, message)| {
+            let speaker = match message.role {
+                Role::User => Speaker::User,
+                Role::Assistant => Speaker::Assistant,
+            };
+            let mut turn = Turn::new(speaker, index);
+            for block in &message.content {
+                match block {
+                    Block::ToolUse { id, name, .. } => turn.calls.push(Call {
+                        id: id.to_string(),
+                        name: name.clone(),
+                    }),
+                    Block::ToolResult { tool_use_id, .. } => turn.results.push(Answer {
+                        id: tool_use_id.to_string(),
+                        message: index,
+                    }),
+                    _ => {}
+                }
+            }
+            turn
+        })
+        .collect()
+}

@@ -1,0 +1,403 @@
+//! The pairing rules over histories other programs keep: a Messages API
+//! request body and a Chat Completions `messages` array, read by the
+//! library and checked by the rules `view --check` holds subloop's traces
+//! to. Fixtures are written here, small: parallel calls, a thinking block,
+//! an MCP tool, an interrupted call at the end and mid-history, a
+//! duplicated result, results out of order, an orphan result. Generated
+//! histories are held; one mutation that breaks the pairing is reported at
+//! its place; arbitrary text is an error or a history, never a panic.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use subloop::record::history::{Format, History, Rule};
+
+fn rules(history: &History) -> Vec<(Rule, usize, Option<String>)> {
+    history
+        .check()
+        .into_iter()
+        .map(|finding| (finding.rule, finding.message, finding.id))
+        .collect()
+}
+
+fn read(value: &Value, format: Option<Format>) -> History {
+    History::read(&value.to_string(), format).expect("a history")
+}
+
+fn tool_use(id: &str, name: &str) -> Value {
+    json!({"type": "tool_use", "id": id, "name": name, "input": {"path": "a.txt"}})
+}
+
+fn tool_result(id: &str) -> Value {
+    json!({"type": "tool_result", "tool_use_id": id, "content": "alpha"})
+}
+
+/// A Messages API session: parallel calls (one of them an MCP tool's), a
+/// thinking block, text after the results, and an answer.
+fn anthropic_session() -> Value {
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [
+        {"role": "user", "content": "Read a.txt and ask the notes server."},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Two reads at once.", "signature": "c2ln"},
+            tool_use("toolu_01", "read_file"),
+            tool_use("toolu_02", "mcp__notes__search")]},
+        {"role": "user", "content": [tool_result("toolu_01"), tool_result("toolu_02"),
+            {"type": "text", "text": "Be brief."}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Both say alpha."}]},
+        {"role": "user", "content": "And b.txt?"}
+    ]})
+}
+
+#[test]
+fn a_sound_messages_api_session_holds() {
+    let history = read(&anthropic_session(), None);
+    assert_eq!(history.format, Format::Anthropic);
+    assert_eq!(history.turns.len(), 5);
+    assert_eq!(history.turns[1].calls.len(), 2);
+    assert!(rules(&history).is_empty(), "{:?}", history.check());
+    // The bare `messages` array reads the same.
+    let bare = read(&anthropic_session()["messages"], Some(Format::Anthropic));
+    assert_eq!(bare.turns, history.turns);
+}
+
+#[test]
+fn each_broken_messages_api_case_is_named_where_it_is() {
+    type Expected<'a> = Vec<(Rule, usize, Option<&'a str>)>;
+    let mut cases: Vec<(&str, Value, Expected)> = Vec::new();
+    // Interrupted at the end: the last reply's calls have no result.
+    let mut end = anthropic_session();
+    end["messages"].as_array_mut().unwrap().truncate(2);
+    cases.push((
+        "interrupted at the end",
+        end,
+        vec![
+            (Rule::CallWithoutResult, 1, Some("toolu_01")),
+            (Rule::CallWithoutResult, 1, Some("toolu_02")),
+        ],
+    ));
+    // Interrupted mid-history: one result lost, the session went on.
+    let mut mid = anthropic_session();
+    mid["messages"][2]["content"]
+        .as_array_mut()
+        .unwrap()
+        .remove(1);
+    cases.push((
+        "interrupted mid-history",
+        mid,
+        vec![(Rule::CallWithoutResult, 1, Some("toolu_02"))],
+    ));
+    // A result twice.
+    let mut twice = anthropic_session();
+    twice["messages"][2]["content"]
+        .as_array_mut()
+        .unwrap()
+        .insert(2, tool_result("toolu_01"));
+    cases.push((
+        "a duplicated result",
+        twice,
+        vec![(Rule::DuplicateId, 2, Some("toolu_01"))],
+    ));
+    // Results in another order than the calls.
+    let mut order = anthropic_session();
+    order["messages"][2]["content"]
+        .as_array_mut()
+        .unwrap()
+        .swap(0, 1);
+    cases.push((
+        "results out of order",
+        order,
+        vec![(Rule::ResultsOutOfOrder, 2, None)],
+    ));
+    // A result nobody asked for.
+    let mut orphan = anthropic_session();
+    orphan["messages"][4] = json!({"role": "user", "content": [tool_result("toolu_99")]});
+    cases.push((
+        "an orphan result",
+        orphan,
+        vec![(Rule::ResultWithoutCall, 4, Some("toolu_99"))],
+    ));
+    // A result a message late: the user spoke in between.
+    let mut late = anthropic_session();
+    let messages = late["messages"].as_array_mut().unwrap();
+    let results = messages.remove(2);
+    messages.insert(2, json!({"role": "user", "content": "wait"}));
+    messages.insert(3, results);
+    cases.push((
+        "results a message late",
+        late,
+        vec![
+            (Rule::ResultNotNext, 3, Some("toolu_01")),
+            (Rule::ResultNotNext, 3, Some("toolu_02")),
+        ],
+    ));
+    // Two calls of one reply with one id.
+    let mut same = anthropic_session();
+    same["messages"][1]["content"][2]["id"] = json!("toolu_01");
+    same["messages"][2]["content"]
+        .as_array_mut()
+        .unwrap()
+        .remove(1);
+    cases.push((
+        "one id twice in a reply",
+        same,
+        vec![(Rule::DuplicateId, 1, Some("toolu_01"))],
+    ));
+    for (name, value, expected) in cases {
+        let history = read(&value, None);
+        let expected: Vec<(Rule, usize, Option<String>)> = expected
+            .into_iter()
+            .map(|(rule, message, id)| (rule, message, id.map(str::to_owned)))
+            .collect();
+        assert_eq!(rules(&history), expected, "{name}: {:?}", history.check());
+        for finding in history.check() {
+            assert!(!finding.detail.is_empty());
+        }
+    }
+}
+
+/// A Chat Completions session: a system message, parallel `tool_calls`,
+/// their `tool` messages, an answer.
+fn openai_session() -> Value {
+    json!([
+        {"role": "system", "content": "You read files."},
+        {"role": "user", "content": "Read a.txt and b.txt."},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}},
+            {"id": "call_b", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"b.txt\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": "alpha"},
+        {"role": "tool", "tool_call_id": "call_b", "content": "beta"},
+        {"role": "assistant", "content": "alpha and beta"}
+    ])
+}
+
+#[test]
+fn a_sound_chat_completions_session_holds_and_its_breaks_are_named() {
+    let history = read(&openai_session(), None);
+    assert_eq!(history.format, Format::OpenAi);
+    // system is no turn; the two tool messages are one.
+    assert_eq!(history.turns.len(), 4);
+    assert!(rules(&history).is_empty(), "{:?}", history.check());
+    let body = json!({"model": "gpt-test", "messages": openai_session()});
+    assert_eq!(read(&body, Some(Format::OpenAi)).turns, history.turns);
+
+    // A function_call without output ("No tool output found for function call").
+    let mut lost = openai_session();
+    lost.as_array_mut().unwrap().remove(4);
+    let history = read(&lost, None);
+    assert_eq!(
+        rules(&history),
+        [(Rule::CallWithoutResult, 2, Some("call_b".to_owned()))]
+    );
+    // A tool message for an unknown call, found at its own index.
+    let mut orphan = openai_session();
+    orphan.as_array_mut().unwrap()[4]["tool_call_id"] = json!("call_z");
+    let history = read(&orphan, None);
+    assert_eq!(
+        rules(&history),
+        [
+            (Rule::CallWithoutResult, 2, Some("call_b".to_owned())),
+            (Rule::ResultWithoutCall, 4, Some("call_z".to_owned())),
+        ]
+    );
+}
+
+#[test]
+fn what_is_not_a_history_is_an_error_that_says_why() {
+    for (text, says) in [
+        ("{", "not JSON"),
+        ("42", "neither a request body nor a `messages` array"),
+        ("{\"model\": \"m\"}", "without a `messages` array"),
+        ("[{\"content\": \"hi\"}]", "message 0: no `role`"),
+        (
+            "[{\"role\": \"robot\", \"content\": \"hi\"}]",
+            "message 0: role \"robot\"",
+        ),
+        (
+            "[{\"role\": \"user\", \"content\": 7}]",
+            "message 0: `content` is neither",
+        ),
+        (
+            "[{\"role\": \"tool\", \"content\": \"x\"}]",
+            "without `tool_call_id`",
+        ),
+    ] {
+        let err = History::read(text, None).expect_err(text);
+        assert!(err.to_string().contains(says), "{text}: {err}");
+    }
+}
+
+/// A generated sound Messages API history: rounds of 1–3 calls answered
+/// in order, with text between.
+fn sound_rounds() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..4, 0..6)
+}
+
+fn anthropic_of(rounds: &[usize]) -> Vec<Value> {
+    let mut messages = vec![json!({"role": "user", "content": "go"})];
+    let mut next = 0;
+    for calls in rounds {
+        let ids: Vec<String> = (0..*calls)
+            .map(|_| {
+                next += 1;
+                format!("toolu_{next}")
+            })
+            .collect();
+        messages.push(json!({"role": "assistant", "content":
+            ids.iter().map(|id| tool_use(id, "read_file")).collect::<Vec<_>>()}));
+        messages.push(json!({"role": "user", "content":
+            ids.iter().map(|id| tool_result(id)).collect::<Vec<_>>()}));
+    }
+    messages.push(json!({"role": "assistant", "content": "done"}));
+    messages
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 128,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "proptest-regressions/history.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// A sound history holds; dropping one result is a call without a
+    /// result at its call's message; moving a result of one round into the
+    /// next is a result not next, at the message it moved to.
+    #[test]
+    fn one_broken_pairing_is_reported_at_its_place(
+        rounds in sound_rounds(),
+        pick in any::<prop::sample::Index>(),
+    ) {
+        let messages = anthropic_of(&rounds);
+        let history = read(&json!(messages), None);
+        prop_assert!(history.check().is_empty(), "{:?}", history.check());
+        let results: Vec<(usize, usize)> = messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m["role"] == "user" && m["content"].is_array())
+            .flat_map(|(index, m)| (0..m["content"].as_array().map_or(0, Vec::len)).map(move |b| (index, b)))
+            .collect();
+        if results.is_empty() {
+            return Ok(());
+        }
+        let (at, block) = results[pick.index(results.len())];
+        let mut dropped = messages.clone();
+        let removed = dropped[at]["content"].as_array_mut().unwrap().remove(block);
+        let id = removed["tool_use_id"].as_str().unwrap().to_owned();
+        let history = read(&json!(dropped), None);
+        prop_assert_eq!(rules(&history), vec![(Rule::CallWithoutResult, at - 1, Some(id.clone()))]);
+        // Into the next results message, when there is one: not next.
+        if let Some(&(later, _)) = results.iter().find(|(index, _)| *index > at) {
+            let mut moved = dropped.clone();
+            moved[later]["content"].as_array_mut().unwrap().push(removed);
+            let history = read(&json!(moved), None);
+            prop_assert_eq!(rules(&history), vec![(Rule::ResultNotNext, later, Some(id))]);
+        }
+    }
+
+    /// Any text: a history or an error, never a panic.
+    #[test]
+    fn arbitrary_text_is_read_or_refused(text in ".{0,200}", bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = History::read(&text, None).map(|history| history.check());
+        let _ = History::read(&String::from_utf8_lossy(&bytes), Some(Format::OpenAi)).map(|history| history.check());
+        let _ = History::read(&String::from_utf8_lossy(&bytes), Some(Format::Anthropic)).map(|history| history.check());
+    }
+
+    /// Arbitrary JSON shaped like messages: read or refused, never a panic.
+    #[test]
+    fn arbitrary_message_shapes_are_read_or_refused(value in subloop::testing::json_value()) {
+        for wrapped in [json!([value.clone()]), json!({"messages": [value.clone()]}), value.clone()] {
+            for format in [None, Some(Format::Anthropic), Some(Format::OpenAi)] {
+                let _ = History::read(&wrapped.to_string(), format).map(|history| history.check());
+            }
+        }
+    }
+}
+
+/// `subloop check`: a verdict per file, the rule and place of each breach,
+/// a subloop trace by every rule of `view --check`, `--json` lines, and
+/// the exit status (0 held, 1 broken, 2 unreadable).
+#[test]
+fn subloop_check_gives_a_verdict_per_file_and_the_exit_status() {
+    let dir = crate::common::TempDir::new("check-cli");
+    let sound = dir.write("sound.json", anthropic_session().to_string());
+    let mut broken = openai_session();
+    broken.as_array_mut().unwrap().remove(4);
+    let broken = dir.write("broken.json", broken.to_string());
+    let unreadable = dir.write("unreadable.json", "{\"model\": \"m\"}");
+    let check = |args: &[&std::path::Path], extra: &[&str]| {
+        let out = std::process::Command::new(crate::common::bin())
+            .arg("check")
+            .args(args)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, text) = check(&[&sound], &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.ends_with("sound.json: held (anthropic)\n"), "{text}");
+    let (code, text) = check(&[&sound, &broken], &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("broken.json: broken (openai): 1 place(s)\n    message 2: the call call_b (read_file) has no result: the next message must hold one [call_without_result]"),
+        "{text}"
+    );
+    let (code, text) = check(&[&broken, &unreadable], &["--json"]);
+    assert_eq!(code, Some(2), "{text}");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines[0]["held"], false);
+    assert_eq!(lines[0]["findings"][0]["rule"], "call_without_result");
+    assert_eq!(lines[0]["findings"][0]["message"], 2);
+    assert_eq!(lines[0]["findings"][0]["id"], "call_b");
+    assert!(
+        lines[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("without a `messages` array")
+    );
+    // The format forced: a Chat Completions history read as the Messages
+    // API's is refused message by message.
+    let (code, text) = check(&[&broken], &["--format", "anthropic"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("message 0: role \"system\""), "{text}");
+    // A subloop trace: every rule of `view --check`.
+    let trace = dir.path().join("demo.jsonl");
+    let demo = std::process::Command::new(crate::common::bin())
+        .args(["demo", "--quiet", "--decision", "deny", "--trace"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(demo.status.code(), Some(0));
+    let (code, text) = check(&[&trace], &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("demo.jsonl: held (subloop)"), "{text}");
+    let mut lines: Vec<Value> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // A request that lost the result of the parent's first call.
+    let second = lines
+        .iter_mut()
+        .find(|line| line["kind"] == "request" && line["agent"] == "parent" && line["call"] == 2)
+        .unwrap();
+    second["messages"][1]["content"]
+        .as_array_mut()
+        .unwrap()
+        .clear();
+    second["messages"][1]["content"] = json!([{"type": "text", "text": "lost"}]);
+    let edited: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let edited = dir.write("edited.jsonl", edited);
+    let (code, text) = check(&[&edited], &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("[call_without_result]") || text.contains("has no result"),
+        "{text}"
+    );
+}
