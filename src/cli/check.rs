@@ -1,6 +1,6 @@
 //! `subloop check FILE…`: the pairing rules over histories, subloop's own
-//! traces (every invariant of `view --check`) and the request histories
-//! of the Messages API and Chat Completions.
+//! traces (every invariant of `view --check`), Claude Code sessions and
+//! the request histories of the Messages API and Chat Completions.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -45,9 +45,9 @@ USAGE:
     subloop check FILE... [--format FORMAT] [--json]
 
 OPTIONS:
-    --format FORMAT    auto (the default: by content), subloop (a --trace file), anthropic (a \
-Messages API request body or its messages array), openai (a Chat Completions request body or its \
-messages array)
+    --format FORMAT    auto (the default: by content), subloop (a --trace file), claude-code (a \
+Claude Code session: the chain a resume follows, read line by line), anthropic (a Messages API \
+request body or its messages array), openai (a Chat Completions request body or its messages array)
     --json             one JSON object per file, one per line: file, format, held, findings \
 (rule, message, line, id, detail) or error
     -h, --help         this help
@@ -79,7 +79,7 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
                     Some("subloop") => Some(FileFormat::Subloop),
                     Some(name) => Some(FileFormat::Raw(Format::parse(name).ok_or_else(|| {
                         fail(format!(
-                            "--format takes auto, subloop, anthropic or openai, got `{name}`"
+                            "--format takes auto, subloop, claude-code, anthropic or openai, got `{name}`"
                         ))
                     })?)),
                     None => {
@@ -172,6 +172,21 @@ fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
         Ok(meta) => meta.len(),
         Err(err) => return Verdict::Unreadable(err.to_string()),
     };
+    // A Claude Code session is read line by line, whatever its size.
+    let claude_code = match format {
+        Some(FileFormat::Raw(Format::ClaudeCode)) => true,
+        Some(_) => false,
+        None => head(file).is_some_and(|head| {
+            !is_trace(&head)
+                && History::read(&head, None).is_ok_and(|h| h.format == Format::ClaudeCode)
+        }),
+    };
+    if claude_code {
+        return match std::fs::File::open(file) {
+            Ok(handle) => raw_verdict(History::read_claude_code(std::io::BufReader::new(handle))),
+            Err(err) => Verdict::Unreadable(err.to_string()),
+        };
+    }
     if size > MAX_BYTES {
         return Verdict::Unreadable(format!("{size} bytes: more than check reads ({MAX_BYTES})"));
     }
@@ -213,7 +228,12 @@ fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
         Some(FileFormat::Raw(format)) => Some(format),
         _ => None,
     };
-    match History::read(&text, format) {
+    raw_verdict(History::read(&text, format))
+}
+
+/// The verdict on a history read (or not).
+fn raw_verdict(read: Result<History, subloop::record::history::ReadError>) -> Verdict {
+    match read {
         Ok(history) => {
             let found = history.check();
             Verdict::Read {
@@ -230,6 +250,20 @@ fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
         }
         Err(err) => Verdict::Unreadable(err.to_string()),
     }
+}
+
+/// The first 20 lines of `file` that are not blank (at most 16 MiB).
+fn head(file: &std::path::Path) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let handle = std::fs::File::open(file).ok()?;
+    let reader = std::io::BufReader::new(handle.take(16 << 20));
+    let lines: Vec<String> = reader
+        .lines()
+        .map_while(Result::ok)
+        .filter(|line| !line.trim().is_empty())
+        .take(20)
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
 }
 
 /// A subloop trace is JSON Lines whose first line has `agent` and `kind`.

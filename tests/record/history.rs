@@ -366,6 +366,29 @@ fn subloop_check_gives_a_verdict_per_file_and_the_exit_status() {
     let (code, text) = check(&[&broken], &["--format", "anthropic"]);
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("message 0: role \"system\""), "{text}");
+    // A Claude Code session whose second result went off the chain.
+    let mut branch = claude_code::session();
+    branch[6]["parentUuid"] = json!("a3");
+    branch[7]["parentUuid"] = json!("r1");
+    let session = dir.write("session.jsonl", claude_code::text_of(&branch));
+    let (code, text) = check(&[&session], &[]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("session.jsonl: broken (claude-code): 2 place(s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "line 5, message 1: the call toolu_B (mcp__tracker__get_issue) has no result"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "line 7, message 1: the result for toolu_B is on line 7, an entry off the chain"
+        ),
+        "{text}"
+    );
     // A subloop trace: every rule of `view --check`.
     let trace = dir.path().join("demo.jsonl");
     let demo = std::process::Command::new(crate::common::bin())
@@ -400,4 +423,288 @@ fn subloop_check_gives_a_verdict_per_file_and_the_exit_status() {
         text.contains("[call_without_result]") || text.contains("has no result"),
         "{text}"
     );
+}
+
+/// Claude Code session lines, written here: each entry threaded by
+/// `uuid`/`parentUuid`, one API message split over lines sharing
+/// `message.id`, each parallel result a line of its own.
+mod claude_code {
+    use super::*;
+
+    pub fn entry(kind: &str, uuid: &str, parent: Option<&str>, message: Value) -> Value {
+        json!({"parentUuid": parent, "isSidechain": false, "userType": "external",
+               "cwd": "/home/user/project", "sessionId": "0000-session", "version": "2.1.0",
+               "type": kind, "message": message, "uuid": uuid,
+               "timestamp": "2026-12-01T10:00:00.000Z"})
+    }
+
+    pub fn user_text(uuid: &str, parent: Option<&str>, text: &str) -> Value {
+        entry(
+            "user",
+            uuid,
+            parent,
+            json!({"role": "user", "content": text}),
+        )
+    }
+
+    pub fn assistant(uuid: &str, parent: &str, id: &str, block: Value) -> Value {
+        entry(
+            "assistant",
+            uuid,
+            Some(parent),
+            json!({"id": id, "type": "message",
+            "role": "assistant", "model": "claude-sonnet-4-5", "content": [block],
+            "stop_reason": null, "usage": {"input_tokens": 10, "output_tokens": 2}}),
+        )
+    }
+
+    pub fn result(uuid: &str, parent: &str, call: &str) -> Value {
+        let mut line = entry(
+            "user",
+            uuid,
+            Some(parent),
+            json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": call, "content": "ok"}]}),
+        );
+        line["toolUseResult"] = json!({"stdout": "ok", "stderr": "", "interrupted": false});
+        line
+    }
+
+    /// A sound session: a prompt, a reply split over three lines
+    /// (thinking, two parallel calls, one an MCP tool's), the two results
+    /// each on a line, an answer; and lines that are no entries.
+    pub fn session() -> Vec<Value> {
+        vec![
+            json!({"type": "file-history-snapshot", "messageId": "u1", "snapshot": {}, "isSnapshotUpdate": false}),
+            user_text("u1", None, "Look at the issue and the file."),
+            assistant(
+                "a1",
+                "u1",
+                "msg_1",
+                json!({"type": "thinking", "thinking": "Two at once.", "signature": "c2ln"}),
+            ),
+            assistant(
+                "a2",
+                "a1",
+                "msg_1",
+                json!({"type": "tool_use", "id": "toolu_A", "name": "Read", "input": {"file_path": "/home/user/project/a.rs"}}),
+            ),
+            assistant(
+                "a3",
+                "a2",
+                "msg_1",
+                json!({"type": "tool_use", "id": "toolu_B", "name": "mcp__tracker__get_issue", "input": {"id": 7}}),
+            ),
+            result("r1", "a3", "toolu_A"),
+            result("r2", "r1", "toolu_B"),
+            assistant(
+                "a4",
+                "r2",
+                "msg_2",
+                json!({"type": "text", "text": "The file fixes the issue."}),
+            ),
+            json!({"type": "summary", "summary": "Issue and file", "leafUuid": "a4"}),
+        ]
+    }
+
+    pub fn text_of(lines: &[Value]) -> String {
+        lines.iter().map(|line| format!("{line}\n")).collect()
+    }
+}
+
+#[test]
+fn a_sound_claude_code_session_holds() {
+    let text = claude_code::text_of(&claude_code::session());
+    let history = History::read(&text, None).expect("a session");
+    assert_eq!(history.format, Format::ClaudeCode);
+    // The prompt, one reply of three lines, one turn of two results, the answer.
+    assert_eq!(history.turns.len(), 4);
+    assert_eq!(history.turns[1].calls.len(), 2);
+    assert_eq!(history.turns[1].calls[1].line, Some(5));
+    assert_eq!(history.turns[2].results.len(), 2);
+    assert!(history.check().is_empty(), "{:?}", history.check());
+    // Read line by line from a reader, the same.
+    let streamed = History::read_claude_code(std::io::Cursor::new(text.as_bytes())).unwrap();
+    assert_eq!(streamed, history);
+}
+
+#[test]
+fn broken_claude_code_sessions_are_named_by_line() {
+    use claude_code::*;
+    let findings = |lines: &[Value]| -> Vec<(Rule, Option<usize>, Option<String>)> {
+        History::read(&text_of(lines), Some(Format::ClaudeCode))
+            .unwrap()
+            .check()
+            .into_iter()
+            .map(|finding| (finding.rule, finding.line, finding.id))
+            .collect()
+    };
+    // Interrupted at the end: the session stopped after the calls.
+    let end: Vec<Value> = session().into_iter().take(5).collect();
+    assert_eq!(
+        findings(&end),
+        [
+            (Rule::CallWithoutResult, Some(4), Some("toolu_A".to_owned())),
+            (Rule::CallWithoutResult, Some(5), Some("toolu_B".to_owned())),
+        ]
+    );
+    // Interrupted mid-history: one result never written, the user went on.
+    let mut mid = session();
+    mid.remove(6);
+    mid[6]["parentUuid"] = json!("r1");
+    assert_eq!(
+        findings(&mid),
+        [(Rule::CallWithoutResult, Some(5), Some("toolu_B".to_owned()))]
+    );
+    // Results on a side branch: the second result's parent is the reply,
+    // not the first result, and the chain goes on from the first.
+    let mut branch = session();
+    branch[6]["parentUuid"] = json!("a3");
+    branch[7]["parentUuid"] = json!("r1");
+    assert_eq!(
+        findings(&branch),
+        [
+            (Rule::CallWithoutResult, Some(5), Some("toolu_B".to_owned())),
+            (Rule::ResultOffChain, Some(7), Some("toolu_B".to_owned())),
+        ]
+    );
+    // A duplicated result line.
+    let mut twice = session();
+    let mut again = result("r1b", "r2", "toolu_B");
+    again["uuid"] = json!("r3");
+    twice.insert(7, again);
+    twice[8]["parentUuid"] = json!("r3");
+    assert_eq!(
+        findings(&twice),
+        [(Rule::DuplicateId, Some(8), Some("toolu_B".to_owned()))]
+    );
+}
+
+#[test]
+fn a_claude_code_compaction_starts_the_chain_again_and_side_chains_are_left_out() {
+    use claude_code::*;
+    let mut lines: Vec<Value> = session().into_iter().take(5).collect();
+    // Compacted after the unanswered calls: the boundary has no parent,
+    // and the summary follows it.
+    lines.push(json!({"parentUuid": null, "logicalParentUuid": "a3", "isSidechain": false,
+        "type": "system", "subtype": "compact_boundary", "content": "Conversation compacted",
+        "uuid": "c1", "sessionId": "0000-session", "compactMetadata": {"trigger": "auto", "preTokens": 150000}}));
+    let mut summary = user_text(
+        "s1",
+        Some("c1"),
+        "This session is being continued from a previous conversation.",
+    );
+    summary["isCompactSummary"] = json!(true);
+    lines.push(summary);
+    lines.push(assistant(
+        "a5",
+        "s1",
+        "msg_3",
+        json!({"type": "text", "text": "Going on."}),
+    ));
+    // A side chain (a subagent's, in the same file) with a call of its own.
+    let mut side = assistant(
+        "x1",
+        "a3",
+        "msg_x",
+        json!({"type": "tool_use", "id": "toolu_X", "name": "Grep", "input": {}}),
+    );
+    side["isSidechain"] = json!(true);
+    lines.push(side);
+    let history = History::read(&text_of(&lines), None).unwrap();
+    assert_eq!(history.compactions, 1);
+    assert_eq!(history.turns.len(), 2, "{:?}", history.turns);
+    assert!(history.check().is_empty(), "{:?}", history.check());
+}
+
+/// A generated Claude Code session: rounds of 1–3 parallel calls, each
+/// call a line of the reply and each result a line of its own, chained.
+fn claude_session(rounds: &[usize]) -> Vec<Value> {
+    use claude_code::*;
+    let mut lines = vec![user_text("u0", None, "go")];
+    let mut parent = "u0".to_owned();
+    let mut n = 0;
+    for (round, calls) in rounds.iter().enumerate() {
+        let mut ids = Vec::new();
+        for _ in 0..*calls {
+            n += 1;
+            let uuid = format!("a{n}");
+            let id = format!("toolu_{n}");
+            lines.push(assistant(
+                &uuid,
+                &parent,
+                &format!("msg_{round}"),
+                json!({"type": "tool_use", "id": id, "name": "Read", "input": {}}),
+            ));
+            parent = uuid;
+            ids.push(id);
+        }
+        for id in ids {
+            let uuid = format!("r_{id}");
+            lines.push(result(&uuid, &parent, &id));
+            parent = uuid;
+        }
+    }
+    lines.push(assistant(
+        "end",
+        &parent,
+        "msg_end",
+        json!({"type": "text", "text": "done"}),
+    ));
+    lines
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "proptest-regressions/history.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// A sound generated session holds; one result line dropped (the next
+    /// line re-parented past it, as an interrupted write leaves it) is a
+    /// call without a result on the call's own line.
+    #[test]
+    fn one_lost_claude_code_result_is_reported_on_its_calls_line(
+        rounds in prop::collection::vec(1usize..4, 1..5),
+        pick in any::<prop::sample::Index>(),
+    ) {
+        let lines = claude_session(&rounds);
+        let text = claude_code::text_of(&lines);
+        let history = History::read(&text, None).unwrap();
+        prop_assert!(history.check().is_empty(), "{:?}", history.check());
+        let results: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, line)| line["toolUseResult"].is_object())
+            .map(|(index, _)| index)
+            .collect();
+        let at = results[pick.index(results.len())];
+        let mut cut = lines.clone();
+        let removed = cut.remove(at);
+        if let Some(next) = cut.get_mut(at) {
+            next["parentUuid"] = removed["parentUuid"].clone();
+        }
+        let id = removed["message"]["content"][0]["tool_use_id"].as_str().unwrap().to_owned();
+        let call_line = lines
+            .iter()
+            .position(|line| line["message"]["content"][0]["id"] == json!(id))
+            .unwrap() + 1;
+        let history = History::read(&claude_code::text_of(&cut), None).unwrap();
+        let found: Vec<(Rule, Option<usize>, Option<String>)> = history
+            .check()
+            .into_iter()
+            .map(|finding| (finding.rule, finding.line, finding.id))
+            .collect();
+        prop_assert_eq!(found, vec![(Rule::CallWithoutResult, Some(call_line), Some(id))]);
+    }
+
+    /// Arbitrary lines: a session or an error, never a panic.
+    #[test]
+    fn arbitrary_claude_code_lines_are_read_or_refused(values in prop::collection::vec(subloop::testing::json_value(), 0..8)) {
+        let text: String = values.iter().map(|value| format!("{value}\n")).collect();
+        let _ = History::read(&text, Some(Format::ClaudeCode)).map(|history| history.check());
+    }
 }

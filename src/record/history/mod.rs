@@ -16,6 +16,7 @@
 //! is a [`Finding`] naming its [`Rule`], the message, the id and what to do
 //! about it.
 
+mod claude_code;
 mod raw;
 mod rules;
 
@@ -42,6 +43,8 @@ pub struct Call {
     pub id: String,
     /// The tool's name.
     pub name: String,
+    /// The file's line that holds it, for formats with one entry per line.
+    pub line: Option<usize>,
 }
 
 /// One result a user turn carries.
@@ -53,6 +56,8 @@ pub struct Answer {
     /// The index of the message that holds it in the file's own list (for
     /// a Chat Completions history, each `tool` message is one).
     pub message: usize,
+    /// The file's line that holds it, for formats with one entry per line.
+    pub line: Option<usize>,
 }
 
 /// One turn of a history: a message, or (Chat Completions) an assistant
@@ -96,6 +101,9 @@ pub enum Format {
     Anthropic,
     /// A Chat Completions request body or its `messages` array.
     OpenAi,
+    /// A Claude Code session (`~/.claude/projects/PROJECT/SESSION.jsonl`):
+    /// the chain of entries a resume follows, from the last one back.
+    ClaudeCode,
 }
 
 impl Format {
@@ -104,6 +112,7 @@ impl Format {
         match self {
             Self::Anthropic => "anthropic",
             Self::OpenAi => "openai",
+            Self::ClaudeCode => "claude-code",
         }
     }
 
@@ -112,6 +121,7 @@ impl Format {
         match name {
             "anthropic" => Some(Self::Anthropic),
             "openai" => Some(Self::OpenAi),
+            "claude-code" => Some(Self::ClaudeCode),
             _ => None,
         }
     }
@@ -125,19 +135,41 @@ pub struct History {
     pub format: Format,
     /// Its turns, in order.
     pub turns: Vec<Turn>,
+    /// What the reader found besides the turns: results held by entries
+    /// left off the chain a resume follows (Claude Code).
+    pub off_chain: Vec<Finding>,
+    /// How many compactions the history went through (its turns are
+    /// those after the last).
+    pub compactions: usize,
 }
 
 impl History {
     /// Reads `text` as `format`, or as whichever format it is when `None`
-    /// (a Chat Completions history has `tool` messages, `tool_calls` or a
+    /// (a Claude Code session is JSON Lines of entries with `uuid`s; a
+    /// Chat Completions history has `tool` messages, `tool_calls` or a
     /// `system` role; otherwise it is read as the Messages API's).
     pub fn read(text: &str, format: Option<Format>) -> Result<Self, ReadError> {
-        raw::read(text, format)
+        let format = format.or_else(|| claude_code::looks_like(text).then_some(Format::ClaudeCode));
+        match format {
+            Some(Format::ClaudeCode) => claude_code::read(std::io::Cursor::new(text)),
+            other => raw::read(text, other),
+        }
     }
 
-    /// Every place the pairing rules break, in file order.
+    /// Reads a Claude Code session from `reader`, line by line: memory
+    /// grows with the number of entries and their ids, not with the
+    /// text they hold.
+    pub fn read_claude_code(reader: impl std::io::BufRead) -> Result<Self, ReadError> {
+        claude_code::read(reader)
+    }
+
+    /// Every place the pairing rules break, in file order, with what the
+    /// reader found.
     pub fn check(&self) -> Vec<Finding> {
-        pairing(&self.turns, false)
+        let mut found = pairing(&self.turns, false);
+        found.extend(self.off_chain.iter().cloned());
+        found.sort_by_key(|finding| (finding.line, finding.message));
+        found
     }
 }
 
@@ -159,10 +191,12 @@ pub(crate) fn turns_of(messages: &[crate::core::protocol::Message]) -> Vec<Turn>
                     Block::ToolUse { id, name, .. } => turn.calls.push(Call {
                         id: id.to_string(),
                         name: name.clone(),
+                        line: None,
                     }),
                     Block::ToolResult { tool_use_id, .. } => turn.results.push(Answer {
                         id: tool_use_id.to_string(),
                         message: index,
+                        line: None,
                     }),
                     _ => {}
                 }

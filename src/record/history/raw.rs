@@ -53,12 +53,20 @@ pub(super) fn read(text: &str, format: Option<Format>) -> Result<History, ReadEr
             });
         }
     };
-    let format = format.unwrap_or_else(|| detect(messages));
-    let turns = match format {
-        Format::Anthropic => anthropic(messages)?,
-        Format::OpenAi => openai(messages)?,
+    let format = match format {
+        Some(Format::ClaudeCode) | None => detect(messages),
+        Some(format) => format,
     };
-    Ok(History { format, turns })
+    let turns = match format {
+        Format::OpenAi => openai(messages)?,
+        _ => anthropic(messages)?,
+    };
+    Ok(History {
+        format,
+        turns,
+        off_chain: Vec::new(),
+        compactions: 0,
+    })
 }
 
 /// A Chat Completions history says so: a `tool` message, `tool_calls`, a
@@ -113,12 +121,14 @@ fn anthropic(messages: &[Value]) -> Result<Vec<Turn>, ReadError> {
                         Some("tool_use") => turn.calls.push(Call {
                             id: text_field(block, "id").unwrap_or_default().to_owned(),
                             name: text_field(block, "name").unwrap_or_default().to_owned(),
+                            line: None,
                         }),
                         Some("tool_result") => turn.results.push(Answer {
                             id: text_field(block, "tool_use_id")
                                 .unwrap_or_default()
                                 .to_owned(),
                             message: index,
+                            line: None,
                         }),
                         _ => {}
                     }
@@ -158,6 +168,7 @@ fn openai(messages: &[Value]) -> Result<Vec<Turn>, ReadError> {
                                     .and_then(|function| text_field(function, "name"))
                                     .unwrap_or_default()
                                     .to_owned(),
+                                line: None,
                             });
                         }
                     }
@@ -177,6 +188,7 @@ fn openai(messages: &[Value]) -> Result<Vec<Turn>, ReadError> {
                     turn.results.push(Answer {
                         id: id.to_owned(),
                         message: index,
+                        line: None,
                     });
                 }
             }

@@ -23,6 +23,10 @@ pub enum Rule {
     DuplicateId,
     /// A call with an empty id.
     EmptyId,
+    /// A result held by an entry left off the chain a resume follows (a
+    /// Claude Code session whose parallel results were re-parented off
+    /// it): the call on the chain has no result there.
+    ResultOffChain,
 }
 
 impl Rule {
@@ -35,6 +39,7 @@ impl Rule {
             Self::ResultsOutOfOrder => "results_out_of_order",
             Self::DuplicateId => "duplicate_id",
             Self::EmptyId => "empty_id",
+            Self::ResultOffChain => "result_off_chain",
         }
     }
 }
@@ -85,14 +90,19 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
     // of its result.
     let mut answered: HashMap<(usize, &str), usize> = HashMap::new();
     let mut skipped: HashSet<(usize, usize)> = HashSet::new();
-    let finding =
-        |rule: Rule, turn: &Turn, message: usize, id: Option<&str>, detail: String| Finding {
-            rule,
-            message,
-            line: turn.line,
-            id: id.map(str::to_owned),
-            detail,
-        };
+    // `line`: the call's or the result's own line, when the file has lines.
+    let finding = |rule: Rule,
+                   turn: &Turn,
+                   line: Option<usize>,
+                   message: usize,
+                   id: Option<&str>,
+                   detail: String| Finding {
+        rule,
+        message,
+        line: line.or(turn.line),
+        id: id.map(str::to_owned),
+        detail,
+    };
     for (index, turn) in turns.iter().enumerate() {
         match turn.speaker {
             Speaker::Assistant => {
@@ -102,6 +112,7 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
                         found.push(finding(
                             Rule::EmptyId,
                             turn,
+                            call.line,
                             turn.message,
                             None,
                             format!("a call of {} has an empty id", call.name),
@@ -111,6 +122,7 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
                         found.push(finding(
                             Rule::DuplicateId,
                             turn,
+                            call.line,
                             turn.message,
                             Some(&call.id),
                             format!(
@@ -147,6 +159,7 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
                         found.push(finding(
                             Rule::ResultWithoutCall,
                             turn,
+                            answer.line,
                             answer.message,
                             Some(id),
                             format!("a result for {id}, which no earlier reply asked for"),
@@ -157,6 +170,7 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
                         found.push(finding(
                             Rule::DuplicateId,
                             turn,
+                            answer.line,
                             answer.message,
                             Some(id),
                             format!(
@@ -173,6 +187,7 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
                         found.push(finding(
                             Rule::ResultNotNext,
                             turn,
+                            answer.line,
                             answer.message,
                             Some(id),
                             format!(
@@ -193,6 +208,7 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
                     found.push(finding(
                         Rule::ResultsOutOfOrder,
                         turn,
+                        None,
                         turn.message,
                         None,
                         format!(
@@ -217,6 +233,7 @@ pub fn pairing(turns: &[Turn], open_end: bool) -> Vec<Finding> {
             found.push(finding(
                 Rule::CallWithoutResult,
                 turn,
+                call.line,
                 turn.message,
                 Some(&call.id),
                 format!(

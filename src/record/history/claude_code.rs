@@ -1,0 +1,222 @@
+//! Claude Code sessions: JSON Lines of entries (`user`, `assistant`,
+//! `system`, `summary`, and others) threaded by `uuid` and `parentUuid`.
+//! A resume follows the chain from the last entry back to its root (a
+//! compaction's boundary has no parent: the chain starts after it); that
+//! chain is the history the next request sends. One API message may be
+//! split over several `assistant` entries sharing `message.id` (a block
+//! each), and parallel results over several `user` entries: consecutive
+//! entries of one speaker are one turn, as they are sent.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+
+use serde_json::Value;
+
+use super::{Answer, Call, Finding, Format, History, ReadError, Rule, Speaker, Turn};
+
+/// One entry of the session, as much of it as the rules need.
+struct Entry {
+    line: usize,
+    uuid: String,
+    parent: Option<String>,
+    speaker: Option<Speaker>,
+    message_id: Option<String>,
+    calls: Vec<(String, String)>,
+    results: Vec<String>,
+    sidechain: bool,
+    boundary: bool,
+}
+
+/// Whether `text` reads as a Claude Code session: one of its first 20
+/// lines is a JSON object with a `type` and a `uuid`, `parentUuid` or
+/// `sessionId` (a session may begin with snapshot or summary lines).
+pub(super) fn looks_like(text: &str) -> bool {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .take(20)
+        .any(|line| {
+            serde_json::from_str::<Value>(line).is_ok_and(|value| {
+                value.get("type").is_some_and(Value::is_string)
+                    && ["uuid", "parentUuid", "sessionId"]
+                        .iter()
+                        .any(|key| value.get(*key).is_some())
+            })
+        })
+}
+
+fn text<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key).and_then(Value::as_str)
+}
+
+/// The entry of line `line`, or `None` for a line that is no entry with
+/// a `uuid` (a `summary`, a snapshot, a queue operation, a type this
+/// reader does not know: kept out, not an error).
+fn entry(value: &Value, line: usize) -> Option<Entry> {
+    let uuid = text(value, "uuid")?.to_owned();
+    let kind = text(value, "type").unwrap_or_default();
+    let message = value.get("message");
+    let speaker = match (kind, message.and_then(|m| text(m, "role"))) {
+        ("user", _) | (_, Some("user")) if message.is_some() => Some(Speaker::User),
+        ("assistant", _) | (_, Some("assistant")) if message.is_some() => Some(Speaker::Assistant),
+        _ => None,
+    };
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    if let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) {
+        for block in blocks {
+            match text(block, "type") {
+                Some("tool_use") => calls.push((
+                    text(block, "id").unwrap_or_default().to_owned(),
+                    text(block, "name").unwrap_or_default().to_owned(),
+                )),
+                Some("tool_result") => {
+                    results.push(text(block, "tool_use_id").unwrap_or_default().to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(Entry {
+        line,
+        uuid,
+        parent: text(value, "parentUuid").map(str::to_owned),
+        speaker,
+        message_id: message.and_then(|m| text(m, "id")).map(str::to_owned),
+        calls,
+        results,
+        sidechain: value.get("isSidechain").and_then(Value::as_bool) == Some(true),
+        boundary: kind == "system" && text(value, "subtype") == Some("compact_boundary"),
+    })
+}
+
+/// Reads a session from `reader`, line by line.
+pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut by_uuid: HashMap<String, usize> = HashMap::new();
+    let mut any_line = false;
+    for (index, line) in reader.lines().enumerate() {
+        let number = index + 1;
+        let line = line.map_err(|err| ReadError::NotAHistory {
+            format: "claude-code",
+            reason: format!("line {number}: {err}"),
+        })?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        any_line = true;
+        // A line cut short (a session killed while writing) or not JSON:
+        // not an entry; the chain is followed without it.
+        let Ok(value) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if let Some(entry) = entry(&value, number) {
+            by_uuid.insert(entry.uuid.clone(), entries.len());
+            entries.push(entry);
+        }
+    }
+    if !any_line || entries.is_empty() {
+        return Err(ReadError::NotAHistory {
+            format: "claude-code",
+            reason: "no entry with a `uuid`".to_owned(),
+        });
+    }
+    // The chain a resume follows: from the last entry of the conversation
+    // (not a side chain), back through its parents.
+    let leaf = entries
+        .iter()
+        .rposition(|entry| !entry.sidechain && (entry.speaker.is_some() || entry.boundary));
+    let mut on_chain = vec![false; entries.len()];
+    let mut chain = Vec::new();
+    let mut at = leaf;
+    while let Some(index) = at {
+        let Some(flag) = on_chain.get_mut(index) else {
+            break;
+        };
+        if *flag {
+            break; // a cycle: stop where it closes
+        }
+        *flag = true;
+        chain.push(index);
+        at = entries
+            .get(index)
+            .and_then(|entry| entry.parent.as_ref())
+            .and_then(|parent| by_uuid.get(parent))
+            .copied();
+    }
+    chain.reverse();
+    let compactions = entries.iter().filter(|entry| entry.boundary).count();
+    let mut turns: Vec<Turn> = Vec::new();
+    let mut last_message_id: Option<&str> = None;
+    for &index in &chain {
+        let Some(entry) = entries.get(index) else {
+            continue;
+        };
+        let Some(speaker) = entry.speaker else {
+            continue;
+        };
+        let same_turn = match (turns.last(), speaker) {
+            (Some(turn), Speaker::User) => turn.speaker == Speaker::User,
+            (Some(turn), Speaker::Assistant) => {
+                turn.speaker == Speaker::Assistant
+                    && entry.message_id.is_some()
+                    && entry.message_id.as_deref() == last_message_id
+            }
+            (None, _) => false,
+        };
+        if !same_turn {
+            let mut turn = Turn::new(speaker, turns.len());
+            turn.line = Some(entry.line);
+            turns.push(turn);
+        }
+        last_message_id = entry.message_id.as_deref();
+        let message = turns.len().saturating_sub(1);
+        if let Some(turn) = turns.last_mut() {
+            turn.calls.extend(entry.calls.iter().map(|(id, name)| Call {
+                id: id.clone(),
+                name: name.clone(),
+                line: Some(entry.line),
+            }));
+            turn.results.extend(entry.results.iter().map(|id| Answer {
+                id: id.clone(),
+                message,
+                line: Some(entry.line),
+            }));
+        }
+    }
+    // Results the chain left out: an entry off it (not a side chain) that
+    // answers a call on it.
+    let asked: HashMap<&str, usize> = turns
+        .iter()
+        .flat_map(|turn| {
+            turn.calls
+                .iter()
+                .map(move |call| (call.id.as_str(), turn.message))
+        })
+        .collect();
+    let mut off_chain = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        if entry.sidechain || on_chain.get(index).copied().unwrap_or(true) {
+            continue;
+        }
+        for id in &entry.results {
+            if let Some(message) = asked.get(id.as_str()) {
+                off_chain.push(Finding {
+                    rule: Rule::ResultOffChain,
+                    message: *message,
+                    line: Some(entry.line),
+                    id: Some(id.clone()),
+                    detail: format!(
+                        "the result for {id} is on line {}, an entry off the chain a resume follows (its parent is not on it): the call in message {message} gets no result",
+                        entry.line
+                    ),
+                });
+            }
+        }
+    }
+    Ok(History {
+        format: Format::ClaudeCode,
+        turns,
+        off_chain,
+        compactions,
+    })
+}
