@@ -1,6 +1,6 @@
 //! `subloop check FILE…`: the pairing rules over histories, subloop's own
-//! traces (every invariant of `view --check`), Claude Code sessions and
-//! the request histories of the Messages API and Chat Completions.
+//! traces (every invariant of `view --check`), Claude Code sessions,
+//! codex rollouts and the request histories of the Messages API and Chat Completions.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -46,7 +46,8 @@ USAGE:
 
 OPTIONS:
     --format FORMAT    auto (the default: by content), subloop (a --trace file), claude-code (a \
-Claude Code session: the chain a resume follows, read line by line), anthropic (a Messages API \
+Claude Code session: the chain a resume follows, read line by line), codex (a codex rollout, \
+read line by line), anthropic (a Messages API \
 request body or its messages array), openai (a Chat Completions request body or its messages array)
     --json             one JSON object per file, one per line: file, format, held, findings \
 (rule, message, line, id, detail) or error
@@ -79,7 +80,7 @@ pub fn parse(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
                     Some("subloop") => Some(FileFormat::Subloop),
                     Some(name) => Some(FileFormat::Raw(Format::parse(name).ok_or_else(|| {
                         fail(format!(
-                            "--format takes auto, subloop, claude-code, anthropic or openai, got `{name}`"
+                            "--format takes auto, subloop, claude-code, codex, anthropic or openai, got `{name}`"
                         ))
                     })?)),
                     None => {
@@ -172,18 +173,25 @@ fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
         Ok(meta) => meta.len(),
         Err(err) => return Verdict::Unreadable(err.to_string()),
     };
-    // A Claude Code session is read line by line, whatever its size.
-    let claude_code = match format {
-        Some(FileFormat::Raw(Format::ClaudeCode)) => true,
-        Some(_) => false,
-        None => head(file).is_some_and(|head| {
-            !is_trace(&head)
-                && History::read(&head, None).is_ok_and(|h| h.format == Format::ClaudeCode)
-        }),
+    // A Claude Code session or a codex rollout is read line by line,
+    // whatever its size.
+    let lines = match format {
+        Some(FileFormat::Raw(format @ (Format::ClaudeCode | Format::Codex))) => Some(format),
+        Some(_) => None,
+        None => head(file)
+            .filter(|head| !is_trace(head))
+            .and_then(|head| History::sniff(&head)),
     };
-    if claude_code {
+    if let Some(format) = lines {
         return match std::fs::File::open(file) {
-            Ok(handle) => raw_verdict(History::read_claude_code(std::io::BufReader::new(handle))),
+            Ok(handle) => {
+                let reader = std::io::BufReader::new(handle);
+                raw_verdict(if format == Format::Codex {
+                    History::read_codex(reader)
+                } else {
+                    History::read_claude_code(reader)
+                })
+            }
             Err(err) => Verdict::Unreadable(err.to_string()),
         };
     }

@@ -56,7 +56,7 @@ fn overview() -> String {
         ("view", summary(Command::View)),
         (
             "check",
-            "check histories by the loop's pairing rules: subloop traces, Claude Code sessions, Messages API and Chat Completions request histories",
+            "check histories by the loop's pairing rules: subloop traces, Claude Code sessions, codex rollouts, Messages API and Chat Completions request histories",
         ),
         (
             "doctor",

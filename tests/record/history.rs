@@ -389,6 +389,16 @@ fn subloop_check_gives_a_verdict_per_file_and_the_exit_status() {
         ),
         "{text}"
     );
+    // A codex rollout with a function_call without output.
+    let mut lost = codex::rollout();
+    lost.remove(7);
+    let rollout = dir.write("rollout-x.jsonl", claude_code::text_of(&lost));
+    let (code, text) = check(&[&rollout], &["--json"]);
+    assert_eq!(code, Some(1), "{text}");
+    let verdict: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(verdict["format"], "codex");
+    assert_eq!(verdict["findings"][0]["line"], 6);
+    assert_eq!(verdict["findings"][0]["id"], "call_1");
     // A subloop trace: every rule of `view --check`.
     let trace = dir.path().join("demo.jsonl");
     let demo = std::process::Command::new(crate::common::bin())
@@ -707,4 +717,95 @@ proptest! {
         let text: String = values.iter().map(|value| format!("{value}\n")).collect();
         let _ = History::read(&text, Some(Format::ClaudeCode)).map(|history| history.check());
     }
+}
+
+/// codex rollout lines, written here.
+mod codex {
+    use super::*;
+
+    pub fn item(payload: Value) -> Value {
+        json!({"timestamp": "2026-12-01T10:00:00.000Z", "type": "response_item", "payload": payload})
+    }
+
+    pub fn call(id: &str, name: &str) -> Value {
+        item(
+            json!({"type": "function_call", "name": name, "arguments": "{\"cmd\":\"ls\"}", "call_id": id}),
+        )
+    }
+
+    pub fn output(id: &str) -> Value {
+        item(json!({"type": "function_call_output", "call_id": id, "output": "a.rs\n"}))
+    }
+
+    /// A sound rollout: meta, a user message, reasoning and two parallel
+    /// calls (one custom), their outputs, an answer, and event lines.
+    pub fn rollout() -> Vec<Value> {
+        vec![
+            json!({"timestamp": "t", "type": "session_meta", "payload": {"id": "0000", "cwd": "/home/user/project"}}),
+            json!({"timestamp": "t", "type": "turn_context", "payload": {"cwd": "/home/user/project", "model": "gpt-5"}}),
+            item(
+                json!({"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]}),
+            ),
+            item(
+                json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "List and patch."}]}),
+            ),
+            item(json!({"type": "reasoning", "summary": [], "encrypted_content": "b3A="})),
+            call("call_1", "shell"),
+            item(
+                json!({"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch", "call_id": "call_2"}),
+            ),
+            output("call_1"),
+            item(json!({"type": "custom_tool_call_output", "call_id": "call_2", "output": "Done"})),
+            json!({"timestamp": "t", "type": "event_msg", "payload": {"type": "token_count", "info": null}}),
+            item(
+                json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Patched."}]}),
+            ),
+        ]
+    }
+}
+
+#[test]
+fn codex_rollouts_hold_or_name_the_call_without_output() {
+    use codex::*;
+    let text = claude_code::text_of(&rollout());
+    let history = History::read(&text, None).expect("a rollout");
+    assert_eq!(history.format, Format::Codex);
+    // user; reasoning and two calls; two outputs; the answer.
+    assert_eq!(history.turns.len(), 4, "{:?}", history.turns);
+    assert!(history.check().is_empty(), "{:?}", history.check());
+    // A function_call without output, then the session went on.
+    let mut lost = rollout();
+    lost.remove(7);
+    let found: Vec<(Rule, Option<usize>, Option<String>)> =
+        History::read(&claude_code::text_of(&lost), None)
+            .unwrap()
+            .check()
+            .into_iter()
+            .map(|finding| (finding.rule, finding.line, finding.id))
+            .collect();
+    assert_eq!(
+        found,
+        [(Rule::CallWithoutResult, Some(6), Some("call_1".to_owned()))]
+    );
+    // Interrupted at the end: the last call has no output.
+    let end: Vec<Value> = rollout().into_iter().take(6).collect();
+    let found = History::read(&claude_code::text_of(&end), None)
+        .unwrap()
+        .check();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].rule, Rule::CallWithoutResult);
+    // A compaction replaces what came before: a lost output before it is
+    // no longer sent.
+    let mut compacted = lost.clone();
+    compacted.push(json!({"timestamp": "t", "type": "compacted", "payload": {"message": "summary",
+        "replacement_history": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "summary"}]}]}}));
+    compacted.push(call("call_9", "shell"));
+    compacted.push(output("call_9"));
+    let history = History::read(&claude_code::text_of(&compacted), None).unwrap();
+    assert_eq!(history.compactions, 1);
+    assert_eq!(history.turns.len(), 3);
+    assert!(history.check().is_empty(), "{:?}", history.check());
+    // Read line by line, the same.
+    let streamed = History::read_codex(std::io::Cursor::new(text.as_bytes())).unwrap();
+    assert_eq!(streamed.turns, History::read(&text, None).unwrap().turns);
 }

@@ -17,6 +17,7 @@
 //! about it.
 
 mod claude_code;
+mod codex;
 mod raw;
 mod rules;
 
@@ -104,6 +105,9 @@ pub enum Format {
     /// A Claude Code session (`~/.claude/projects/PROJECT/SESSION.jsonl`):
     /// the chain of entries a resume follows, from the last one back.
     ClaudeCode,
+    /// A codex rollout (`~/.codex/sessions/Y/M/D/rollout-*.jsonl`): its
+    /// `response_item` lines, calls paired with outputs by `call_id`.
+    Codex,
 }
 
 impl Format {
@@ -113,6 +117,7 @@ impl Format {
             Self::Anthropic => "anthropic",
             Self::OpenAi => "openai",
             Self::ClaudeCode => "claude-code",
+            Self::Codex => "codex",
         }
     }
 
@@ -122,6 +127,7 @@ impl Format {
             "anthropic" => Some(Self::Anthropic),
             "openai" => Some(Self::OpenAi),
             "claude-code" => Some(Self::ClaudeCode),
+            "codex" => Some(Self::Codex),
             _ => None,
         }
     }
@@ -145,15 +151,34 @@ pub struct History {
 
 impl History {
     /// Reads `text` as `format`, or as whichever format it is when `None`
-    /// (a Claude Code session is JSON Lines of entries with `uuid`s; a
-    /// Chat Completions history has `tool` messages, `tool_calls` or a
+    /// (a codex rollout is JSON Lines of `payload`s; a Claude Code session
+    /// JSON Lines of entries with `uuid`s; a Chat Completions history has `tool` messages, `tool_calls` or a
     /// `system` role; otherwise it is read as the Messages API's).
     pub fn read(text: &str, format: Option<Format>) -> Result<Self, ReadError> {
-        let format = format.or_else(|| claude_code::looks_like(text).then_some(Format::ClaudeCode));
+        let format = format.or_else(|| Self::sniff(text));
         match format {
             Some(Format::ClaudeCode) => claude_code::read(std::io::Cursor::new(text)),
+            Some(Format::Codex) => codex::read(std::io::Cursor::new(text)),
             other => raw::read(text, other),
         }
+    }
+
+    /// The JSON Lines format the first lines of a file (`head`) say it
+    /// is: a Claude Code session or a codex rollout; `None` for anything
+    /// else (a request history is told by its whole text).
+    pub fn sniff(head: &str) -> Option<Format> {
+        if codex::looks_like(head) {
+            Some(Format::Codex)
+        } else if claude_code::looks_like(head) {
+            Some(Format::ClaudeCode)
+        } else {
+            None
+        }
+    }
+
+    /// Reads a codex rollout from `reader`, line by line.
+    pub fn read_codex(reader: impl std::io::BufRead) -> Result<Self, ReadError> {
+        codex::read(reader)
     }
 
     /// Reads a Claude Code session from `reader`, line by line: memory

@@ -54,7 +54,7 @@ pub(super) fn read(text: &str, format: Option<Format>) -> Result<History, ReadEr
         }
     };
     let format = match format {
-        Some(Format::ClaudeCode) | None => detect(messages),
+        Some(Format::ClaudeCode | Format::Codex) | None => detect(messages),
         Some(format) => format,
     };
     let turns = match format {
