@@ -490,6 +490,35 @@ pub fn fuzz_trace(data: &[u8]) {
     );
 }
 
+/// Arbitrary bytes as a history of every format (read whole, and line by
+/// line as a Claude Code session and a codex rollout), checked by the
+/// pairing rules — none of which may panic — and every place a finding
+/// names is in the history (the `history` fuzz target).
+pub fn fuzz_history(data: &[u8]) {
+    use crate::record::history::{Format, History};
+    let text = String::from_utf8_lossy(data);
+    let lines = text.lines().count();
+    let mut read = vec![History::read(&text, None)];
+    for format in [
+        Format::Anthropic,
+        Format::OpenAi,
+        Format::ClaudeCode,
+        Format::Codex,
+    ] {
+        read.push(History::read(&text, Some(format)));
+    }
+    read.push(History::read_claude_code(std::io::Cursor::new(data)));
+    read.push(History::read_codex(std::io::Cursor::new(data)));
+    for history in read.into_iter().flatten() {
+        for finding in history.check() {
+            assert!(!finding.detail.is_empty(), "a finding says what is wrong");
+            if let Some(line) = finding.line {
+                assert!(line >= 1 && line <= lines.max(1), "line {line} of {lines}");
+            }
+        }
+    }
+}
+
 fn reply_from_value(value: Value) -> ScriptedReply {
     ModelResponse::from_value(value).map_err(|err| ModelFailure::new(err.to_string()))
 }

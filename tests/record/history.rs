@@ -809,3 +809,34 @@ fn codex_rollouts_hold_or_name_the_call_without_output() {
     let streamed = History::read_codex(std::io::Cursor::new(text.as_bytes())).unwrap();
     assert_eq!(streamed.turns, History::read(&text, None).unwrap().turns);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "proptest-regressions/history.txt",
+        ))),
+        ..ProptestConfig::default()
+    })]
+
+    /// The `history` fuzz target's check, on arbitrary bytes and on the
+    /// fixtures with one byte changed.
+    #[test]
+    fn the_history_fuzz_target_holds(
+        bytes in prop::collection::vec(any::<u8>(), 0..400),
+        which in 0usize..3,
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        subloop::testing::fuzz_history(&bytes);
+        let fixture = match which {
+            0 => anthropic_session().to_string(),
+            1 => claude_code::text_of(&claude_code::session()),
+            _ => claude_code::text_of(&codex::rollout()),
+        };
+        let mut changed = fixture.into_bytes();
+        let index = at.index(changed.len());
+        changed[index] = byte;
+        subloop::testing::fuzz_history(&changed);
+    }
+}
