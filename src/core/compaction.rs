@@ -268,25 +268,7 @@ system prompt says. Reply with the summary only.";
     /// Where the question ends and the kept rounds start in `history`,
     /// when there is anything before them to summarize.
     fn split(&self, history: &[Message]) -> Option<(usize, usize)> {
-        let starts: Vec<usize> = history
-            .iter()
-            .enumerate()
-            .filter(|(_, message)| message.role == Role::Assistant)
-            .map(|(index, _)| index)
-            .collect();
-        let first = *starts.first()?;
-        let question_at = current_question(history)?;
-        let before = starts.iter().filter(|start| **start < question_at).count();
-        let droppable = if before == 0 {
-            starts.len()
-        } else {
-            before - 1
-        };
-        let summarized = starts.len().saturating_sub(self.keep_rounds).min(droppable);
-        if summarized == 0 {
-            return None;
-        }
-        Some((first, *starts.get(summarized)?))
+        older_rounds(history, self.keep_rounds).map(|(first, keep_from, _)| (first, keep_from))
     }
 
     /// The messages of a summary request for `history`, its oldest
@@ -637,29 +619,7 @@ impl Compactor for SlidingWindow {
     }
 
     fn compact(&self, history: &[Message]) -> Option<Vec<Message>> {
-        let starts: Vec<usize> = history
-            .iter()
-            .enumerate()
-            .filter(|(_, message)| message.role == Role::Assistant)
-            .map(|(index, _)| index)
-            .collect();
-        let first = *starts.first()?;
-        // The current question (a follow-up asked after an answer) is never
-        // dropped: only rounds before the one that holds it may go.
-        let question_at = current_question(history)?;
-        // Rounds that start before the current question; the last of them
-        // holds it.
-        let before = starts.iter().filter(|start| **start < question_at).count();
-        let droppable = if before == 0 {
-            starts.len()
-        } else {
-            before - 1
-        };
-        let drop = starts.len().saturating_sub(self.keep_rounds).min(droppable);
-        if drop == 0 {
-            return None;
-        }
-        let keep_from = *starts.get(drop)?;
+        let (first, keep_from, drop) = older_rounds(history, self.keep_rounds)?;
         let mut question: Vec<Message> = history.get(..first)?.to_vec();
         // The note goes last on the question's last message, after the
         // question's own blocks; an earlier note's count is added to.
@@ -681,6 +641,35 @@ impl Compactor for SlidingWindow {
         question.extend(history.get(keep_from..)?.iter().cloned());
         Some(question)
     }
+}
+
+/// The rounds of `history` (a round is a reply and the user messages
+/// after it) before its last `keep`: where the question ends (the first
+/// reply), where the kept rounds start, and how many rounds come before
+/// them; `None` when none may go. The round that holds the current
+/// question (a follow-up asked after an answer) always stays.
+fn older_rounds(history: &[Message], keep: usize) -> Option<(usize, usize, usize)> {
+    let starts: Vec<usize> = history
+        .iter()
+        .enumerate()
+        .filter(|(_, message)| message.role == Role::Assistant)
+        .map(|(index, _)| index)
+        .collect();
+    let first = *starts.first()?;
+    let question_at = current_question(history)?;
+    // Rounds that start before the current question; the last of them
+    // holds it.
+    let before = starts.iter().filter(|start| **start < question_at).count();
+    let droppable = if before == 0 {
+        starts.len()
+    } else {
+        before - 1
+    };
+    let older = starts.len().saturating_sub(keep).min(droppable);
+    if older == 0 {
+        return None;
+    }
+    Some((first, *starts.get(older)?, older))
 }
 
 /// The count of a note [`SlidingWindow`] wrote (`[N earlier rounds …]`).

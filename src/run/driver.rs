@@ -238,6 +238,30 @@ async fn summarize<M: AsyncModel + ?Sized>(
     }
 }
 
+/// The summary `compaction` asks for first, if it asks for one and the
+/// model writes one; why there is none is told to `monitor` as
+/// `agent`'s warning (the compactor is used instead).
+async fn summary_for<M: AsyncModel + ?Sized>(
+    model: &mut M,
+    compaction: &Compaction,
+    history: &[Message],
+    agent: &AgentId,
+    monitor: &mut dyn Monitor,
+) -> Option<Summary> {
+    let how = compaction.summarize()?;
+    match summarize(model, how, history).await {
+        Ok(summary) => Some(summary),
+        Err(why) => {
+            let text = format!(
+                "no summary ({why}); compacted by {} instead",
+                compaction.compactor().name()
+            );
+            monitor.warning(agent, &text);
+            None
+        }
+    }
+}
+
 /// Tells `monitor` that `agent`'s history, `before` (of which the monitor
 /// has seen the first `sent` messages), was replaced by `after`'s.
 #[allow(clippy::too_many_arguments)]
@@ -512,20 +536,8 @@ where
                 // writes a summary: a run dropped then is finished as
                 // usual.
                 let before = live.stage.asking().history().to_vec();
-                let summary = match compaction.summarize() {
-                    Some(how) => match summarize(model, how, &before).await {
-                        Ok(summary) => Some(summary),
-                        Err(why) => {
-                            let text = format!(
-                                "no summary ({why}); compacted by {} instead",
-                                compaction.compactor().name()
-                            );
-                            live.monitor.warning(agent, &text);
-                            None
-                        }
-                    },
-                    None => None,
-                };
+                let summary =
+                    summary_for(model, compaction, &before, agent, &mut *live.monitor).await;
                 let conversation = live.stage.take_asking();
                 let recorded = summary
                     .as_ref()
@@ -631,29 +643,18 @@ where
                 let before = conversation.history().to_vec();
                 let estimate = tokens.of(&before);
                 let summary = match (&compaction, &blocked) {
-                    (Some(compaction), None) => match compaction.summarize() {
-                        Some(how) => {
-                            // Back in the stage while the model writes it,
-                            // the refused request counted if the run is
-                            // dropped meanwhile.
-                            live.stage.ask(conversation);
-                            live.stage.failed_in_flight = true;
-                            let summary = summarize(model, how, &before).await;
-                            conversation = live.stage.take_asking();
-                            match summary {
-                                Ok(summary) => Some(summary),
-                                Err(why) => {
-                                    let text = format!(
-                                        "no summary ({why}); compacted by {} instead",
-                                        compaction.compactor().name()
-                                    );
-                                    live.monitor.warning(agent, &text);
-                                    None
-                                }
-                            }
-                        }
-                        None => None,
-                    },
+                    (Some(compaction), None) if compaction.summarize().is_some() => {
+                        // Back in the stage while the model writes it, the
+                        // refused request counted if the run is dropped
+                        // meanwhile.
+                        live.stage.ask(conversation);
+                        live.stage.failed_in_flight = true;
+                        let summary =
+                            summary_for(model, compaction, &before, agent, &mut *live.monitor)
+                                .await;
+                        conversation = live.stage.take_asking();
+                        summary
+                    }
                     _ => None,
                 };
                 let recorded = summary

@@ -129,16 +129,22 @@ impl ServerCompaction {
 
     /// Its entry in `context_management.edits`.
     fn edit(&self) -> Value {
-        let mut edit = Map::new();
-        edit.insert("type".into(), json!(Self::TYPE));
-        if let Some(tokens) = self.trigger_tokens {
-            edit.insert(
-                "trigger".into(),
-                json!({"type": "input_tokens", "value": tokens}),
-            );
-        }
-        Value::Object(edit)
+        Value::Object(edit_of(Self::TYPE, self.trigger_tokens))
     }
+}
+
+/// A `context_management` edit of `kind`, with its input-token trigger
+/// when there is one.
+fn edit_of(kind: &str, trigger_tokens: Option<u64>) -> Map<String, Value> {
+    let mut edit = Map::new();
+    edit.insert("type".into(), json!(kind));
+    if let Some(tokens) = trigger_tokens {
+        edit.insert(
+            "trigger".into(),
+            json!({"type": "input_tokens", "value": tokens}),
+        );
+    }
+    edit
 }
 
 /// The `anthropic-beta` header with both context-management betas.
@@ -194,14 +200,7 @@ impl ClearToolUses {
 
     /// Its entry in `context_management.edits`.
     fn edit(&self) -> Value {
-        let mut edit = Map::new();
-        edit.insert("type".into(), json!(Self::TYPE));
-        if let Some(tokens) = self.trigger_tokens {
-            edit.insert(
-                "trigger".into(),
-                json!({"type": "input_tokens", "value": tokens}),
-            );
-        }
+        let mut edit = edit_of(Self::TYPE, self.trigger_tokens);
         edit.insert(
             "keep".into(),
             json!({"type": "tool_uses", "value": self.keep_tool_uses}),

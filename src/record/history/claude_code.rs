@@ -31,17 +31,12 @@ struct Entry {
 /// lines is a JSON object with a `type` and a `uuid`, `parentUuid` or
 /// `sessionId` (a session may begin with snapshot or summary lines).
 pub(super) fn looks_like(text: &str) -> bool {
-    text.lines()
-        .filter(|line| !line.trim().is_empty())
-        .take(20)
-        .any(|line| {
-            serde_json::from_str::<Value>(line).is_ok_and(|value| {
-                value.get("type").is_some_and(Value::is_string)
-                    && ["uuid", "parentUuid", "sessionId"]
-                        .iter()
-                        .any(|key| value.get(*key).is_some())
-            })
-        })
+    super::any_head_line(text, |value| {
+        value.get("type").is_some_and(Value::is_string)
+            && ["uuid", "parentUuid", "sessionId"]
+                .iter()
+                .any(|key| value.get(*key).is_some())
+    })
 }
 
 fn text<'a>(value: &'a Value, key: &str) -> Option<&'a str> {

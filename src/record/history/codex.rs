@@ -16,24 +16,13 @@ use super::{Answer, Call, Format, History, ReadError, Speaker, Turn};
 /// Whether `text` reads as a codex rollout: one of its first 20 lines is a
 /// JSON object with a rollout `type` and a `payload` object.
 pub(super) fn looks_like(text: &str) -> bool {
-    text.lines()
-        .filter(|line| !line.trim().is_empty())
-        .take(20)
-        .any(|line| {
-            serde_json::from_str::<Value>(line).is_ok_and(|value| {
-                value.get("payload").is_some_and(Value::is_object)
-                    && matches!(
-                        value.get("type").and_then(Value::as_str),
-                        Some(
-                            "session_meta"
-                                | "response_item"
-                                | "turn_context"
-                                | "event_msg"
-                                | "compacted"
-                        )
-                    )
-            })
-        })
+    super::any_head_line(text, |value| {
+        value.get("payload").is_some_and(Value::is_object)
+            && matches!(
+                value.get("type").and_then(Value::as_str),
+                Some("session_meta" | "response_item" | "turn_context" | "event_msg" | "compacted")
+            )
+    })
 }
 
 fn text<'a>(value: &'a Value, key: &str) -> Option<&'a str> {

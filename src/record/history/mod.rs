@@ -198,6 +198,15 @@ impl History {
     }
 }
 
+/// Whether one of the first 20 lines of `text` that are not blank is a
+/// JSON object `is` says yes to: how the JSON Lines formats are told.
+pub(super) fn any_head_line(text: &str, is: impl Fn(&serde_json::Value) -> bool) -> bool {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .take(20)
+        .any(|line| serde_json::from_str::<serde_json::Value>(line).is_ok_and(|value| is(&value)))
+}
+
 /// The turns of a history of this crate's messages (message `i` is turn
 /// `i`).
 pub(crate) fn turns_of(messages: &[crate::core::protocol::Message]) -> Vec<Turn> {
