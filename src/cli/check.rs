@@ -51,6 +51,9 @@ read line by line), anthropic (a Messages API \
 request body or its messages array), openai (a Chat Completions request body or its messages array)
     --json             one JSON object per file, one per line: file, format, held, findings \
 (rule, message, line, id, detail) or error
+
+A Claude Code session's subagents (SESSION/subagents/agent-*.jsonl beside SESSION.jsonl) are \
+checked after it, each a file of its own.
     -h, --help         this help
 
 Exit status: 0 every file held, 1 a rule is broken, 2 a file could not be read.";
@@ -119,7 +122,14 @@ enum Verdict {
 /// Checks every file; prints a verdict per file; gives the exit status.
 pub fn run(args: &CheckArgs, out: &mut dyn std::io::Write) -> u8 {
     let mut status = 0;
+    // A Claude Code session's subagents are files of their own, beside it
+    // (`SESSION/subagents/agent-*.jsonl`): each is checked after it.
+    let mut files: Vec<PathBuf> = Vec::new();
     for file in &args.files {
+        files.push(file.clone());
+        files.extend(subagent_files(file, args.format));
+    }
+    for file in &files {
         let shown = subloop::core::text::printable(&file.display().to_string());
         let verdict = check_file(file, args.format);
         let line = match &verdict {
@@ -281,4 +291,38 @@ fn is_trace(text: &str) -> bool {
         value.get("agent").is_some_and(Value::is_string)
             && value.get("kind").is_some_and(Value::is_string)
     })
+}
+
+/// The subagent sessions of the Claude Code session `file`, in name order:
+/// `SESSION/subagents/agent-*.jsonl` beside `SESSION.jsonl`.
+fn subagent_files(file: &std::path::Path, format: Option<FileFormat>) -> Vec<PathBuf> {
+    let claude_code = match format {
+        Some(FileFormat::Raw(Format::ClaudeCode)) => true,
+        Some(_) => false,
+        None => head(file).is_some_and(|head| {
+            !is_trace(&head) && History::sniff(&head) == Some(Format::ClaudeCode)
+        }),
+    };
+    let dir = file.with_extension("").join("subagents");
+    if !claude_code || !dir.is_dir() {
+        return Vec::new();
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .map(|entry| entry.path())
+                .filter(|path| {
+                    path.is_file()
+                        && path.extension().is_some_and(|ext| ext == "jsonl")
+                        && path
+                            .file_name()
+                            .and_then(|name| name.to_str())
+                            .is_some_and(|name| name.starts_with("agent-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
 }

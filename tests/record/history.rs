@@ -389,6 +389,27 @@ fn subloop_check_gives_a_verdict_per_file_and_the_exit_status() {
         ),
         "{text}"
     );
+    // Its subagent, a file of its own beside it, interrupted at the end.
+    let agent: Vec<Value> = claude_code::session().into_iter().take(5).collect();
+    dir.write(
+        "session/subagents/agent-a1b2.jsonl",
+        claude_code::text_of(&agent),
+    );
+    dir.write("session/subagents/notes.txt", "not a session");
+    let (code, text) = check(&[&session], &["--json"]);
+    assert_eq!(code, Some(1), "{text}");
+    let verdicts: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(verdicts.len(), 2, "{text}");
+    assert!(
+        verdicts[1]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("session/subagents/agent-a1b2.jsonl")
+    );
+    assert_eq!(verdicts[1]["findings"].as_array().unwrap().len(), 2);
     // A codex rollout with a function_call without output.
     let mut lost = codex::rollout();
     lost.remove(7);
