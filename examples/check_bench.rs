@@ -19,41 +19,17 @@
     clippy::indexing_slicing
 )]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{BufRead, BufWriter, Write};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde_json::{Value, json};
 use subloop::record::history::History;
 
-/// The heap in use now and at its highest since the last reset.
-struct Counting;
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call goes to the system allocator unchanged; the counters
-// only observe sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the system allocator, with the caller's layout.
-        let pointer = unsafe { System.alloc(layout) };
-        if !pointer.is_null() {
-            let now = NOW.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        pointer
-    }
-
-    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-        // SAFETY: `pointer` came from `alloc` with this layout.
-        unsafe { System.dealloc(pointer, layout) };
-        NOW.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+#[path = "bench/counting.rs"]
+mod counting;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting::Counting = counting::Counting;
 
 fn entry(kind: &str, uuid: &str, parent: &str, message: Value) -> Value {
     json!({"parentUuid": parent, "isSidechain": false, "userType": "external",
@@ -171,14 +147,13 @@ fn main() {
     let floor = started.elapsed().as_secs_f64();
 
     // The library: the chain, the turns, the rules.
-    PEAK.store(NOW.load(Ordering::Relaxed), Ordering::Relaxed);
-    let before = NOW.load(Ordering::Relaxed);
+    let before = counting::reset();
     let started = Instant::now();
     let reader = std::io::BufReader::new(std::fs::File::open(&path).unwrap());
     let history = History::read_claude_code(reader).unwrap();
     let findings = history.check();
     let library = started.elapsed().as_secs_f64();
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(before);
+    let peak = counting::peak_above(before);
     assert!(findings.is_empty(), "{:?}", findings.first());
 
     // The binary, when it is built next to this example.

@@ -18,7 +18,6 @@
     clippy::indexing_slicing
 )]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -33,33 +32,11 @@ use subloop::run::monitor::{Event, Monitor};
 use subloop::tools::ReadFile;
 use subloop::{AgentBuilder, Budget, Model, ModelResponse};
 
-/// The heap in use now and at its highest since the last reset.
-struct Counting;
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call goes to the system allocator unchanged; the counters
-// only observe sizes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the system allocator, with the caller's layout.
-        let pointer = unsafe { System.alloc(layout) };
-        if !pointer.is_null() {
-            let now = NOW.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        pointer
-    }
-
-    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-        // SAFETY: `pointer` came from `alloc` with this layout.
-        unsafe { System.dealloc(pointer, layout) };
-        NOW.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+#[path = "bench/counting.rs"]
+mod counting;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting::Counting = counting::Counting;
 
 /// The scripted model, measuring the messages of every request it gets.
 struct Measured {
@@ -108,8 +85,7 @@ fn run(dir: &std::path::Path, turns: usize, compaction: Option<Compaction>) -> s
         bytes: Arc::clone(&bytes),
     };
     let with = compaction.is_some();
-    PEAK.store(NOW.load(Ordering::Relaxed), Ordering::Relaxed);
-    let before = NOW.load(Ordering::Relaxed);
+    let before = counting::reset();
     let started = Instant::now();
     let report = AgentBuilder::new(Arc::new(AllowAll))
         .compaction(compaction)
@@ -124,7 +100,7 @@ fn run(dir: &std::path::Path, turns: usize, compaction: Option<Compaction>) -> s
         )
         .unwrap();
     let wall = started.elapsed().as_secs_f64();
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(before);
+    let peak = counting::peak_above(before);
     drop(report);
     let mut sizes = bytes.lock().unwrap().clone();
     if std::env::var_os("BENCH_SIZES").is_some() {
