@@ -262,38 +262,6 @@ async fn summary_for<M: AsyncModel + ?Sized>(
     }
 }
 
-/// Tells `monitor` that `agent`'s history, `before` (of which the monitor
-/// has seen the first `sent` messages), was replaced by `after`'s.
-#[allow(clippy::too_many_arguments)]
-fn tell_compacted(
-    monitor: &mut dyn Monitor,
-    agent: &AgentId,
-    call: u32,
-    trigger: CompactTrigger,
-    compactor: &str,
-    tokens: u64,
-    before: &[Message],
-    sent: usize,
-    after: &Conversation<AwaitingModel>,
-    summary: Option<&Summary>,
-) {
-    monitor.event(
-        agent,
-        &Event::Compacted {
-            call,
-            trigger,
-            compactor,
-            tokens,
-            new_messages: before.get(sent..).unwrap_or_default(),
-            replaced: before.len(),
-            history: after.history(),
-            summary: summary.map(|summary| summary.text.as_str()),
-            summary_usage: summary.and_then(|summary| summary.usage),
-            summary_requests: summary.map_or(0, |summary| summary.attempts),
-        },
-    );
-}
-
 /// The future of a round of tool calls ([`Executor::execute_round`]).
 pub(crate) type RoundFuture<'a> = crate::run::BoxFuture<'a, Round>;
 
@@ -412,6 +380,45 @@ struct Live<'r, E: Executor + ?Sized> {
 }
 
 impl<E: Executor + ?Sized> Live<'_, E> {
+    /// The history `before` (of which the monitor has seen the first
+    /// `*sent` messages) was replaced by `next`'s, before request `call`:
+    /// the monitor is told, what it has seen and the token count start
+    /// again from `next`, and `next` (charged what a summary spent) waits
+    /// for the model.
+    #[allow(clippy::too_many_arguments)]
+    fn compacted(
+        &mut self,
+        call: u32,
+        trigger: CompactTrigger,
+        compactor: &str,
+        estimate: u64,
+        before: &[Message],
+        next: Conversation<AwaitingModel>,
+        summary: Option<&Summary>,
+        sent: &mut usize,
+        tokens: &mut TokenCount,
+    ) {
+        self.monitor.event(
+            self.agent,
+            &Event::Compacted {
+                call,
+                trigger,
+                compactor,
+                tokens: estimate,
+                new_messages: before.get(*sent..).unwrap_or_default(),
+                replaced: before.len(),
+                history: next.history(),
+                summary: summary.map(|summary| summary.text.as_str()),
+                summary_usage: summary.and_then(|summary| summary.usage),
+                summary_requests: summary.map_or(0, |summary| summary.attempts),
+            },
+        );
+        *sent = next.history().len();
+        tokens.reset();
+        self.stage
+            .ask(next.spent(summary.and_then(|summary| summary.usage)));
+    }
+
     fn finish(&mut self, outcome: Outcome) -> Outcome {
         self.stage = Stage::default();
         self.monitor
@@ -547,24 +554,17 @@ where
                     None => compaction.compactor(),
                 };
                 match conversation.compact(compactor) {
-                    Compacted::Shortened(next) => {
-                        tell_compacted(
-                            &mut *live.monitor,
-                            agent,
-                            call,
-                            CompactTrigger::Auto,
-                            compactor.name(),
-                            estimate,
-                            &before,
-                            sent,
-                            &next,
-                            summary.as_ref(),
-                        );
-                        sent = next.history().len();
-                        tokens.reset();
-                        live.stage
-                            .ask(next.spent(summary.as_ref().and_then(|summary| summary.usage)));
-                    }
+                    Compacted::Shortened(next) => live.compacted(
+                        call,
+                        CompactTrigger::Auto,
+                        compactor.name(),
+                        estimate,
+                        &before,
+                        next,
+                        summary.as_ref(),
+                        &mut sent,
+                        &mut tokens,
+                    ),
                     Compacted::Unchanged(same) => {
                         live.stage.ask(same);
                         break;
@@ -669,22 +669,17 @@ where
                     };
                 match conversation.overflowed(failure, compactor) {
                     Overflow::Compacted(next) => {
-                        tell_compacted(
-                            &mut *live.monitor,
-                            agent,
+                        live.compacted(
                             call + 1,
                             CompactTrigger::Overflow,
                             compactor.map_or("", |compactor| compactor.name()),
                             estimate,
                             &before,
-                            sent,
-                            &next,
+                            next,
                             summary.as_ref(),
+                            &mut sent,
+                            &mut tokens,
                         );
-                        sent = next.history().len();
-                        tokens.reset();
-                        live.stage
-                            .ask(next.spent(summary.as_ref().and_then(|summary| summary.usage)));
                         continue;
                     }
                     Overflow::Overflowed(done) => return live.finish(done.into_outcome()),

@@ -401,3 +401,49 @@ pub fn assert_started_hardened(fds: &Path, outside: &Path, status: &Path) {
     assert_eq!(field("CapPrm:"), "0000000000000000", "{status}");
     assert_eq!(field("NoNewPrivs:"), "1", "{status}");
 }
+
+/// The pairing rule as the Messages API states it, written apart from the
+/// library's own check: every `tool_use` is answered by a `tool_result` in
+/// the next message, every `tool_result` answers a `tool_use` of the message
+/// right before it, the history starts and ends with a user message.
+pub fn keeps_the_protocol(history: &[subloop::core::protocol::Message]) -> Result<(), String> {
+    let ids = |message: &subloop::core::protocol::Message, results: bool| -> Vec<String> {
+        message
+            .content
+            .iter()
+            .filter_map(|block| match (block, results) {
+                (subloop::core::protocol::Block::ToolUse { id, .. }, false) => Some(id.to_string()),
+                (subloop::core::protocol::Block::ToolResult { tool_use_id, .. }, true) => {
+                    Some(tool_use_id.to_string())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    if history.first().map(|m| m.role) != Some(subloop::core::protocol::Role::User) {
+        return Err("not user first".into());
+    }
+    if history.last().map(|m| m.role) != Some(subloop::core::protocol::Role::User) {
+        return Err("not user last".into());
+    }
+    for (index, message) in history.iter().enumerate() {
+        let calls = ids(message, false);
+        let next = history
+            .get(index + 1)
+            .map(|m| ids(m, true))
+            .unwrap_or_default();
+        if calls.iter().any(|call| !next.contains(call)) {
+            return Err(format!("message {index}: a call without its result next"));
+        }
+        let results = ids(message, true);
+        let before = index
+            .checked_sub(1)
+            .and_then(|i| history.get(i))
+            .map(|m| ids(m, false))
+            .unwrap_or_default();
+        if results.iter().any(|result| !before.contains(result)) {
+            return Err(format!("message {index}: an orphan result"));
+        }
+    }
+    Ok(())
+}

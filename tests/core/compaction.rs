@@ -5,6 +5,7 @@
 //! and last), the question stays first, and the conversation goes on; a
 //! compactor that proposes a broken history is refused and changes nothing.
 
+use crate::common::keeps_the_protocol;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use serde_json::json;
@@ -23,50 +24,6 @@ fn config() -> ProptestConfig {
         ))),
         ..ProptestConfig::default()
     }
-}
-
-/// The pairing rule as the Messages API states it, written apart from the
-/// library's own check: every `tool_use` is answered by a `tool_result` in
-/// the next message, every `tool_result` answers a `tool_use` of the message
-/// right before it, the history starts and ends with a user message.
-fn keeps_the_protocol(history: &[Message]) -> Result<(), String> {
-    let ids = |message: &Message, results: bool| -> Vec<String> {
-        message
-            .content
-            .iter()
-            .filter_map(|block| match (block, results) {
-                (Block::ToolUse { id, .. }, false) => Some(id.to_string()),
-                (Block::ToolResult { tool_use_id, .. }, true) => Some(tool_use_id.to_string()),
-                _ => None,
-            })
-            .collect()
-    };
-    if history.first().map(|m| m.role) != Some(Role::User) {
-        return Err("not user first".into());
-    }
-    if history.last().map(|m| m.role) != Some(Role::User) {
-        return Err("not user last".into());
-    }
-    for (index, message) in history.iter().enumerate() {
-        let calls = ids(message, false);
-        let next = history
-            .get(index + 1)
-            .map(|m| ids(m, true))
-            .unwrap_or_default();
-        if calls.iter().any(|call| !next.contains(call)) {
-            return Err(format!("message {index}: a call without its result next"));
-        }
-        let results = ids(message, true);
-        let before = index
-            .checked_sub(1)
-            .and_then(|i| history.get(i))
-            .map(|m| ids(m, false))
-            .unwrap_or_default();
-        if results.iter().any(|result| !before.contains(result)) {
-            return Err(format!("message {index}: an orphan result"));
-        }
-    }
-    Ok(())
 }
 
 /// One step of a generated conversation: a reply with `calls` calls (0: an

@@ -17,7 +17,7 @@ use subloop::core::compaction::{
     ClearToolResults, Compaction, Compactor, SlidingWindow, Threshold, Tiered,
 };
 use subloop::core::error::{FailureKind, ModelFailure};
-use subloop::core::protocol::{Block, Message, Role, Usage};
+use subloop::core::protocol::{Block, Message, Usage};
 use subloop::policy::permission::AllowAll;
 use subloop::providers::scripted::ScriptedChildren;
 use subloop::record::invariants::Policy;
@@ -50,51 +50,18 @@ fn answer(text: &str) -> ModelResponse {
     reply
 }
 
-/// The pairing rule as the Messages API states it, written apart from the
-/// library's: user first and last, each `tool_use` answered in the next
-/// message, each `tool_result` answering a call of the message before it,
-/// no id twice.
+/// The pairing rule written apart from the library's
+/// ([`common::keeps_the_protocol`]), and no call id asked twice.
 fn keeps_the_protocol(history: &[Message]) -> Result<(), String> {
-    let ids = |message: &Message, results: bool| -> Vec<String> {
-        message
-            .content
-            .iter()
-            .filter_map(|block| match (block, results) {
-                (Block::ToolUse { id, .. }, false) => Some(id.to_string()),
-                (Block::ToolResult { tool_use_id, .. }, true) => Some(tool_use_id.to_string()),
-                _ => None,
-            })
-            .collect()
-    };
-    if history.first().map(|m| m.role) != Some(Role::User) {
-        return Err("not user first".into());
-    }
-    if history.last().map(|m| m.role) != Some(Role::User) {
-        return Err("not user last".into());
-    }
+    common::keeps_the_protocol(history)?;
     let mut seen = std::collections::HashSet::new();
     for (index, message) in history.iter().enumerate() {
-        let calls = ids(message, false);
-        for id in &calls {
-            if !seen.insert(id.clone()) {
+        for block in &message.content {
+            if let Block::ToolUse { id, .. } = block
+                && !seen.insert(id.to_string())
+            {
                 return Err(format!("message {index}: {id} asked twice"));
             }
-        }
-        let next = history
-            .get(index + 1)
-            .map(|m| ids(m, true))
-            .unwrap_or_default();
-        if calls.iter().any(|call| !next.contains(call)) {
-            return Err(format!("message {index}: a call without its result next"));
-        }
-        let results = ids(message, true);
-        let before = index
-            .checked_sub(1)
-            .and_then(|i| history.get(i))
-            .map(|m| ids(m, false))
-            .unwrap_or_default();
-        if results.iter().any(|result| !before.contains(result)) {
-            return Err(format!("message {index}: a result without its call before"));
         }
     }
     Ok(())
