@@ -315,6 +315,7 @@ fn run() -> ExitCode {
                 }
             };
         }
+        Ok(Invocation::Repair(args)) => return ExitCode::from(crate::cli::repair::run(&args)),
         Err(err) => return usage_error(err),
     };
     let command = cli.command;

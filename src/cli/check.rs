@@ -285,7 +285,7 @@ fn head(file: &std::path::Path) -> Option<String> {
 }
 
 /// A subloop trace is JSON Lines whose first line has `agent` and `kind`.
-fn is_trace(text: &str) -> bool {
+pub(crate) fn is_trace(text: &str) -> bool {
     let first = text.lines().next().unwrap_or_default();
     serde_json::from_str::<Value>(first).is_ok_and(|value| {
         value.get("agent").is_some_and(Value::is_string)

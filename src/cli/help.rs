@@ -33,6 +33,7 @@ fn overview() -> String {
         usage_lines(Command::View),
         vec![
             "subloop check FILE... [--format FORMAT] [--json]".to_owned(),
+            "subloop repair FILE -o OUT [--format FORMAT] [--json]".to_owned(),
             "subloop doctor".to_owned(),
             "subloop help [COMMAND]".to_owned(),
             "subloop -h | --help".to_owned(),
@@ -57,6 +58,10 @@ fn overview() -> String {
         (
             "check",
             "check histories by the loop's pairing rules: subloop traces, Claude Code sessions, codex rollouts, Messages API and Chat Completions request histories",
+        ),
+        (
+            "repair",
+            "make a broken history sendable again, in its own format, every change listed (Claude Code, codex, Messages API, Chat Completions)",
         ),
         (
             "doctor",

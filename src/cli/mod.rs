@@ -15,6 +15,7 @@ pub mod durable;
 mod flags;
 mod help;
 pub mod output;
+pub mod repair;
 pub mod signals;
 #[cfg(feature = "otel")]
 pub mod telemetry;
@@ -154,6 +155,8 @@ pub enum Invocation {
     Print(String),
     /// `subloop check FILE…`.
     Check(check::CheckArgs),
+    /// `subloop repair FILE -o OUT`.
+    Repair(repair::RepairArgs),
 }
 
 /// A usage error: one line that ends with a pointer to the right help.
@@ -216,6 +219,7 @@ where
         Some(Arg::Short('V') | Arg::Long("version")) => return Ok(Invocation::Print(version())),
         Some(Arg::Value(word)) if word == "help" => return help_topic(&mut parser),
         Some(Arg::Value(word)) if word == "check" => return check::parse(&mut parser),
+        Some(Arg::Value(word)) if word == "repair" => return repair::parse(&mut parser),
         Some(Arg::Value(word)) if word == "doctor" => {
             return match parser.next().map_err(|err| top(lexopt_message(err)))? {
                 None => Ok(Invocation::Print(doctor::report(
@@ -474,6 +478,9 @@ fn help_topic(parser: &mut lexopt::Parser) -> Result<Invocation, CliError> {
         Some(Arg::Value(word)) if word == "help" => return Ok(Invocation::Print(help(None))),
         Some(Arg::Value(word)) if word == "check" => {
             return Ok(Invocation::Print(check::HELP.to_owned()));
+        }
+        Some(Arg::Value(word)) if word == "repair" => {
+            return Ok(Invocation::Print(repair::HELP.to_owned()));
         }
         Some(Arg::Value(word)) if word == "doctor" => {
             return Ok(Invocation::Print(

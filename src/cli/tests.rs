@@ -83,6 +83,7 @@ fn run(args: &[String]) -> Result<Cli, CliError> {
         Invocation::Run(cli) => Ok(*cli),
         Invocation::Print(text) => panic!("{args:?} printed instead of running: {text}"),
         Invocation::Check(check) => panic!("{args:?} is a check: {check:?}"),
+        Invocation::Repair(repair) => panic!("{args:?} is a repair: {repair:?}"),
     }
 }
 

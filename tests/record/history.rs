@@ -27,13 +27,13 @@ fn tool_use(id: &str, name: &str) -> Value {
     json!({"type": "tool_use", "id": id, "name": name, "input": {"path": "a.txt"}})
 }
 
-fn tool_result(id: &str) -> Value {
+pub(crate) fn tool_result(id: &str) -> Value {
     json!({"type": "tool_result", "tool_use_id": id, "content": "alpha"})
 }
 
 /// A Messages API session: parallel calls (one of them an MCP tool's), a
 /// thinking block, text after the results, and an answer.
-fn anthropic_session() -> Value {
+pub(crate) fn anthropic_session() -> Value {
     json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": [
         {"role": "user", "content": "Read a.txt and ask the notes server."},
         {"role": "assistant", "content": [
@@ -59,9 +59,10 @@ fn a_sound_messages_api_session_holds() {
     assert_eq!(bare.turns, history.turns);
 }
 
-#[test]
-fn each_broken_messages_api_case_is_named_where_it_is() {
-    type Expected<'a> = Vec<(Rule, usize, Option<&'a str>)>;
+pub(crate) type Expected<'a> = Vec<(Rule, usize, Option<&'a str>)>;
+
+/// Each broken Messages API case: its name, the body, what is found.
+pub(crate) fn broken_anthropic() -> Vec<(&'static str, Value, Expected<'static>)> {
     let mut cases: Vec<(&str, Value, Expected)> = Vec::new();
     // Interrupted at the end: the last reply's calls have no result.
     let mut end = anthropic_session();
@@ -141,7 +142,12 @@ fn each_broken_messages_api_case_is_named_where_it_is() {
         same,
         vec![(Rule::DuplicateId, 1, Some("toolu_01"))],
     ));
-    for (name, value, expected) in cases {
+    cases
+}
+
+#[test]
+fn each_broken_messages_api_case_is_named_where_it_is() {
+    for (name, value, expected) in broken_anthropic() {
         let history = read(&value, None);
         let expected: Vec<(Rule, usize, Option<String>)> = expected
             .into_iter()
@@ -156,7 +162,7 @@ fn each_broken_messages_api_case_is_named_where_it_is() {
 
 /// A Chat Completions session: a system message, parallel `tool_calls`,
 /// their `tool` messages, an answer.
-fn openai_session() -> Value {
+pub(crate) fn openai_session() -> Value {
     json!([
         {"role": "system", "content": "You read files."},
         {"role": "user", "content": "Read a.txt and b.txt."},
@@ -459,7 +465,7 @@ fn subloop_check_gives_a_verdict_per_file_and_the_exit_status() {
 /// Claude Code session lines, written here: each entry threaded by
 /// `uuid`/`parentUuid`, one API message split over lines sharing
 /// `message.id`, each parallel result a line of its own.
-mod claude_code {
+pub(crate) mod claude_code {
     use super::*;
 
     pub fn entry(kind: &str, uuid: &str, parent: Option<&str>, message: Value) -> Value {
@@ -741,7 +747,7 @@ proptest! {
 }
 
 /// codex rollout lines, written here.
-mod codex {
+pub(crate) mod codex {
     use super::*;
 
     pub fn item(payload: Value) -> Value {

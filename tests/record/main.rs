@@ -24,6 +24,7 @@ mod mock_api;
 mod compaction;
 mod history;
 mod invariants;
+mod repair;
 mod replay;
 mod resume;
 mod resume_properties;

@@ -14,17 +14,32 @@ use serde_json::Value;
 
 use super::{Answer, Call, Finding, Format, History, ReadError, Rule, Speaker, Turn};
 
-/// One entry of the session, as much of it as the rules need.
-struct Entry {
-    line: usize,
-    uuid: String,
-    parent: Option<String>,
-    speaker: Option<Speaker>,
+/// One entry of the session, as much of it as the rules (and a repair)
+/// need.
+pub(super) struct Entry {
+    /// Its line, from 1.
+    pub(super) line: usize,
+    pub(super) uuid: String,
+    pub(super) parent: Option<String>,
+    pub(super) speaker: Option<Speaker>,
     message_id: Option<String>,
-    calls: Vec<(String, String)>,
-    results: Vec<String>,
-    sidechain: bool,
+    /// Its calls: id, name, block index.
+    pub(super) calls: Vec<(String, String, usize)>,
+    /// Its results: the id answered, block index.
+    pub(super) results: Vec<(String, usize)>,
+    pub(super) sidechain: bool,
     boundary: bool,
+}
+
+/// A session read: its entries, and the chain a resume follows.
+pub(super) struct Session {
+    pub(super) entries: Vec<Entry>,
+    /// The chain, as indices into `entries`, root first.
+    pub(super) chain: Vec<usize>,
+    /// For each entry, whether it is on the chain.
+    pub(super) on_chain: Vec<bool>,
+    /// Each chain entry's turn (an index into the history's turns).
+    pub(super) turn_of: std::collections::HashMap<usize, usize>,
 }
 
 /// Whether `text` reads as a Claude Code session: one of its first 20
@@ -58,14 +73,18 @@ fn entry(value: &Value, line: usize) -> Option<Entry> {
     let mut calls = Vec::new();
     let mut results = Vec::new();
     if let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) {
-        for block in blocks {
+        for (position, block) in blocks.iter().enumerate() {
             match text(block, "type") {
                 Some("tool_use") => calls.push((
                     text(block, "id").unwrap_or_default().to_owned(),
                     text(block, "name").unwrap_or_default().to_owned(),
+                    position,
                 )),
                 Some("tool_result") => {
-                    results.push(text(block, "tool_use_id").unwrap_or_default().to_owned());
+                    results.push((
+                        text(block, "tool_use_id").unwrap_or_default().to_owned(),
+                        position,
+                    ));
                 }
                 _ => {}
             }
@@ -86,6 +105,12 @@ fn entry(value: &Value, line: usize) -> Option<Entry> {
 
 /// Reads a session from `reader`, line by line.
 pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
+    session(reader).map(|(history, _)| history)
+}
+
+/// Reads a session from `reader`, line by line: the history, and the
+/// session it was read from.
+pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadError> {
     let mut entries: Vec<Entry> = Vec::new();
     let mut by_uuid: HashMap<String, usize> = HashMap::new();
     let mut any_line = false;
@@ -141,6 +166,7 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
     chain.reverse();
     let compactions = entries.iter().filter(|entry| entry.boundary).count();
     let mut turns: Vec<Turn> = Vec::new();
+    let mut turn_of = HashMap::new();
     let mut last_message_id: Option<&str> = None;
     for &index in &chain {
         let Some(entry) = entries.get(index) else {
@@ -165,17 +191,21 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
         }
         last_message_id = entry.message_id.as_deref();
         let message = turns.len().saturating_sub(1);
+        turn_of.insert(index, message);
         if let Some(turn) = turns.last_mut() {
-            turn.calls.extend(entry.calls.iter().map(|(id, name)| Call {
-                id: id.clone(),
-                name: name.clone(),
-                line: Some(entry.line),
-            }));
-            turn.results.extend(entry.results.iter().map(|id| Answer {
-                id: id.clone(),
-                message,
-                line: Some(entry.line),
-            }));
+            turn.last_line = Some(entry.line);
+            turn.calls
+                .extend(entry.calls.iter().map(|(id, name, block)| Call {
+                    line: Some(entry.line),
+                    block: *block,
+                    ..Call::new(id.clone(), name.clone())
+                }));
+            turn.results
+                .extend(entry.results.iter().map(|(id, block)| Answer {
+                    line: Some(entry.line),
+                    block: *block,
+                    ..Answer::new(id.clone(), message)
+                }));
         }
     }
     // Results the chain left out: an entry off it (not a side chain) that
@@ -188,12 +218,19 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
                 .map(move |call| (call.id.as_str(), turn.message))
         })
         .collect();
+    let answered: std::collections::HashSet<&str> = turns
+        .iter()
+        .flat_map(|turn| turn.results.iter().map(|answer| answer.id.as_str()))
+        .collect();
     let mut off_chain = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         if entry.sidechain || on_chain.get(index).copied().unwrap_or(true) {
             continue;
         }
-        for id in &entry.results {
+        for (id, _) in &entry.results {
+            if answered.contains(id.as_str()) {
+                continue; // an abandoned branch's copy: the chain has its own
+            }
             if let Some(message) = asked.get(id.as_str()) {
                 off_chain.push(Finding {
                     rule: Rule::ResultOffChain,
@@ -208,10 +245,19 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
             }
         }
     }
-    Ok(History {
+    let history = History {
         format: Format::ClaudeCode,
         turns,
         off_chain,
         compactions,
-    })
+    };
+    Ok((
+        history,
+        Session {
+            entries,
+            chain,
+            on_chain,
+            turn_of,
+        },
+    ))
 }

@@ -51,20 +51,17 @@ fn item(payload: &Value, line: usize) -> Item {
         },
         Some("reasoning") => Item::Words(Speaker::Assistant),
         Some("function_call" | "custom_tool_call") => Item::Call(Call {
-            id: call_id(),
-            name: text(payload, "name").unwrap_or_default().to_owned(),
             line: Some(line),
+            ..Call::new(call_id(), text(payload, "name").unwrap_or_default())
         }),
         Some("local_shell_call") => Item::Call(Call {
-            id: call_id(),
-            name: "local_shell".to_owned(),
             line: Some(line),
+            ..Call::new(call_id(), "local_shell")
         }),
         Some("function_call_output" | "custom_tool_call_output" | "local_shell_call_output") => {
             Item::Output(Answer {
-                id: call_id(),
-                message: 0,
                 line: Some(line),
+                ..Answer::new(call_id(), 0)
             })
         }
         _ => Item::Other,
@@ -72,7 +69,8 @@ fn item(payload: &Value, line: usize) -> Item {
 }
 
 /// Adds `item` to `turns`: to the last turn when it is of the same side.
-fn push(turns: &mut Vec<Turn>, item: Item, line: usize) {
+/// `block`: its index in a `compacted` line's `replacement_history`.
+fn push(turns: &mut Vec<Turn>, item: Item, line: usize, block: usize) {
     let speaker = match &item {
         Item::Call(_) | Item::Words(Speaker::Assistant) => Speaker::Assistant,
         Item::Output(_) | Item::Words(Speaker::User) => Speaker::User,
@@ -85,10 +83,15 @@ fn push(turns: &mut Vec<Turn>, item: Item, line: usize) {
     }
     let message = turns.len().saturating_sub(1);
     if let Some(turn) = turns.last_mut() {
+        turn.last_line = Some(line);
         match item {
-            Item::Call(call) => turn.calls.push(call),
+            Item::Call(mut call) => {
+                call.block = block;
+                turn.calls.push(call);
+            }
             Item::Output(mut answer) => {
                 answer.message = message;
+                answer.block = block;
                 turn.results.push(answer);
             }
             Item::Words(_) | Item::Other => {}
@@ -116,13 +119,13 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
         };
         rollout = true;
         match text(&value, "type") {
-            Some("response_item") => push(&mut turns, item(payload, number), number),
+            Some("response_item") => push(&mut turns, item(payload, number), number, 0),
             Some("compacted") => {
                 compactions += 1;
                 turns.clear();
                 if let Some(Value::Array(items)) = payload.get("replacement_history") {
-                    for replaced in items {
-                        push(&mut turns, item(replaced, number), number);
+                    for (block, replaced) in items.iter().enumerate() {
+                        push(&mut turns, item(replaced, number), number, block);
                     }
                 }
             }

@@ -18,10 +18,13 @@
 
 mod claude_code;
 mod codex;
+mod json;
 mod raw;
+mod repair;
 mod rules;
 
 pub use raw::ReadError;
+pub use repair::{Change, ChangeKind, INTERRUPTED, RepairError, Repaired, repair};
 pub use rules::{Finding, Rule, pairing};
 
 use serde::Serialize;
@@ -46,6 +49,22 @@ pub struct Call {
     pub name: String,
     /// The file's line that holds it, for formats with one entry per line.
     pub line: Option<usize>,
+    /// Where in its message or entry it is (the block's index in the
+    /// content, the call's in `tool_calls`): what a repair edits.
+    #[serde(skip)]
+    pub(crate) block: usize,
+}
+
+impl Call {
+    /// A call of `name` under `id`, at no particular line.
+    pub fn new(id: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            line: None,
+            block: 0,
+        }
+    }
 }
 
 /// One result a user turn carries.
@@ -59,6 +78,22 @@ pub struct Answer {
     pub message: usize,
     /// The file's line that holds it, for formats with one entry per line.
     pub line: Option<usize>,
+    /// Where in its message or entry it is (the block's index in the
+    /// content).
+    #[serde(skip)]
+    pub(crate) block: usize,
+}
+
+impl Answer {
+    /// A result for the call `id`, held by message `message`.
+    pub fn new(id: impl Into<String>, message: usize) -> Self {
+        Self {
+            id: id.into(),
+            message,
+            line: None,
+            block: 0,
+        }
+    }
 }
 
 /// One turn of a history: a message, or (Chat Completions) an assistant
@@ -77,6 +112,10 @@ pub struct Turn {
     pub calls: Vec<Call>,
     /// The results it carries, in order (a user turn).
     pub results: Vec<Answer>,
+    /// The file's line of its last entry, for formats with one entry per
+    /// line (where a repair puts what comes right after it).
+    #[serde(skip)]
+    pub(crate) last_line: Option<usize>,
 }
 
 impl Turn {
@@ -88,6 +127,7 @@ impl Turn {
             line: None,
             calls: Vec::new(),
             results: Vec::new(),
+            last_line: None,
         }
     }
 }
@@ -220,17 +260,15 @@ pub(crate) fn turns_of(messages: &[crate::core::protocol::Message]) -> Vec<Turn>
                 Role::Assistant => Speaker::Assistant,
             };
             let mut turn = Turn::new(speaker, index);
-            for block in &message.content {
+            for (position, block) in message.content.iter().enumerate() {
                 match block {
                     Block::ToolUse { id, name, .. } => turn.calls.push(Call {
-                        id: id.to_string(),
-                        name: name.clone(),
-                        line: None,
+                        block: position,
+                        ..Call::new(id.to_string(), name.clone())
                     }),
                     Block::ToolResult { tool_use_id, .. } => turn.results.push(Answer {
-                        id: tool_use_id.to_string(),
-                        message: index,
-                        line: None,
+                        block: position,
+                        ..Answer::new(tool_use_id.to_string(), index)
                     }),
                     _ => {}
                 }

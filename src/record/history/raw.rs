@@ -116,19 +116,21 @@ fn anthropic(messages: &[Value]) -> Result<Vec<Turn>, ReadError> {
         match message.get("content") {
             Some(Value::String(_)) => {}
             Some(Value::Array(blocks)) => {
-                for block in blocks {
+                for (position, block) in blocks.iter().enumerate() {
                     match text_field(block, "type") {
                         Some("tool_use") => turn.calls.push(Call {
-                            id: text_field(block, "id").unwrap_or_default().to_owned(),
-                            name: text_field(block, "name").unwrap_or_default().to_owned(),
-                            line: None,
+                            block: position,
+                            ..Call::new(
+                                text_field(block, "id").unwrap_or_default(),
+                                text_field(block, "name").unwrap_or_default(),
+                            )
                         }),
                         Some("tool_result") => turn.results.push(Answer {
-                            id: text_field(block, "tool_use_id")
-                                .unwrap_or_default()
-                                .to_owned(),
-                            message: index,
-                            line: None,
+                            block: position,
+                            ..Answer::new(
+                                text_field(block, "tool_use_id").unwrap_or_default(),
+                                index,
+                            )
                         }),
                         _ => {}
                     }
@@ -160,15 +162,15 @@ fn openai(messages: &[Value]) -> Result<Vec<Turn>, ReadError> {
                 match message.get("tool_calls") {
                     None | Some(Value::Null) => {}
                     Some(Value::Array(calls)) => {
-                        for call in calls {
+                        for (position, call) in calls.iter().enumerate() {
                             turn.calls.push(Call {
-                                id: text_field(call, "id").unwrap_or_default().to_owned(),
-                                name: call
-                                    .get("function")
-                                    .and_then(|function| text_field(function, "name"))
-                                    .unwrap_or_default()
-                                    .to_owned(),
-                                line: None,
+                                block: position,
+                                ..Call::new(
+                                    text_field(call, "id").unwrap_or_default(),
+                                    call.get("function")
+                                        .and_then(|function| text_field(function, "name"))
+                                        .unwrap_or_default(),
+                                )
                             });
                         }
                     }
@@ -185,11 +187,7 @@ fn openai(messages: &[Value]) -> Result<Vec<Turn>, ReadError> {
                     in_results = true;
                 }
                 if let Some(turn) = turns.last_mut() {
-                    turn.results.push(Answer {
-                        id: id.to_owned(),
-                        message: index,
-                        line: None,
-                    });
+                    turn.results.push(Answer::new(id, index));
                 }
             }
             other => {
