@@ -34,6 +34,11 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+mod histories;
+pub use histories::{
+    Breach, GeneratedHistory, Mutation, broken_history, every_format, sound_history,
+};
+
 use crate::core::conversation::{Budget, Conversation, Outcome, StatusKind, ToolCall, ToolOutput};
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{
@@ -509,6 +514,23 @@ pub fn fuzz_history(data: &[u8]) {
     }
     read.push(History::read_claude_code(std::io::Cursor::new(data)));
     read.push(History::read_codex(std::io::Cursor::new(data)));
+    // A repair of anything read: no panic, and what it lists is placed.
+    for format in [
+        None,
+        Some(Format::Anthropic),
+        Some(Format::OpenAi),
+        Some(Format::ClaudeCode),
+        Some(Format::Codex),
+    ] {
+        if let Ok(repaired) = crate::record::history::repair(&text, format) {
+            for change in &repaired.changes {
+                assert!(!change.detail.is_empty(), "a change says what it did");
+            }
+            if repaired.changes.is_empty() {
+                assert_eq!(repaired.text, text, "no change, the same text");
+            }
+        }
+    }
     for history in read.into_iter().flatten() {
         for finding in history.check() {
             assert!(!finding.detail.is_empty(), "a finding says what is wrong");

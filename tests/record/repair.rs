@@ -5,6 +5,7 @@
 //! back unchanged; `subloop repair` through the binary never touches its
 //! input.
 
+use proptest::strategy::Strategy;
 use serde_json::{Value, json};
 use subloop::record::history::{ChangeKind, Format, History, INTERRUPTED, Repaired, repair};
 
@@ -434,4 +435,42 @@ fn subloop_repair_writes_a_new_file_that_checks_and_never_touches_the_original()
         assert!(stderr.contains("repair"), "{stderr}");
     }
     assert!(!dir.path().join(".same.json.subloop-repair").exists());
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "proptest-regressions/repair.txt",
+        ))),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// For each format: a sound generated history holds and repairs to
+    /// itself; one mutation is reported at its place; its repair holds,
+    /// keeps every text, and repairing it again changes nothing.
+    #[test]
+    fn every_broken_history_is_found_where_it_breaks_and_repaired(
+        sound in subloop::testing::every_format().prop_flat_map(subloop::testing::sound_history),
+        broken in subloop::testing::every_format().prop_flat_map(subloop::testing::broken_history),
+    ) {
+        use proptest::{prop_assert, prop_assert_eq};
+        let history = History::read(&sound.text, None).unwrap();
+        prop_assert_eq!(history.format, sound.format);
+        prop_assert!(history.check().is_empty(), "{:?}", history.check());
+        let same = repair(&sound.text, None).unwrap();
+        prop_assert_eq!(&same.text, &sound.text);
+
+        let breach = broken.breach.clone().unwrap();
+        let found = History::read(&broken.text, Some(broken.format)).unwrap().check();
+        prop_assert!(found.iter().any(|finding| breach.is(finding)), "{:?} not in {:?}\n{}", breach, found, broken.text);
+        let repaired = repair(&broken.text, Some(broken.format)).unwrap();
+        prop_assert!(repaired.remaining.is_empty(), "{:?}\n{}", repaired.remaining, repaired.text);
+        prop_assert!(!repaired.changes.is_empty());
+        for text in &broken.texts {
+            prop_assert!(repaired.text.contains(text.as_str()), "lost {:?}", text);
+        }
+        let again = repair(&repaired.text, Some(broken.format)).unwrap();
+        prop_assert!(again.changes.is_empty(), "{:?}", again.changes);
+    }
 }
