@@ -201,19 +201,25 @@ fn chat(settings: host::Settings, models: Models, live_line: Option<String>) -> 
 /// `subloop view`: the timeline on stdout; exit 0, or 1 under `--check`
 /// when an invariant is broken, 2 for an unreadable trace.
 fn view(cli: &cli::Cli, trace: &std::path::Path) -> ExitCode {
-    let run = match subloop::record::recorded::RecordedRun::load_up_to_a_cut(trace) {
-        Ok((run, cut)) => {
-            if let Some(line) = cut {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "[view] the last line (line {line}) is cut short, as by a run killed while writing it: the run is shown up to the line before"
-                );
+    // Another agent's history (a Claude Code session, a codex rollout, a
+    // request history) is shown as a run, with the rules that apply to it.
+    let (run, verdicts) = match crate::cli::check::foreign_run(trace) {
+        Some(Ok(foreign)) => (foreign.run, foreign.verdicts),
+        Some(Err(err)) => return usage_error(CliError::new(Some(Command::View), err)),
+        None => match subloop::record::recorded::RecordedRun::load_up_to_a_cut(trace) {
+            Ok((run, cut)) => {
+                if let Some(line) = cut {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "[view] the last line (line {line}) is cut short, as by a run killed while writing it: the run is shown up to the line before"
+                    );
+                }
+                let verdicts = cli.view_policy.check(&run);
+                (run, verdicts)
             }
-            run
-        }
-        Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
+            Err(err) => return usage_error(CliError::new(Some(Command::View), err)),
+        },
     };
-    let verdicts = cli.view_policy.check(&run);
     let broken = verdicts.iter().any(|verdict| !verdict.held());
     if let Some(output) = &cli.view_output {
         let written = subloop::record::view_html::PageOutput::write_for_trace(

@@ -114,6 +114,10 @@ enum Verdict {
         format: &'static str,
         findings: Vec<Value>,
         lines: Vec<String>,
+        /// The subagents its calls started (a Claude Code session).
+        children: Vec<subloop::record::history::ChildLink>,
+        /// Its own agent id (a Claude Code subagent's file).
+        agent: Option<String>,
     },
     /// Unreadable.
     Unreadable(String),
@@ -124,19 +128,60 @@ pub fn run(args: &CheckArgs, out: &mut dyn std::io::Write) -> u8 {
     let mut status = 0;
     // A Claude Code session's subagents are files of their own, beside it
     // (`SESSION/subagents/agent-*.jsonl`): each is checked after it.
-    let mut files: Vec<PathBuf> = Vec::new();
+    // Each file, and whether it is a subagent of the file before.
+    let mut files: Vec<(PathBuf, bool)> = Vec::new();
     for file in &args.files {
-        files.push(file.clone());
-        files.extend(subagent_files(file, args.format));
+        files.push((file.clone(), false));
+        files.extend(
+            subagent_files(file, args.format)
+                .into_iter()
+                .map(|path| (path, true)),
+        );
     }
-    for file in &files {
+    let mut started: Vec<subloop::record::history::ChildLink> = Vec::new();
+    for (file, subagent) in &files {
         let shown = subloop::core::text::printable(&file.display().to_string());
-        let verdict = check_file(file, args.format);
+        let mut verdict = check_file(file, args.format);
+        if let Verdict::Read {
+            findings,
+            lines,
+            children,
+            agent,
+            ..
+        } = &mut verdict
+        {
+            if *subagent {
+                // A subagent no call of its session started.
+                let id = agent.clone().or_else(|| {
+                    let name = file.file_name()?.to_str()?;
+                    Some(
+                        name.strip_prefix("agent-")?
+                            .strip_suffix(".jsonl")?
+                            .to_owned(),
+                    )
+                });
+                if !id
+                    .as_ref()
+                    .is_some_and(|id| started.iter().any(|link| link.agent == *id))
+                {
+                    let detail = format!(
+                        "the subagent {} was started by no call of its session: no result there names it",
+                        id.as_deref().unwrap_or("?")
+                    );
+                    lines.push(format!("{detail} [child_without_call]"));
+                    findings.push(json!({"rule": "child_without_call", "message": 0,
+                        "line": null, "id": id, "detail": detail}));
+                }
+            } else {
+                started = std::mem::take(children);
+            }
+        }
         let line = match &verdict {
             Verdict::Read {
                 format,
                 findings,
                 lines,
+                ..
             } => {
                 if !findings.is_empty() {
                     status = status.max(1);
@@ -237,6 +282,8 @@ fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
                     format: "subloop",
                     findings,
                     lines,
+                    children: Vec::new(),
+                    agent: None,
                 }
             }
             Err(reason) => Verdict::Unreadable(reason),
@@ -255,6 +302,8 @@ fn raw_verdict(read: Result<History, subloop::record::history::ReadError>) -> Ve
         Ok(history) => {
             let found = history.check();
             Verdict::Read {
+                children: history.children.clone(),
+                agent: history.agent.clone(),
                 format: history.format.as_str(),
                 lines: found
                     .iter()
@@ -293,6 +342,54 @@ pub(crate) fn is_trace(text: &str) -> bool {
     })
 }
 
+/// `view FILE` of another agent's history: `None` when FILE is a subloop
+/// trace (or says nothing: the trace reader names what is wrong), else
+/// the history as a run, with its subagents' files.
+pub(crate) fn foreign_run(
+    file: &std::path::Path,
+) -> Option<Result<subloop::record::foreign::Foreign, String>> {
+    let head = head(file)?;
+    if is_trace(&head) {
+        return None;
+    }
+    // A session or a rollout says so in its first lines; a request history
+    // is one JSON value. Anything else is read as a trace, whose reader
+    // names the line that is wrong.
+    if History::sniff(&head).is_none() {
+        let one_value = std::fs::File::open(file).ok().is_some_and(|handle| {
+            let mut values = serde_json::Deserializer::from_reader(std::io::BufReader::new(handle))
+                .into_iter::<serde::de::IgnoredAny>();
+            values.next().is_some_and(|value| value.is_ok()) && values.next().is_none()
+        });
+        if !one_value {
+            return None;
+        }
+    }
+    let read = |path: &std::path::Path| -> Result<String, String> {
+        let size = std::fs::metadata(path)
+            .map_err(|err| err.to_string())?
+            .len();
+        if size > MAX_BYTES {
+            return Err(format!("{size} bytes: more than view reads ({MAX_BYTES})"));
+        }
+        let bytes = std::fs::read(path).map_err(|err| err.to_string())?;
+        String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())
+    };
+    Some((|| {
+        let text = read(file)?;
+        let mut subagents = Vec::new();
+        for path in subagent_files(file, None) {
+            let name = path
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            subagents.push((name, read(&path)?));
+        }
+        subloop::record::foreign::Foreign::read(&text, None, &subagents)
+            .map_err(|err| err.to_string())
+    })())
+}
+
 /// The subagent sessions of the Claude Code session `file`, in name order:
 /// `SESSION/subagents/agent-*.jsonl` beside `SESSION.jsonl`.
 fn subagent_files(file: &std::path::Path, format: Option<FileFormat>) -> Vec<PathBuf> {
@@ -318,7 +415,11 @@ fn subagent_files(file: &std::path::Path, format: Option<FileFormat>) -> Vec<Pat
                         && path
                             .file_name()
                             .and_then(|name| name.to_str())
-                            .is_some_and(|name| name.starts_with("agent-"))
+                            .is_some_and(|name| {
+                                // `agent-acompact-*`: Claude Code's own
+                                // compaction, no subagent of the session.
+                                name.starts_with("agent-") && !name.starts_with("agent-acompact-")
+                            })
                 })
                 .collect()
         })

@@ -10,6 +10,7 @@
 //! [`crate::policy`], [`crate::tools`], [`crate::providers`], [`crate::agent`].
 
 mod compare;
+pub mod foreign;
 pub mod history;
 pub mod invariants;
 pub(crate) mod lines;

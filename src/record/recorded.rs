@@ -167,6 +167,10 @@ pub struct RecordedRun {
     agents: BTreeMap<String, RecordedAgent>,
     outcome: Option<RecordedOutcome>,
     workspace: Option<String>,
+    /// The names of the tools that start a child: `task` in subloop's
+    /// runs; another agent's history read as a run names its own (Claude
+    /// Code's `Task`).
+    delegating: Vec<String>,
 }
 
 /// `bytes` without an unfinished last line (no newline after it, and not a
@@ -462,6 +466,7 @@ impl RecordedRun {
             agents,
             outcome,
             workspace,
+            delegating: vec!["task".to_owned()],
         })
     }
 
@@ -732,6 +737,24 @@ impl RecordedRun {
             .unwrap_or(0)
     }
 
+    /// Whether a call of the tool `name` starts a child (`task`, or the
+    /// tool another agent's history starts its subagents with).
+    pub fn delegates(&self, name: &str) -> bool {
+        self.delegating.iter().any(|tool| tool == name)
+    }
+
+    /// The tools whose calls start a child.
+    pub(crate) fn delegating(&self) -> &[String] {
+        &self.delegating
+    }
+
+    /// Counts calls of `name` as delegations too.
+    pub(crate) fn delegate_with(&mut self, name: &str) {
+        if !self.delegates(name) {
+            self.delegating.push(name.to_owned());
+        }
+    }
+
     /// The id of the parent's `task` call that started the child `agent`.
     pub fn started_by(&self, agent: &str) -> Option<&str> {
         self.agents.get(agent)?.parent_tool_use_id.as_deref()
@@ -748,7 +771,7 @@ impl RecordedRun {
             if let Some(Ok(reply)) = self.reply("parent", call) {
                 for block in &reply.content {
                     if let ReplyBlock::Known(Block::ToolUse { id, name, input }) = block
-                        && name == "task"
+                        && self.delegates(name)
                     {
                         uses.push((call, id.as_str(), input));
                     }

@@ -243,7 +243,12 @@ fn agent_lines(
             {
                 hook_line(hook, &format!("{pad}    "), paint, out);
             }
-            if line.get("name").and_then(Value::as_str) == Some("task") && agent == "parent" {
+            if line
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|name| run.delegates(name))
+                && agent == "parent"
+            {
                 let children: Vec<String> = run
                     .agents()
                     .filter(|(child, _)| {

@@ -415,7 +415,22 @@ fn subloop_check_gives_a_verdict_per_file_and_the_exit_status() {
             .unwrap()
             .ends_with("session/subagents/agent-a1b2.jsonl")
     );
-    assert_eq!(verdicts[1]["findings"].as_array().unwrap().len(), 2);
+    // Its two calls without results, and no call of the session started it.
+    let rules: Vec<&str> = verdicts[1]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|finding| finding["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            "call_without_result",
+            "call_without_result",
+            "child_without_call"
+        ],
+        "{text}"
+    );
     // A codex rollout with a function_call without output.
     let mut lost = codex::rollout();
     lost.remove(7);

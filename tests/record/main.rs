@@ -22,6 +22,7 @@ mod host;
 mod mock_api;
 
 mod compaction;
+mod foreign;
 mod history;
 mod invariants;
 mod repair;

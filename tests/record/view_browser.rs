@@ -1,6 +1,7 @@
 //! The `--view` / `view -o` page in a real browser (headless Chromium): the
-//! pages of the three demo runs (`allow`, `deny`, `--child-calls 1`) and of
-//! a 1000-turn run. For each, the page's script finishes (`data-ready`), the
+//! pages of the three demo runs (`allow`, `deny`, `--child-calls 1`), of
+//! a 1000-turn run, of a compacted run and of a Claude Code session with a
+//! subagent (`view` of another agent's history). For each, the page's script finishes (`data-ready`), the
 //! lanes, call boxes and result links it drew or folded match the trace line
 //! for line,
 //! it logs nothing to the console, it requests nothing over the network (its
@@ -314,6 +315,33 @@ fn the_pages_of_the_demo_runs_and_a_long_run_draw_in_a_browser() {
         "the compacted run compacted"
     );
     pages.push(("compacted", trace, page));
+
+    // A Claude Code session with a subagent, shown by `view`: the page of
+    // the run it reads as (whose trace gives the counts).
+    let (session, agent) = super::foreign::session_with_a_subagent();
+    let file = dir.write("cc/s1.jsonl", &session);
+    dir.write("cc/s1/subagents/agent-ab12cd.jsonl", &agent);
+    let page = dir.path().join("claude-code.html");
+    let out = subloop(&[
+        "view",
+        file.to_str().expect("utf-8"),
+        "-o",
+        page.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let foreign = subloop::record::foreign::Foreign::read(
+        &session,
+        None,
+        &[("agent-ab12cd.jsonl".to_owned(), agent)],
+    )
+    .expect("a session");
+    let trace = dir.write("claude-code.trace.jsonl", &foreign.trace);
+    pages.push(("claude-code", trace, page));
 
     // The browser's own traffic, from a page with nothing in it; and a
     // control page that does fetch, so the check is seen to catch a request.

@@ -29,6 +29,10 @@ pub(super) struct Entry {
     pub(super) results: Vec<(String, usize)>,
     pub(super) sidechain: bool,
     boundary: bool,
+    /// Its `agentId` (every entry of a subagent's file has one).
+    agent: Option<String>,
+    /// The subagents its results name: (call id, agent id).
+    links: Vec<(String, String)>,
 }
 
 /// A session read: its entries, and the chain a resume follows.
@@ -72,6 +76,7 @@ fn entry(value: &Value, line: usize) -> Option<Entry> {
     };
     let mut calls = Vec::new();
     let mut results = Vec::new();
+    let mut links = Vec::new();
     if let Some(Value::Array(blocks)) = message.and_then(|m| m.get("content")) {
         for (position, block) in blocks.iter().enumerate() {
             match text(block, "type") {
@@ -81,10 +86,16 @@ fn entry(value: &Value, line: usize) -> Option<Entry> {
                     position,
                 )),
                 Some("tool_result") => {
-                    results.push((
-                        text(block, "tool_use_id").unwrap_or_default().to_owned(),
-                        position,
-                    ));
+                    let id = text(block, "tool_use_id").unwrap_or_default().to_owned();
+                    let named = value
+                        .get("toolUseResult")
+                        .and_then(|result| text(result, "agentId"))
+                        .map(str::to_owned)
+                        .or_else(|| agent_named(block.get("content")?));
+                    if let Some(agent) = named {
+                        links.push((id.clone(), agent));
+                    }
+                    results.push((id, position));
                 }
                 _ => {}
             }
@@ -100,7 +111,30 @@ fn entry(value: &Value, line: usize) -> Option<Entry> {
         results,
         sidechain: value.get("isSidechain").and_then(Value::as_bool) == Some(true),
         boundary: kind == "system" && text(value, "subtype") == Some("compact_boundary"),
+        agent: text(value, "agentId").map(str::to_owned),
+        links,
     })
+}
+
+/// The subagent a `Task` result's content names (`agentId: ID`, as
+/// Claude Code ends the result of a subagent's run).
+fn agent_named(content: &Value) -> Option<String> {
+    let named = |text: &str| {
+        let (_, after) = text.split_once("agentId: ")?;
+        let id: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '@' | '.'))
+            .collect();
+        (!id.is_empty()).then_some(id)
+    };
+    match content {
+        Value::String(text) => named(text),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|block| block.get("text").and_then(Value::as_str))
+            .find_map(named),
+        _ => None,
+    }
 }
 
 /// Reads a session from `reader`, line by line.
@@ -140,6 +174,13 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
             reason: "no entry with a `uuid`".to_owned(),
         });
     }
+    // A subagent's own file is one side chain: read as a conversation.
+    if entries.iter().all(|entry| entry.sidechain) {
+        for entry in &mut entries {
+            entry.sidechain = false;
+        }
+    }
+    let agent = entries.iter().find_map(|entry| entry.agent.clone());
     // The chain a resume follows: from the last entry of the conversation
     // (not a side chain), back through its parents.
     let leaf = entries
@@ -245,11 +286,22 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
             }
         }
     }
+    let children = chain
+        .iter()
+        .filter_map(|index| entries.get(*index))
+        .flat_map(|entry| entry.links.iter())
+        .map(|(call, agent)| super::ChildLink {
+            call: call.clone(),
+            agent: agent.clone(),
+        })
+        .collect();
     let history = History {
         format: Format::ClaudeCode,
         turns,
         off_chain,
         compactions,
+        agent,
+        children,
     };
     Ok((
         history,

@@ -142,6 +142,8 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
         format: Format::Codex,
         turns,
         off_chain: Vec::new(),
+        agent: None,
+        children: Vec::new(),
         compactions,
     })
 }

@@ -187,6 +187,22 @@ pub struct History {
     /// How many compactions the history went through (its turns are
     /// those after the last).
     pub compactions: usize,
+    /// The agent whose history this is, when the file says (a Claude Code
+    /// subagent's `agentId`).
+    pub agent: Option<String>,
+    /// The subagents its calls started, as its results name them (a
+    /// Claude Code `Task` result's `agentId`).
+    pub children: Vec<ChildLink>,
+}
+
+/// A call that started a subagent, and the subagent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ChildLink {
+    /// The call's id.
+    pub call: String,
+    /// The subagent's id (its file is `agent-ID.jsonl`).
+    pub agent: String,
 }
 
 impl History {
@@ -236,6 +252,21 @@ impl History {
         found.sort_by_key(|finding| (finding.line, finding.message));
         found
     }
+}
+
+/// Reads a Claude Code session: its history, and the lines of the
+/// entries on the chain a resume follows, root first.
+pub(crate) fn claude_code_session(
+    reader: impl std::io::BufRead,
+) -> Result<(History, Vec<usize>), ReadError> {
+    let (history, session) = claude_code::session(reader)?;
+    let lines = session
+        .chain
+        .iter()
+        .filter_map(|index| session.entries.get(*index))
+        .map(|entry| entry.line)
+        .collect();
+    Ok((history, lines))
 }
 
 /// Whether one of the first 20 lines of `text` that are not blank is a

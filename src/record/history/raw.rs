@@ -65,6 +65,8 @@ pub(super) fn read(text: &str, format: Option<Format>) -> Result<History, ReadEr
         format,
         turns,
         off_chain: Vec::new(),
+        agent: None,
+        children: Vec::new(),
         compactions: 0,
     })
 }

@@ -27,6 +27,9 @@ pub enum Rule {
     /// Claude Code session whose parallel results were re-parented off
     /// it): the call on the chain has no result there.
     ResultOffChain,
+    /// A subagent's history that no call of its session started (a Claude
+    /// Code subagent file whose `agentId` no `Task` result names).
+    ChildWithoutCall,
 }
 
 impl Rule {
@@ -40,6 +43,7 @@ impl Rule {
             Self::DuplicateId => "duplicate_id",
             Self::EmptyId => "empty_id",
             Self::ResultOffChain => "result_off_chain",
+            Self::ChildWithoutCall => "child_without_call",
         }
     }
 }

@@ -124,6 +124,8 @@ struct PageData<'a> {
     lanes: Vec<LaneData<'a>>,
     verdicts: Vec<Value>,
     counts: Counts,
+    /// The tools whose calls start a child.
+    delegating: &'a [String],
 }
 
 #[derive(Serialize)]
@@ -274,6 +276,7 @@ fn model<'a>(
         lanes,
         verdicts,
         counts,
+        delegating: run.delegating(),
     };
     (data, counts)
 }
@@ -397,7 +400,7 @@ fn lane<'a>(
                 }
                 links += 1;
             }
-            let child = if name == "task" && agent == "parent" {
+            let child = if run.delegates(name) && agent == "parent" {
                 children.get(&(call, id)).copied()
             } else {
                 None

@@ -50,6 +50,10 @@
     return Object.prototype.hasOwnProperty.call(DECISIONS, decision) ? "d-" + decision : "d-other";
   }
 
+  // The tools whose calls start a child: `task`, or another agent's own.
+  let delegating = new Set(["task"]);
+  function delegates(name) { return delegating.has(name); }
+
   const started = performance.now();
   let data;
   try {
@@ -65,6 +69,7 @@
 
   function main(run) {
     if (!run || !Array.isArray(run.lanes)) throw new Error("no run data in the page");
+    if (Array.isArray(run.delegating)) delegating = new Set(run.delegating.map(String));
     const laneIndex = new Map(); // agent name -> lane index
     run.lanes.forEach(function (lane, i) { laneIndex.set(String(lane.agent), i); });
     const useById = new Map(); // "lane|call|id" -> element, for breach links
@@ -158,7 +163,7 @@
       if (call.failure || !Array.isArray(call.uses) || call.uses.length === 0) return null;
       const parts = [call.stop];
       for (const use of call.uses) {
-        if (use.name === "task") return null;
+        if (delegates(use.name)) return null;
         const result = use.result === null || use.result === undefined ? null : call.results[use.result];
         parts.push(use.name + ":" + (result ? result.decision : "none"));
       }
@@ -407,7 +412,7 @@
         node.addEventListener("click", function () { inspect(lane.agent + " result " + line.id, line); });
         if (line.decision !== "allowed" && line.decision !== "not_required") node.appendChild(note("denied"));
         const rkey = taskKey(call.call, line.id);
-        if (lane.agent === "parent" && line.name === "task" && !resultOfTask.has(rkey)) resultOfTask.set(rkey, node);
+        if (lane.agent === "parent" && delegates(line.name) && !resultOfTask.has(rkey)) resultOfTask.set(rkey, node);
         return node;
       });
       if (Array.isArray(call.uses) && call.uses.length) {
@@ -418,7 +423,7 @@
           const key = li + "|" + call.call + "|" + use.id;
           if (!useById.has(key)) useById.set(key, node);
           const ukey = taskKey(call.call, use.id);
-          if (lane.agent === "parent" && use.name === "task" && !useOfTask.has(ukey)) useOfTask.set(ukey, node);
+          if (lane.agent === "parent" && delegates(use.name) && !useOfTask.has(ukey)) useOfTask.set(ukey, node);
           node.appendChild(el("span", "name", use.name));
           node.appendChild(el("span", "id", " " + use.id + " "));
           const target = use.result === null || use.result === undefined ? null : resultNodes[use.result];
@@ -445,7 +450,7 @@
           }
           const args = el("div", "args", preview(JSON.stringify(use.input)));
           node.appendChild(args);
-          if (use.name === "task") node.appendChild(note("task"));
+          if (delegates(use.name)) node.appendChild(note("task"));
           uses.appendChild(node);
         });
         box.appendChild(uses);

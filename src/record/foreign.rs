@@ -1,0 +1,655 @@
+//! Other agents' histories as recorded runs, so `view` shows them (in a
+//! terminal and as a page) as it shows subloop's own: a Claude Code
+//! session (with its subagents as lanes of their own), a codex rollout, a
+//! Messages API or Chat Completions request history.
+//!
+//! The history is written as a subloop trace: each reply is a model call
+//! (a `request` with the messages added since the last one, a `response`),
+//! each result a `tool` line, each subagent a child started by the call
+//! whose result names it. Blocks subloop does not model (images,
+//! documents, server tools) are shown as a word in brackets. The verdicts
+//! are those of the rules that apply to any history: the pairing rules
+//! ([`crate::record::history::pairing`], as `subloop check` finds them),
+//! stop reasons that disagree with the content (where the file keeps
+//! them), and a subagent that no call started.
+
+use serde_json::{Value, json};
+
+use crate::record::history::{Finding, Format, History, ReadError};
+use crate::record::invariants::{Breach, Invariant, Policy, Verdict};
+use crate::record::recorded::RecordedRun;
+
+/// A history of another program, read as a run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Foreign {
+    /// The format it was read from.
+    pub format: Format,
+    /// The run: the parent, and a child per subagent.
+    pub run: RecordedRun,
+    /// The rules that apply, and where each breaks.
+    pub verdicts: Vec<Verdict>,
+    /// The run as a subloop trace (JSON Lines): what `run` was read from.
+    pub trace: String,
+}
+
+/// One message, as a subloop trace writes it.
+struct Said {
+    role: &'static str,
+    blocks: Vec<Value>,
+    stop_reason: Option<String>,
+}
+
+impl Foreign {
+    /// Reads `text` as `format` (or by its content), with the files of its
+    /// subagents (`(file name, text)`, a Claude Code session's
+    /// `SESSION/subagents/agent-*.jsonl`).
+    pub fn read(
+        text: &str,
+        format: Option<Format>,
+        subagents: &[(String, String)],
+    ) -> Result<Self, ReadError> {
+        let history = History::read(text, format)?;
+        let format = history.format;
+        let (system, said) = messages(text, format)?;
+        let mut children = Vec::new();
+        let mut pairing: Vec<(String, Vec<Finding>)> = Vec::new();
+        pairing.push(("parent".to_owned(), history.check()));
+        let mut unlinked = Vec::new();
+        for (name, child_text) in subagents {
+            let Ok(child) = History::read(child_text, Some(Format::ClaudeCode)) else {
+                continue;
+            };
+            let agent = child.agent.clone().or_else(|| {
+                name.strip_prefix("agent-")
+                    .and_then(|rest| rest.strip_suffix(".jsonl"))
+                    .map(str::to_owned)
+            });
+            let call = agent.as_deref().and_then(|agent| {
+                history
+                    .children
+                    .iter()
+                    .find(|link| link.agent == agent)
+                    .map(|link| link.call.clone())
+            });
+            match call {
+                Some(call) => {
+                    let (_, said) = messages(child_text, Format::ClaudeCode)?;
+                    children.push((call, said, child.check()));
+                }
+                None => unlinked.push(name.clone()),
+            }
+        }
+        let mut lines = Vec::new();
+        let mut next_child = 0;
+        write_agent(
+            "parent",
+            None,
+            system.as_deref(),
+            &said,
+            &children,
+            &mut next_child,
+            &mut pairing,
+            &mut lines,
+        );
+        let trace: String = lines.iter().map(|line| format!("{line}\n")).collect();
+        let mut run = RecordedRun::parse(&trace).map_err(|reason| ReadError::NotAHistory {
+            format: format.as_str(),
+            reason: format!("it cannot be shown as a run: {reason}"),
+        })?;
+        // The tools that started the subagents (Claude Code's `Task`).
+        for block in said.iter().flat_map(|said| &said.blocks) {
+            let id = block.get("id").and_then(Value::as_str);
+            if children
+                .iter()
+                .any(|(call, _, _)| Some(call.as_str()) == id)
+                && let Some(name) = block.get("name").and_then(Value::as_str)
+            {
+                run.delegate_with(name);
+            }
+        }
+        let breaches = |findings: &[(String, Vec<Finding>)]| -> Vec<Breach> {
+            findings
+                .iter()
+                .flat_map(|(agent, found)| {
+                    found.iter().map(move |finding| Breach {
+                        agent: agent.clone(),
+                        call: None,
+                        id: finding.id.clone(),
+                        detail: format!("{finding} [{}]", finding.rule),
+                    })
+                })
+                .collect()
+        };
+        let mut verdicts = vec![Verdict {
+            invariant: Invariant::AnsweredOnce,
+            breaches: breaches(&pairing),
+        }];
+        if format == Format::ClaudeCode {
+            // Stop reasons are kept by Claude Code's entries only.
+            verdicts.extend(
+                Policy::default()
+                    .check(&run)
+                    .into_iter()
+                    .filter(|verdict| verdict.invariant == Invariant::StopReasons),
+            );
+        }
+        if !subagents.is_empty() {
+            verdicts.push(Verdict {
+                invariant: Invariant::Consistent,
+                breaches: unlinked
+                    .into_iter()
+                    .map(|name| Breach {
+                        agent: "parent".to_owned(),
+                        call: None,
+                        id: None,
+                        detail: format!(
+                            "the subagent {name} was started by no call of this session: no result names it"
+                        ),
+                    })
+                    .collect(),
+            });
+        }
+        Ok(Self {
+            format,
+            run,
+            verdicts,
+            trace,
+        })
+    }
+}
+
+/// Writes agent `agent`'s lines (and its children's, each after the reply
+/// whose call started it).
+#[allow(clippy::too_many_arguments)]
+fn write_agent(
+    agent: &str,
+    parent_call: Option<&str>,
+    system: Option<&str>,
+    said: &[Said],
+    children: &[(String, Vec<Said>, Vec<Finding>)],
+    next_child: &mut usize,
+    pairing: &mut Vec<(String, Vec<Finding>)>,
+    lines: &mut Vec<Value>,
+) {
+    let with_parent = |mut line: Value| {
+        if let (Some(call), Some(object)) = (parent_call, line.as_object_mut()) {
+            object.insert("parent_tool_use_id".to_owned(), json!(call));
+        }
+        line
+    };
+    let message = |said: &Said| json!({"role": said.role, "content": said.blocks});
+    let mut sent = 0;
+    let mut call = 0u32;
+    for (index, reply) in said.iter().enumerate() {
+        if reply.role != "assistant" {
+            continue;
+        }
+        call += 1;
+        let mut request = json!({"agent": agent, "kind": "request", "call": call, "tools": [],
+            "messages": said.get(sent..index).unwrap_or_default().iter().map(message).collect::<Vec<_>>()});
+        if call == 1 {
+            first_request(&mut request, agent, system);
+        }
+        lines.push(with_parent(request));
+        sent = index;
+        let calls: Vec<(&str, &str)> = reply
+            .blocks
+            .iter()
+            .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_use"))
+            .map(|block| {
+                (
+                    block.get("id").and_then(Value::as_str).unwrap_or_default(),
+                    block
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        let stop = reply.stop_reason.clone().unwrap_or_else(|| {
+            if calls.is_empty() {
+                "end_turn"
+            } else {
+                "tool_use"
+            }
+            .to_owned()
+        });
+        lines.push(with_parent(
+            json!({"agent": agent, "kind": "response", "call": call,
+            "response": {"content": reply.blocks, "stop_reason": stop}}),
+        ));
+        for (id, _) in &calls {
+            for (child_call, child_said, findings) in children {
+                if child_call != id {
+                    continue;
+                }
+                *next_child += 1;
+                let name = format!("child-{next_child}");
+                pairing.push((name.clone(), findings.clone()));
+                write_agent(
+                    &name,
+                    Some(id),
+                    None,
+                    child_said,
+                    &[],
+                    next_child,
+                    pairing,
+                    lines,
+                );
+            }
+        }
+        // The results the next message holds for these calls.
+        let Some(next) = said.get(index + 1).filter(|next| next.role == "user") else {
+            continue;
+        };
+        for block in &next.blocks {
+            if block.get("type").and_then(Value::as_str) != Some("tool_result") {
+                continue;
+            }
+            let id = block
+                .get("tool_use_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let Some((_, name)) = calls.iter().find(|(call, _)| *call == id) else {
+                continue;
+            };
+            lines.push(with_parent(
+                json!({"agent": agent, "kind": "tool", "name": name, "id": id,
+                "decision": "not_required",
+                "is_error": block.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+                "content": block.get("content").cloned().unwrap_or(json!(""))}),
+            ));
+        }
+    }
+    if sent < said.len()
+        && said
+            .get(sent..)
+            .is_some_and(|rest| rest.len() > 1 || call == 0)
+    {
+        // Messages after the last reply: a request not answered.
+        let rest: Vec<Value> = said
+            .get(sent..)
+            .unwrap_or_default()
+            .iter()
+            .map(message)
+            .collect();
+        let mut request = json!({"agent": agent, "kind": "request", "call": call + 1, "tools": [],
+            "messages": rest});
+        if call == 0 {
+            first_request(&mut request, agent, system);
+        }
+        lines.push(with_parent(request));
+        return;
+    }
+    // A history that ends on a reply without calls: its answer.
+    if let Some(last) = said.last().filter(|last| last.role == "assistant") {
+        let asks = last
+            .blocks
+            .iter()
+            .any(|block| block.get("type").and_then(Value::as_str) == Some("tool_use"));
+        if !asks {
+            let text: Vec<&str> = last
+                .blocks
+                .iter()
+                .filter(|block| block.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|block| block.get("text").and_then(Value::as_str))
+                .collect();
+            lines.push(with_parent(
+                json!({"agent": agent, "kind": "outcome", "status": "answered",
+                "text": text.join("\n"), "calls": call}),
+            ));
+        }
+    }
+}
+
+/// What an agent's first request carries: its system prompt, its tool
+/// definitions (none known), and on the parent's, the trace's version.
+fn first_request(request: &mut Value, agent: &str, system: Option<&str>) {
+    if let Some(object) = request.as_object_mut() {
+        object.insert("system".to_owned(), json!(system.unwrap_or_default()));
+        object.insert("tool_definitions".to_owned(), json!([]));
+        if agent == "parent" {
+            object.insert("version".to_owned(), json!(1));
+        }
+    }
+}
+
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .map(|part| match part.get("type").and_then(Value::as_str) {
+                Some("text" | "input_text" | "output_text") => part
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                Some(other) => format!("[{other}]"),
+                None => text_of(part),
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// A Messages API block as subloop models it (or a word in brackets).
+fn block(value: &Value) -> Value {
+    let field = |key: &str| value.get(key).cloned().unwrap_or(json!(""));
+    match value.get("type").and_then(Value::as_str) {
+        Some("text") => json!({"type": "text", "text": text_of(&field("text"))}),
+        Some("tool_use") => json!({"type": "tool_use", "id": text_of(&field("id")),
+            "name": text_of(&field("name")), "input": value.get("input").cloned().unwrap_or(json!({}))}),
+        Some("tool_result") => {
+            let mut result = json!({"type": "tool_result", "tool_use_id": text_of(&field("tool_use_id")),
+                "content": text_of(&field("content"))});
+            if value.get("is_error").and_then(Value::as_bool) == Some(true)
+                && let Some(object) = result.as_object_mut()
+            {
+                object.insert("is_error".to_owned(), json!(true));
+            }
+            result
+        }
+        Some("thinking") => json!({"type": "thinking", "thinking": text_of(&field("thinking")),
+            "signature": text_of(&field("signature"))}),
+        Some("redacted_thinking") => {
+            json!({"type": "redacted_thinking", "data": text_of(&field("data"))})
+        }
+        Some(other) => json!({"type": "text", "text": format!("[{other}]")}),
+        None => json!({"type": "text", "text": text_of(value)}),
+    }
+}
+
+/// The blocks of a Messages API `content` (a string is one text block).
+fn blocks(content: Option<&Value>) -> Vec<Value> {
+    match content {
+        Some(Value::Array(items)) => items.iter().map(block).collect(),
+        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+        _ => Vec::new(),
+    }
+}
+
+/// Adds `blocks` of `role` to `said`: to the last message when `join`
+/// and it is of the same role (one turn, as `record::history` reads the
+/// format).
+fn push(
+    said: &mut Vec<Said>,
+    role: &'static str,
+    blocks: Vec<Value>,
+    stop: Option<String>,
+    join: bool,
+) {
+    match said.last_mut() {
+        Some(last) if join && last.role == role => {
+            last.blocks.extend(blocks);
+            if stop.is_some() {
+                last.stop_reason = stop;
+            }
+        }
+        _ => said.push(Said {
+            role,
+            blocks,
+            stop_reason: stop,
+        }),
+    }
+}
+
+/// The system prompt (if the file has one) and the messages of `text`.
+fn messages(text: &str, format: Format) -> Result<(Option<String>, Vec<Said>), ReadError> {
+    let mut said = Vec::new();
+    let mut system = None;
+    let not = |reason: &str| ReadError::NotAHistory {
+        format: format.as_str(),
+        reason: reason.to_owned(),
+    };
+    match format {
+        Format::Anthropic | Format::OpenAi => {
+            let value: Value =
+                serde_json::from_str(text).map_err(|err| ReadError::NotJson(err.to_string()))?;
+            let list = match &value {
+                Value::Array(list) => list,
+                Value::Object(body) => {
+                    if let Some(prompt) = body.get("system") {
+                        system = Some(text_of(prompt));
+                    }
+                    match body.get("messages") {
+                        Some(Value::Array(list)) => list,
+                        _ => return Err(not("no `messages` array")),
+                    }
+                }
+                _ => return Err(not("no `messages` array")),
+            };
+            let mut in_results = false;
+            for message in list {
+                let role = message
+                    .get("role")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if format == Format::Anthropic {
+                    let role = if role == "assistant" {
+                        "assistant"
+                    } else {
+                        "user"
+                    };
+                    push(&mut said, role, blocks(message.get("content")), None, false);
+                    continue;
+                }
+                match role {
+                    "system" | "developer" => {
+                        system = Some(text_of(message.get("content").unwrap_or(&Value::Null)));
+                        in_results = false;
+                    }
+                    "assistant" => {
+                        let mut out = Vec::new();
+                        let words = text_of(message.get("content").unwrap_or(&Value::Null));
+                        if !words.is_empty() {
+                            out.push(json!({"type": "text", "text": words}));
+                        }
+                        for call in message
+                            .get("tool_calls")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                        {
+                            let function = call.get("function");
+                            let arguments = function
+                                .and_then(|function| function.get("arguments"))
+                                .map(|arguments| match arguments {
+                                    Value::String(raw) => {
+                                        serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
+                                    }
+                                    other => other.clone(),
+                                })
+                                .unwrap_or(json!({}));
+                            out.push(json!({"type": "tool_use",
+                                "id": text_of(call.get("id").unwrap_or(&Value::Null)),
+                                "name": function.and_then(|f| f.get("name")).map(text_of).unwrap_or_default(),
+                                "input": arguments}));
+                        }
+                        push(&mut said, "assistant", out, None, false);
+                        in_results = false;
+                    }
+                    "tool" => {
+                        push(
+                            &mut said,
+                            "user",
+                            vec![json!({"type": "tool_result",
+                            "tool_use_id": text_of(message.get("tool_call_id").unwrap_or(&Value::Null)),
+                            "content": text_of(message.get("content").unwrap_or(&Value::Null))})],
+                            None,
+                            in_results,
+                        );
+                        in_results = true;
+                    }
+                    _ => {
+                        push(
+                            &mut said,
+                            "user",
+                            vec![
+                                json!({"type": "text", "text": text_of(message.get("content").unwrap_or(&Value::Null))}),
+                            ],
+                            None,
+                            false,
+                        );
+                        in_results = false;
+                    }
+                }
+            }
+        }
+        Format::ClaudeCode => {
+            let lines: Vec<&str> = text.lines().collect();
+            let (_, session) =
+                crate::record::history::claude_code_session(std::io::Cursor::new(text))?;
+            let mut last_id: Option<String> = None;
+            for index in session {
+                let Some(value) = lines
+                    .get(index.saturating_sub(1))
+                    .and_then(|line| serde_json::from_str::<Value>(line).ok())
+                else {
+                    continue;
+                };
+                let Some(message) = value.get("message") else {
+                    continue;
+                };
+                let message = Some(message);
+                let role = match message.and_then(|m| m.get("role")).and_then(Value::as_str) {
+                    Some("assistant") => "assistant",
+                    _ => "user",
+                };
+                let stop = message
+                    .and_then(|m| m.get("stop_reason"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                // One reply split over entries shares its `message.id`.
+                let id = message
+                    .and_then(|m| m.get("id"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let join = role == "user" || (id.is_some() && id == last_id);
+                last_id = if role == "assistant" { id } else { None };
+                push(
+                    &mut said,
+                    role,
+                    blocks(message.and_then(|m| m.get("content"))),
+                    stop,
+                    join,
+                );
+            }
+        }
+        Format::Codex => {
+            let mut items: Vec<Value> = Vec::new();
+            for line in text.lines() {
+                let Ok(value) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                match value.get("type").and_then(Value::as_str) {
+                    Some("response_item") => items.extend(value.get("payload").cloned()),
+                    Some("compacted") => {
+                        items.clear();
+                        if let Some(Value::Array(replaced)) =
+                            value.pointer("/payload/replacement_history")
+                        {
+                            items.extend(replaced.iter().cloned());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            for item in &items {
+                let field = |key: &str| item.get(key).unwrap_or(&Value::Null);
+                let call_id = text_of(field("call_id"));
+                match item.get("type").and_then(Value::as_str) {
+                    Some("message") => match item.get("role").and_then(Value::as_str) {
+                        Some("assistant") => push(
+                            &mut said,
+                            "assistant",
+                            vec![json!({"type": "text", "text": text_of(field("content"))})],
+                            None,
+                            true,
+                        ),
+                        Some("user") => push(
+                            &mut said,
+                            "user",
+                            vec![json!({"type": "text", "text": text_of(field("content"))})],
+                            None,
+                            true,
+                        ),
+                        _ => system = Some(text_of(field("content"))),
+                    },
+                    Some("reasoning") => {
+                        let summary = text_of(field("summary"));
+                        push(
+                            &mut said,
+                            "assistant",
+                            vec![json!({"type": "thinking", "thinking": summary, "signature": ""})],
+                            None,
+                            true,
+                        );
+                    }
+                    Some("function_call") => {
+                        let arguments = match field("arguments") {
+                            Value::String(raw) => {
+                                serde_json::from_str(raw).unwrap_or_else(|_| json!(raw))
+                            }
+                            other => other.clone(),
+                        };
+                        push(
+                            &mut said,
+                            "assistant",
+                            vec![json!({"type": "tool_use", "id": call_id,
+                                "name": text_of(field("name")), "input": arguments})],
+                            None,
+                            true,
+                        );
+                    }
+                    Some("custom_tool_call") => push(
+                        &mut said,
+                        "assistant",
+                        vec![json!({"type": "tool_use", "id": call_id,
+                            "name": text_of(field("name")), "input": {"input": field("input")}})],
+                        None,
+                        true,
+                    ),
+                    Some("local_shell_call") => push(
+                        &mut said,
+                        "assistant",
+                        vec![
+                            json!({"type": "tool_use", "id": call_id, "name": "local_shell",
+                            "input": field("action")}),
+                        ],
+                        None,
+                        true,
+                    ),
+                    Some(
+                        "function_call_output"
+                        | "custom_tool_call_output"
+                        | "local_shell_call_output",
+                    ) => {
+                        let output = match field("output") {
+                            Value::Object(object) => object
+                                .get("content")
+                                .or_else(|| object.get("output"))
+                                .map(text_of)
+                                .unwrap_or_default(),
+                            other => text_of(other),
+                        };
+                        push(
+                            &mut said,
+                            "user",
+                            vec![
+                                json!({"type": "tool_result", "tool_use_id": call_id, "content": output}),
+                            ],
+                            None,
+                            true,
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok((system, said))
+}
