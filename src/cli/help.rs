@@ -109,7 +109,7 @@ fn summary(command: Command) -> &'static str {
             "questions one per line, each a follow-up with the whole session's history, in one trace"
         }
         Command::View => {
-            "a recorded run (a trace file) as a timeline, with the loop's invariants checked"
+            "a recorded run (a trace file, or another agent's history) as a timeline, with the loop's invariants checked"
         }
     }
 }
@@ -168,9 +168,12 @@ fn description(command: Command) -> &'static str {
              or replay) on the terminal, from the trace alone: one line per model call (stop reason, \
              tokens, text) and per tool call (decision, result), each subagent indented under the \
              task call that started it, then the outcome, the counts, and every loop invariant \
-             held or broken with where it breaks. Colour only when stdout is a terminal and \
-             NO_COLOR is unset. Exit 0; with --check, 1 when an invariant is broken; 2 for an \
-             unreadable trace."
+             held or broken with where it breaks. TRACE may also be another agent's history (a \
+             Claude Code session, with its subagents' files beside it; a codex rollout; a \
+             Messages API or Chat Completions request history): it is shown as a run, a model \
+             call per reply, with the rules that apply to any history (see `subloop check`). \
+             Colour only when stdout is a terminal and NO_COLOR is unset. Exit 0; with --check, \
+             1 when an invariant is broken; 2 for an unreadable trace."
         }
         Command::Chat => {
             "subloop chat: an interactive session. Type a question per line; the answer is \
