@@ -495,48 +495,66 @@ pub fn fuzz_trace(data: &[u8]) {
     );
 }
 
-/// Arbitrary bytes as a history of every format (read whole, and line by
-/// line as a Claude Code session and a codex rollout), checked by the
-/// pairing rules — none of which may panic — and every place a finding
-/// names is in the history (the `history` fuzz target).
+/// Arbitrary bytes as a history of every format (the `history` fuzz
+/// target): by content, then as each format ([`fuzz_history_as`]).
 pub fn fuzz_history(data: &[u8]) {
     use crate::record::history::{Format, History};
     let text = String::from_utf8_lossy(data);
-    let lines = text.lines().count();
-    let mut read = vec![History::read(&text, None)];
+    if let Ok(history) = History::read(&text, None) {
+        check_findings(&history, &text);
+    }
     for format in [
         Format::Anthropic,
         Format::OpenAi,
         Format::ClaudeCode,
         Format::Codex,
     ] {
-        read.push(History::read(&text, Some(format)));
+        fuzz_history_as(data, format);
     }
-    read.push(History::read_claude_code(std::io::Cursor::new(data)));
-    read.push(History::read_codex(std::io::Cursor::new(data)));
-    // A repair of anything read: no panic, and what it lists is placed.
-    for format in [
-        None,
-        Some(Format::Anthropic),
-        Some(Format::OpenAi),
-        Some(Format::ClaudeCode),
-        Some(Format::Codex),
-    ] {
-        if let Ok(repaired) = crate::record::history::repair(&text, format) {
-            for change in &repaired.changes {
-                assert!(!change.detail.is_empty(), "a change says what it did");
-            }
-            if repaired.changes.is_empty() {
-                assert_eq!(repaired.text, text, "no change, the same text");
-            }
-        }
+}
+
+/// Arbitrary bytes as a history of `format` (the `history_FORMAT` fuzz
+/// targets, one per reader): read whole (and line by line, for a Claude
+/// Code session and a codex rollout), checked by the pairing rules,
+/// repaired, and shown as a run — none of which may panic; every place a
+/// finding names is in the file, every change says what it did, a repair
+/// with no change gives the text back, and a history shown as a run reads
+/// back as a trace.
+pub fn fuzz_history_as(data: &[u8], format: crate::record::history::Format) {
+    use crate::record::history::{Format, History};
+    let text = String::from_utf8_lossy(data);
+    let mut read = vec![History::read(&text, Some(format))];
+    match format {
+        Format::ClaudeCode => read.push(History::read_claude_code(std::io::Cursor::new(data))),
+        Format::Codex => read.push(History::read_codex(std::io::Cursor::new(data))),
+        _ => {}
     }
     for history in read.into_iter().flatten() {
-        for finding in history.check() {
-            assert!(!finding.detail.is_empty(), "a finding says what is wrong");
-            if let Some(line) = finding.line {
-                assert!(line >= 1 && line <= lines.max(1), "line {line} of {lines}");
-            }
+        check_findings(&history, &text);
+    }
+    if let Ok(repaired) = crate::record::history::repair(&text, Some(format)) {
+        for change in &repaired.changes {
+            assert!(!change.detail.is_empty(), "a change says what it did");
+        }
+        if repaired.changes.is_empty() {
+            assert_eq!(repaired.text, text, "no change, the same text");
+        }
+    }
+    if let Ok(foreign) = crate::record::foreign::Foreign::read(&text, Some(format), &[]) {
+        assert!(
+            crate::record::recorded::RecordedRun::parse(&foreign.trace).is_ok(),
+            "the run's trace reads back"
+        );
+    }
+}
+
+/// Every finding over `history` says what is wrong, at a line of `text`.
+fn check_findings(history: &crate::record::history::History, text: &str) {
+    let lines = text.lines().count();
+    for finding in history.check() {
+        assert!(!finding.detail.is_empty(), "a finding says what is wrong");
+        if let Some(line) = finding.line {
+            assert!(line >= 1 && line <= lines.max(1), "line {line} of {lines}");
         }
     }
 }

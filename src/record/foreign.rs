@@ -15,8 +15,8 @@
 
 use serde_json::{Value, json};
 
-use crate::record::history::{Finding, Format, History, ReadError};
-use crate::record::invariants::{Breach, Invariant, Policy, Verdict};
+use crate::record::history::{Finding, Format, History, ReadError, Rule};
+use crate::record::invariants::{Breach, Invariant, Verdict};
 use crate::record::recorded::RecordedRun;
 
 /// A history of another program, read as a run.
@@ -55,10 +55,15 @@ impl Foreign {
         let mut children = Vec::new();
         let mut pairing: Vec<(String, Vec<Finding>)> = Vec::new();
         pairing.push(("parent".to_owned(), history.check()));
-        let mut unlinked = Vec::new();
+        // Subagents shown as no child: why, each.
+        let mut unlinked: Vec<String> = Vec::new();
         for (name, child_text) in subagents {
-            let Ok(child) = History::read(child_text, Some(Format::ClaudeCode)) else {
-                continue;
+            let child = match History::read(child_text, Some(Format::ClaudeCode)) {
+                Ok(child) => child,
+                Err(err) => {
+                    unlinked.push(format!("the subagent {name} could not be read: {err}"));
+                    continue;
+                }
             };
             let agent = child.agent.clone().or_else(|| {
                 name.strip_prefix("agent-")
@@ -73,11 +78,15 @@ impl Foreign {
                     .map(|link| link.call.clone())
             });
             match call {
-                Some(call) => {
-                    let (_, said) = messages(child_text, Format::ClaudeCode)?;
-                    children.push((call, said, child.check()));
-                }
-                None => unlinked.push(name.clone()),
+                Some(call) => match messages(child_text, Format::ClaudeCode) {
+                    Ok((_, said)) => children.push((call, said, child.check())),
+                    Err(err) => {
+                        unlinked.push(format!("the subagent {name} could not be read: {err}"));
+                    }
+                },
+                None => unlinked.push(format!(
+                    "the subagent {name} was started by no call of this session: no result names it"
+                )),
             }
         }
         let mut lines = Vec::new();
@@ -108,44 +117,44 @@ impl Foreign {
                 run.delegate_with(name);
             }
         }
-        let breaches = |findings: &[(String, Vec<Finding>)]| -> Vec<Breach> {
+        // The findings of `rules` (or of every other rule), as breaches.
+        let breaches = |findings: &[(String, Vec<Finding>)], stop: bool| -> Vec<Breach> {
             findings
                 .iter()
                 .flat_map(|(agent, found)| {
-                    found.iter().map(move |finding| Breach {
-                        agent: agent.clone(),
-                        call: None,
-                        id: finding.id.clone(),
-                        detail: format!("{finding} [{}]", finding.rule),
-                    })
+                    found
+                        .iter()
+                        .filter(move |finding| (finding.rule == Rule::StopReason) == stop)
+                        .map(move |finding| Breach {
+                            agent: agent.clone(),
+                            call: None,
+                            id: finding.id.clone(),
+                            detail: format!("{finding} [{}]", finding.rule),
+                        })
                 })
                 .collect()
         };
         let mut verdicts = vec![Verdict {
             invariant: Invariant::AnsweredOnce,
-            breaches: breaches(&pairing),
+            breaches: breaches(&pairing, false),
         }];
         if format == Format::ClaudeCode {
             // Stop reasons are kept by Claude Code's entries only.
-            verdicts.extend(
-                Policy::default()
-                    .check(&run)
-                    .into_iter()
-                    .filter(|verdict| verdict.invariant == Invariant::StopReasons),
-            );
+            verdicts.push(Verdict {
+                invariant: Invariant::StopReasons,
+                breaches: breaches(&pairing, true),
+            });
         }
         if !subagents.is_empty() {
             verdicts.push(Verdict {
                 invariant: Invariant::Consistent,
                 breaches: unlinked
                     .into_iter()
-                    .map(|name| Breach {
+                    .map(|detail| Breach {
                         agent: "parent".to_owned(),
                         call: None,
                         id: None,
-                        detail: format!(
-                            "the subagent {name} was started by no call of this session: no result names it"
-                        ),
+                        detail,
                     })
                     .collect(),
             });

@@ -882,3 +882,31 @@ proptest! {
         subloop::testing::fuzz_history(&changed);
     }
 }
+
+/// A Claude Code reply whose stop reason disagrees with its content: the
+/// last entry's `stop_reason` is the reply's.
+#[test]
+fn a_stop_reason_that_disagrees_with_the_reply_is_named() {
+    use claude_code::*;
+    let mut lines = session();
+    // The reply of two calls ends with `end_turn`: its calls may not run.
+    lines[4]["message"]["stop_reason"] = json!("end_turn");
+    // The answer says `tool_use` and asks for nothing.
+    lines[7]["message"]["stop_reason"] = json!("tool_use");
+    let history = History::read(&claude_code::text_of(&lines), None).unwrap();
+    assert_eq!(history.turns[1].stop_reason.as_deref(), Some("end_turn"));
+    let found: Vec<(Rule, Option<usize>)> = history
+        .check()
+        .into_iter()
+        .map(|finding| (finding.rule, finding.line))
+        .collect();
+    assert_eq!(
+        found,
+        [(Rule::StopReason, Some(3)), (Rule::StopReason, Some(8))]
+    );
+    // What it should be holds.
+    lines[4]["message"]["stop_reason"] = json!("tool_use");
+    lines[7]["message"]["stop_reason"] = json!("end_turn");
+    let history = History::read(&claude_code::text_of(&lines), None).unwrap();
+    assert!(history.check().is_empty(), "{:?}", history.check());
+}

@@ -474,3 +474,61 @@ proptest::proptest! {
         prop_assert!(again.changes.is_empty(), "{:?}", again.changes);
     }
 }
+
+/// A session written with `\r\n` line ends keeps them, on the lines the
+/// repair edits too.
+#[test]
+fn a_session_with_crlf_line_ends_keeps_them() {
+    use claude_code::*;
+    let mut branch = session();
+    branch[6]["parentUuid"] = json!("a3");
+    branch[7]["parentUuid"] = json!("r1");
+    let text = text_of(&branch).replace('\n', "\r\n");
+    let repaired = holds(&text, None);
+    assert_eq!(repaired.changes.len(), 1, "{:?}", repaired.changes);
+    assert!(repaired.text.ends_with("\r\n"));
+    assert_eq!(
+        repaired.text.matches("\r\n").count(),
+        repaired.text.matches('\n').count(),
+        "every line ends in \\r\\n:\n{}",
+        repaired.text
+    );
+}
+
+/// JSON nested deeper than any reader follows, in a line of a session, a
+/// block of a request history and a rollout's payload: read, checked,
+/// repaired and shown without a stack overflow (serde_json stops at its
+/// depth limit; the line or the file is then not a history).
+#[test]
+fn deeply_nested_json_is_refused_or_skipped_not_a_crash() {
+    let deep = format!("{}1{}", "[".repeat(200_000), "]".repeat(200_000));
+    let mut session = claude_code::text_of(&claude_code::session());
+    session.push_str(&format!(
+        "{{\"type\":\"user\",\"uuid\":\"z\",\"parentUuid\":\"a4\",\"message\":{{\"role\":\"user\",\"content\":{deep}}}}}\n"
+    ));
+    let body = format!(
+        "{{\"messages\":[{{\"role\":\"user\",\"content\":[{{\"type\":\"text\",\"text\":{deep}}}]}}]}}"
+    );
+    let rollout = format!(
+        "{}{{\"type\":\"response_item\",\"payload\":{deep}}}\n",
+        claude_code::text_of(&codex::rollout())
+    );
+    for text in [&session, &body, &rollout, &deep] {
+        for format in [
+            None,
+            Some(Format::Anthropic),
+            Some(Format::OpenAi),
+            Some(Format::ClaudeCode),
+            Some(Format::Codex),
+        ] {
+            if let Ok(history) = History::read(text, format) {
+                let _ = history.check();
+            }
+            let _ = repair(text, format);
+            let _ = subloop::record::foreign::Foreign::read(text, format, &[]);
+        }
+    }
+    // The session's deep line is no entry: the rest holds.
+    let history = History::read(&session, None).unwrap();
+    assert!(history.check().is_empty(), "{:?}", history.check());
+}

@@ -15,24 +15,102 @@ use serde_json::Value;
 use super::{Answer, Call, Finding, Format, History, ReadError, Rule, Speaker, Turn};
 
 /// One entry of the session, as much of it as the rules (and a repair)
-/// need.
+/// need, small: a session has an entry per line, and only the chain's
+/// ancestry (known at the end) says which matter. Ids are kept as 128-bit
+/// keys ([`key`]); calls and results, which few entries hold, apart.
 pub(super) struct Entry {
+    /// Its `uuid`.
+    pub(super) key: u128,
+    /// Its `parentUuid` ([`NO_PARENT`]: none).
+    pub(super) parent: u128,
     /// Its line, from 1.
     pub(super) line: usize,
-    pub(super) uuid: String,
-    pub(super) parent: Option<String>,
+    /// A hash of its `message.id` (0: none).
+    message_id: u64,
+    /// Its calls, results and links, when it has any.
+    extra: Option<Box<Extra>>,
     pub(super) speaker: Option<Speaker>,
-    message_id: Option<String>,
-    /// Its calls: id, name, block index.
-    pub(super) calls: Vec<(String, String, usize)>,
-    /// Its results: the id answered, block index.
-    pub(super) results: Vec<(String, usize)>,
     pub(super) sidechain: bool,
     boundary: bool,
+    /// Its `message.stop_reason`: an index into [`STOP_REASONS`] plus
+    /// one (0: none, or one this reader does not know).
+    stop: u8,
+}
+
+/// What few entries hold.
+#[derive(Default)]
+struct Extra {
+    /// Its calls: id, name, block index.
+    calls: Vec<(String, String, usize)>,
+    /// Its results: the id answered, block index.
+    results: Vec<(String, usize)>,
     /// Its `agentId` (every entry of a subagent's file has one).
     agent: Option<String>,
     /// The subagents its results name: (call id, agent id).
     links: Vec<(String, String)>,
+}
+
+/// The stop reasons an entry is read with.
+const STOP_REASONS: [&str; 7] = [
+    "tool_use",
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "pause_turn",
+    "refusal",
+    "model_context_window_exceeded",
+];
+
+/// The key of an entry without a parent.
+pub(super) const NO_PARENT: u128 = 0;
+
+/// The key of a `uuid`: its 128 bits when it is one, else a 128-bit hash
+/// of the text (ids are compared by key).
+pub(super) fn key(uuid: &str) -> u128 {
+    let bytes = uuid.as_bytes();
+    if bytes.len() == 36 {
+        let mut value: u128 = 0;
+        let mut digits = 0;
+        for (at, byte) in bytes.iter().enumerate() {
+            if matches!(at, 8 | 13 | 18 | 23) {
+                if *byte != b'-' {
+                    break;
+                }
+                continue;
+            }
+            let Some(digit) = (*byte as char).to_digit(16) else {
+                break;
+            };
+            value = (value << 4) | u128::from(digit);
+            digits += 1;
+        }
+        if digits == 32 && value != NO_PARENT {
+            return value;
+        }
+    }
+    let hash = |salt: u8| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut hasher);
+        uuid.hash(&mut hasher);
+        hasher.finish()
+    };
+    (u128::from(hash(1)) << 64) | u128::from(hash(2)) | 1
+}
+
+impl Entry {
+    /// Its results: the id answered, block index.
+    pub(super) fn results(&self) -> &[(String, usize)] {
+        self.extra.as_ref().map_or(&[], |extra| &extra.results)
+    }
+
+    fn agent(&self) -> Option<&str> {
+        self.extra.as_ref()?.agent.as_deref()
+    }
+
+    fn links(&self) -> &[(String, String)] {
+        self.extra.as_ref().map_or(&[], |extra| &extra.links)
+    }
 }
 
 /// A session read: its entries, and the chain a resume follows.
@@ -42,8 +120,9 @@ pub(super) struct Session {
     pub(super) chain: Vec<usize>,
     /// For each entry, whether it is on the chain.
     pub(super) on_chain: Vec<bool>,
-    /// Each chain entry's turn (an index into the history's turns).
-    pub(super) turn_of: std::collections::HashMap<usize, usize>,
+    /// The turn of each chain entry, in chain order (an index into the
+    /// history's turns; `usize::MAX` for an entry that is no message).
+    pub(super) turn_of: Vec<usize>,
 }
 
 /// Whether `text` reads as a Claude Code session: one of its first 20
@@ -66,7 +145,7 @@ fn text<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
 /// a `uuid` (a `summary`, a snapshot, a queue operation, a type this
 /// reader does not know: kept out, not an error).
 fn entry(value: &Value, line: usize) -> Option<Entry> {
-    let uuid = text(value, "uuid")?.to_owned();
+    let uuid = key(text(value, "uuid")?);
     let kind = text(value, "type").unwrap_or_default();
     let message = value.get("message");
     let speaker = match (kind, message.and_then(|m| text(m, "role"))) {
@@ -101,18 +180,31 @@ fn entry(value: &Value, line: usize) -> Option<Entry> {
             }
         }
     }
+    let agent = text(value, "agentId").map(str::to_owned);
+    let extra = (!calls.is_empty() || !results.is_empty() || agent.is_some()).then(|| {
+        Box::new(Extra {
+            calls,
+            results,
+            agent,
+            links,
+        })
+    });
     Some(Entry {
+        key: uuid,
+        parent: text(value, "parentUuid").map_or(NO_PARENT, key),
         line,
-        uuid,
-        parent: text(value, "parentUuid").map(str::to_owned),
+        message_id: message
+            .and_then(|m| text(m, "id"))
+            .map_or(0, |id| (key(id) as u64) | 1),
+        extra,
         speaker,
-        message_id: message.and_then(|m| text(m, "id")).map(str::to_owned),
-        calls,
-        results,
         sidechain: value.get("isSidechain").and_then(Value::as_bool) == Some(true),
         boundary: kind == "system" && text(value, "subtype") == Some("compact_boundary"),
-        agent: text(value, "agentId").map(str::to_owned),
-        links,
+        stop: message
+            .and_then(|m| text(m, "stop_reason"))
+            .and_then(|stop| STOP_REASONS.iter().position(|known| *known == stop))
+            .and_then(|at| u8::try_from(at + 1).ok())
+            .unwrap_or(0),
     })
 }
 
@@ -139,14 +231,16 @@ fn agent_named(content: &Value) -> Option<String> {
 
 /// Reads a session from `reader`, line by line.
 pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
-    session(reader).map(|(history, _)| history)
+    session(reader, false).map(|(history, _)| history)
 }
 
 /// Reads a session from `reader`, line by line: the history, and the
-/// session it was read from.
-pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadError> {
+/// session it was read from; with `keep`, the chain's entries keep their
+/// calls and results (a repair needs them; a check moves them into the
+/// turns).
+pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Session), ReadError> {
     let mut entries: Vec<Entry> = Vec::new();
-    let mut by_uuid: HashMap<String, usize> = HashMap::new();
+    let mut by_uuid: HashMap<u128, usize> = HashMap::new();
     let mut any_line = false;
     for (index, line) in reader.lines().enumerate() {
         let number = index + 1;
@@ -164,7 +258,7 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
             continue;
         };
         if let Some(entry) = entry(&value, number) {
-            by_uuid.insert(entry.uuid.clone(), entries.len());
+            by_uuid.insert(entry.key, entries.len());
             entries.push(entry);
         }
     }
@@ -180,7 +274,9 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
             entry.sidechain = false;
         }
     }
-    let agent = entries.iter().find_map(|entry| entry.agent.clone());
+    let agent = entries
+        .iter()
+        .find_map(|entry| entry.agent().map(str::to_owned));
     // The chain a resume follows: from the last entry of the conversation
     // (not a side chain), back through its parents.
     let leaf = entries
@@ -200,28 +296,29 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
         chain.push(index);
         at = entries
             .get(index)
-            .and_then(|entry| entry.parent.as_ref())
-            .and_then(|parent| by_uuid.get(parent))
+            .filter(|entry| entry.parent != NO_PARENT)
+            .and_then(|entry| by_uuid.get(&entry.parent))
             .copied();
     }
     chain.reverse();
     let compactions = entries.iter().filter(|entry| entry.boundary).count();
     let mut turns: Vec<Turn> = Vec::new();
-    let mut turn_of = HashMap::new();
-    let mut last_message_id: Option<&str> = None;
+    let mut turn_of = Vec::with_capacity(chain.len());
+    let mut last_message_id = 0u64;
     for &index in &chain {
-        let Some(entry) = entries.get(index) else {
+        let Some(entry) = entries.get_mut(index) else {
             continue;
         };
         let Some(speaker) = entry.speaker else {
+            turn_of.push(usize::MAX);
             continue;
         };
         let same_turn = match (turns.last(), speaker) {
             (Some(turn), Speaker::User) => turn.speaker == Speaker::User,
             (Some(turn), Speaker::Assistant) => {
                 turn.speaker == Speaker::Assistant
-                    && entry.message_id.is_some()
-                    && entry.message_id.as_deref() == last_message_id
+                    && entry.message_id != 0
+                    && entry.message_id == last_message_id
             }
             (None, _) => false,
         };
@@ -230,22 +327,38 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
             turn.line = Some(entry.line);
             turns.push(turn);
         }
-        last_message_id = entry.message_id.as_deref();
+        last_message_id = entry.message_id;
         let message = turns.len().saturating_sub(1);
-        turn_of.insert(index, message);
+        turn_of.push(message);
+        let line = entry.line;
+        let (calls, results) = match entry.extra.as_mut() {
+            Some(extra) if keep => (extra.calls.clone(), extra.results.clone()),
+            Some(extra) => (
+                std::mem::take(&mut extra.calls),
+                std::mem::take(&mut extra.results),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        let stop = entry.stop;
         if let Some(turn) = turns.last_mut() {
-            turn.last_line = Some(entry.line);
+            turn.last_line = Some(line);
+            if let Some(known) = usize::from(stop)
+                .checked_sub(1)
+                .and_then(|at| STOP_REASONS.get(at))
+            {
+                turn.stop_reason = Some((*known).to_owned());
+            }
             turn.calls
-                .extend(entry.calls.iter().map(|(id, name, block)| Call {
-                    line: Some(entry.line),
-                    block: *block,
-                    ..Call::new(id.clone(), name.clone())
+                .extend(calls.into_iter().map(|(id, name, block)| Call {
+                    line: Some(line),
+                    block,
+                    ..Call::new(id, name)
                 }));
             turn.results
-                .extend(entry.results.iter().map(|(id, block)| Answer {
-                    line: Some(entry.line),
-                    block: *block,
-                    ..Answer::new(id.clone(), message)
+                .extend(results.into_iter().map(|(id, block)| Answer {
+                    line: Some(line),
+                    block,
+                    ..Answer::new(id, message)
                 }));
         }
     }
@@ -268,7 +381,7 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
         if entry.sidechain || on_chain.get(index).copied().unwrap_or(true) {
             continue;
         }
-        for (id, _) in &entry.results {
+        for (id, _) in entry.results() {
             if answered.contains(id.as_str()) {
                 continue; // an abandoned branch's copy: the chain has its own
             }
@@ -289,7 +402,7 @@ pub(super) fn session(reader: impl BufRead) -> Result<(History, Session), ReadEr
     let children = chain
         .iter()
         .filter_map(|index| entries.get(*index))
-        .flat_map(|entry| entry.links.iter())
+        .flat_map(|entry| entry.links().iter())
         .map(|(call, agent)| super::ChildLink {
             call: call.clone(),
             agent: agent.clone(),

@@ -2,7 +2,7 @@
 //! rules checked over it: one rule set for subloop's own traces (the
 //! `answered_once` invariant of `view --check`) and for histories other
 //! programs keep (a Messages API request body or `messages` array, a Chat
-//! Completions `messages` array).
+//! Completions `messages` array, a Claude Code session, a codex rollout).
 //!
 //! A history is read into [`Turn`]s: who spoke, which calls a reply
 //! asked for, which results a user turn carries, and where each is in the
@@ -15,6 +15,9 @@
 //! result answers a call that was not asked right before it. Each breach
 //! is a [`Finding`] naming its [`Rule`], the message, the id and what to do
 //! about it.
+//!
+//! [`repair`] makes a broken history hold again, in its own format,
+//! editing only what breaks a rule and listing each [`Change`].
 
 mod claude_code;
 mod codex;
@@ -112,6 +115,9 @@ pub struct Turn {
     pub calls: Vec<Call>,
     /// The results it carries, in order (a user turn).
     pub results: Vec<Answer>,
+    /// The stop reason the file keeps for it (a reply of a Claude Code
+    /// session: the last its entries name), when it keeps one.
+    pub stop_reason: Option<String>,
     /// The file's line of its last entry, for formats with one entry per
     /// line (where a repair puts what comes right after it).
     #[serde(skip)]
@@ -127,6 +133,7 @@ impl Turn {
             line: None,
             calls: Vec::new(),
             results: Vec::new(),
+            stop_reason: None,
             last_line: None,
         }
     }
@@ -248,6 +255,7 @@ impl History {
     /// reader found.
     pub fn check(&self) -> Vec<Finding> {
         let mut found = pairing(&self.turns, false);
+        found.extend(rules::stop_reasons(&self.turns));
         found.extend(self.off_chain.iter().cloned());
         found.sort_by_key(|finding| (finding.line, finding.message));
         found
@@ -259,7 +267,7 @@ impl History {
 pub(crate) fn claude_code_session(
     reader: impl std::io::BufRead,
 ) -> Result<(History, Vec<usize>), ReadError> {
-    let (history, session) = claude_code::session(reader)?;
+    let (history, session) = claude_code::session(reader, false)?;
     let lines = session
         .chain
         .iter()

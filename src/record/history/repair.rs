@@ -131,7 +131,7 @@ pub fn repair(text: &str, format: Option<Format>) -> Result<Repaired, RepairErro
 
     let (format, out, changes) = match format {
         Some(Format::ClaudeCode) => {
-            let (history, session) = super::claude_code::session(std::io::Cursor::new(text))?;
+            let (history, session) = super::claude_code::session(std::io::Cursor::new(text), true)?;
             let floating = floating(&session);
             let plan = plan(&history.turns, &floating.answers);
             let out = unchanged(text, &plan)
@@ -696,8 +696,10 @@ fn write_lines(
             match edit.get(&number) {
                 Some(edited) => {
                     put(&mut out, edited);
-                    if line.ends_with('\n') && !edited.ends_with('\n') {
-                        out.push('\n');
+                    // The line's own end (`\r\n` stays `\r\n`).
+                    if !edited.ends_with('\n') {
+                        let body = line.trim_end_matches(['\n', '\r']);
+                        out.push_str(line.get(body.len()..).unwrap_or_default());
                     }
                 }
                 None => put(&mut out, line),
@@ -847,7 +849,7 @@ fn floating(session: &Session) -> Floating {
         if entry.sidechain || session.on_chain.get(index).copied().unwrap_or(true) {
             continue;
         }
-        for (id, block) in &entry.results {
+        for (id, block) in entry.results() {
             answers.push(Answer {
                 line: Some(entry.line),
                 block: *block,
@@ -872,8 +874,8 @@ enum Unit {
     New { block: String, interrupted: bool },
 }
 
-/// A uuid for the `n`th entry a repair adds, not one of `taken`.
-fn new_uuid(seed: &str, n: usize, taken: &HashSet<&str>) -> String {
+/// A uuid for the `n`th entry a repair adds, not one of `taken` (keys).
+fn new_uuid(seed: &str, n: usize, taken: &HashSet<u128>) -> String {
     let mut salt = 0u64;
     loop {
         let hash = |key: u64| {
@@ -897,7 +899,7 @@ fn new_uuid(seed: &str, n: usize, taken: &HashSet<&str>) -> String {
             0x8000 | ((low >> 48) & 0x3fff),
             low & 0xffff_ffff_ffff
         );
-        if !taken.contains(uuid.as_str()) {
+        if !taken.contains(&super::claude_code::key(&uuid)) {
             return uuid;
         }
         salt += 1;
@@ -941,9 +943,9 @@ fn claude_code(
     };
     // The chain's entries of each turn.
     let mut of_turn: Vec<Vec<usize>> = vec![Vec::new(); turns.len()];
-    for &index in &session.chain {
-        if let Some(t) = session.turn_of.get(&index) {
-            of_turn.get_mut(*t)?.push(index);
+    for (&index, &t) in session.chain.iter().zip(&session.turn_of) {
+        if t != usize::MAX {
+            of_turn.get_mut(t)?.push(index);
         }
     }
     // Whether entry `index` goes whole into turn `t`'s results: each of
@@ -953,7 +955,7 @@ fn claude_code(
             return false;
         };
         let positions: Option<Vec<usize>> = entry
-            .results
+            .results()
             .iter()
             .map(|(_, block)| {
                 plan.results.get(t)?.iter().position(|placed| {
@@ -972,7 +974,7 @@ fn claude_code(
         session
             .entries
             .get(index)
-            .map(|entry| entry.results.iter().map(|(_, block)| *block).collect())
+            .map(|entry| entry.results().iter().map(|(_, block)| *block).collect())
             .unwrap_or_default()
     };
     let mut chain: Vec<Unit> = Vec::new();
@@ -1074,15 +1076,14 @@ fn claude_code(
         }
     }
     // Relink: each entry's parent is the one before it.
-    let taken: HashSet<&str> = session
-        .entries
-        .iter()
-        .map(|entry| entry.uuid.as_str())
-        .collect();
+    let taken: HashSet<u128> = session.entries.iter().map(|entry| entry.key).collect();
     let mut uuids = Vec::with_capacity(chain.len());
     for (n, unit) in chain.iter().enumerate() {
         uuids.push(match unit {
-            Unit::Entry { index, .. } => session.entries.get(*index)?.uuid.clone(),
+            Unit::Entry { index, .. } => {
+                let (uuid, _) = json::member(raw_line(*index)?, "uuid")?;
+                serde_json::from_str(uuid).ok()?
+            }
             Unit::New { block, .. } => new_uuid(block, n, &taken),
         });
     }
@@ -1127,7 +1128,8 @@ fn claude_code(
                     let message = json::replace(message, "content", &json::array(&content))?;
                     line = Cow::Owned(json::replace(&line, "message", &message)?);
                 }
-                if let Some(parent) = parent.filter(|parent| entry.parent.as_ref() != Some(*parent))
+                if let Some(parent) =
+                    parent.filter(|parent| entry.parent != super::claude_code::key(parent))
                 {
                     line = Cow::Owned(
                         match json::replace(&line, "parentUuid", &json::string(parent)) {

@@ -30,6 +30,9 @@ pub enum Rule {
     /// A subagent's history that no call of its session started (a Claude
     /// Code subagent file whose `agentId` no `Task` result names).
     ChildWithoutCall,
+    /// A reply whose stop reason disagrees with its content: `tool_use`
+    /// without a call, `end_turn` with calls.
+    StopReason,
 }
 
 impl Rule {
@@ -44,6 +47,7 @@ impl Rule {
             Self::EmptyId => "empty_id",
             Self::ResultOffChain => "result_off_chain",
             Self::ChildWithoutCall => "child_without_call",
+            Self::StopReason => "stop_reason",
         }
     }
 }
@@ -77,6 +81,32 @@ impl std::fmt::Display for Finding {
         }
         write!(f, "message {}: {}", self.message, self.detail)
     }
+}
+
+/// Replies whose stop reason (where the file keeps one) disagrees with
+/// their content: `tool_use` without a call, `end_turn` with calls.
+pub(super) fn stop_reasons(turns: &[Turn]) -> Vec<Finding> {
+    turns
+        .iter()
+        .filter(|turn| turn.speaker == Speaker::Assistant)
+        .filter_map(|turn| {
+            let stop = turn.stop_reason.as_deref()?;
+            let detail = match (stop, turn.calls.is_empty()) {
+                ("tool_use", true) => "the reply stopped for `tool_use` but asks for no call",
+                ("end_turn", false) => {
+                    "the reply stopped with `end_turn` but asks for calls: a client may not run them"
+                }
+                _ => return None,
+            };
+            Some(Finding {
+                rule: Rule::StopReason,
+                message: turn.message,
+                line: turn.line,
+                id: None,
+                detail: detail.to_owned(),
+            })
+        })
+        .collect()
 }
 
 /// Checks the pairing of calls and results over `turns`: each call is
