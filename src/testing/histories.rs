@@ -176,28 +176,18 @@ pub fn sound_history(format: Format) -> impl Strategy<Value = GeneratedHistory> 
 /// A history of `format` broken by one mutation (for Claude Code, also
 /// [`Mutation::OffChain`]), with where it breaks.
 pub fn broken_history(format: Format) -> impl Strategy<Value = GeneratedHistory> {
-    let mutations = if format == Format::ClaudeCode {
-        prop_oneof![
-            Just(Mutation::DropResult),
-            Just(Mutation::DuplicateResult),
-            Just(Mutation::SwapResults),
-            Just(Mutation::MoveResultLate),
-            Just(Mutation::OrphanResult),
-            Just(Mutation::CutAtCall),
-            Just(Mutation::OffChain),
-        ]
-        .boxed()
-    } else {
-        prop_oneof![
-            Just(Mutation::DropResult),
-            Just(Mutation::DuplicateResult),
-            Just(Mutation::SwapResults),
-            Just(Mutation::MoveResultLate),
-            Just(Mutation::OrphanResult),
-            Just(Mutation::CutAtCall),
-        ]
-        .boxed()
-    };
+    let mut mutations = vec![
+        Mutation::DropResult,
+        Mutation::DuplicateResult,
+        Mutation::SwapResults,
+        Mutation::MoveResultLate,
+        Mutation::OrphanResult,
+        Mutation::CutAtCall,
+    ];
+    if format == Format::ClaudeCode {
+        mutations.push(Mutation::OffChain);
+    }
+    let mutations = prop::sample::select(mutations);
     (said(), mutations, any::<prop::sample::Index>()).prop_filter_map(
         "the mutation needs what the history lacks",
         move |(said, mutation, pick)| mutate(said, mutation, pick, format),

@@ -910,3 +910,49 @@ fn a_stop_reason_that_disagrees_with_the_reply_is_named() {
     let history = History::read(&claude_code::text_of(&lines), None).unwrap();
     assert!(history.check().is_empty(), "{:?}", history.check());
 }
+
+/// The `history` fuzz targets' seeds (a file of each format) pass their
+/// checks, as a fuzzing run starts from them.
+#[test]
+fn the_history_fuzz_seeds_pass_their_checks() {
+    let seeds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds_history");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&seeds).expect("fuzz/seeds_history") {
+        let data = std::fs::read(entry.expect("entry").path()).expect("seed");
+        subloop::testing::fuzz_history(&data);
+        count += 1;
+    }
+    assert!(count >= 4, "expected a seed of each format, found {count}");
+}
+
+/// A lost line cuts the chain a resume follows: what came before it is
+/// left out, and `check` says where.
+#[test]
+fn a_lost_line_that_cuts_the_chain_is_named() {
+    use claude_code::*;
+    let mut lost = session();
+    lost.remove(3); // the first call's entry: the next one's parent
+    let history = History::read(&claude_code::text_of(&lost), None).unwrap();
+    let found: Vec<(Rule, Option<usize>)> = history
+        .check()
+        .into_iter()
+        .map(|finding| (finding.rule, finding.line))
+        .collect();
+    // The chain starts at the second call (line 4), so the first call's
+    // result (line 5) answers nothing on it.
+    assert_eq!(
+        found,
+        [
+            (Rule::LostParent, Some(4)),
+            (Rule::ResultWithoutCall, Some(5))
+        ],
+        "{:?}",
+        history.check()
+    );
+    // A session whose first entry names a parent in another file (a
+    // continued session) loses nothing: no finding.
+    let mut continued = session();
+    continued[1]["parentUuid"] = json!("in-another-file");
+    let history = History::read(&claude_code::text_of(&continued), None).unwrap();
+    assert!(history.check().is_empty(), "{:?}", history.check());
+}

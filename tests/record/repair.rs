@@ -225,6 +225,16 @@ fn each_broken_claude_code_session_is_repaired_in_place_of_its_chain() {
     order[6]["parentUuid"] = json!("r2");
     order[7]["parentUuid"] = json!("r1");
     cases.push(("results out of order", order, vec![ChangeKind::MovedResult]));
+    // A lost line: the second call's entry. The chain a resume follows
+    // starts after it; relinked, the conversation before is back, and the
+    // result of the lost call answers nothing.
+    let mut lost = session();
+    lost.remove(3);
+    cases.push((
+        "a lost line",
+        lost,
+        vec![ChangeKind::Relinked, ChangeKind::DroppedOrphan],
+    ));
     for (name, lines, kinds) in cases {
         let text = text_of(&lines);
         assert!(
@@ -531,4 +541,104 @@ fn deeply_nested_json_is_refused_or_skipped_not_a_crash() {
     // The session's deep line is no entry: the rest holds.
     let history = History::read(&session, None).unwrap();
     assert!(history.check().is_empty(), "{:?}", history.check());
+}
+
+/// Damage of any kind at once, as a crash or a careless edit leaves it:
+/// lines (or messages) dropped, written twice, swapped, and (Claude Code)
+/// re-parented anywhere.
+#[derive(Debug, Clone)]
+enum Damage {
+    Drop(proptest::sample::Index),
+    Twice(proptest::sample::Index),
+    Swap(proptest::sample::Index),
+    Reparent(proptest::sample::Index, proptest::sample::Index),
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    use proptest::prelude::*;
+    prop_oneof![
+        any::<proptest::sample::Index>().prop_map(Damage::Drop),
+        any::<proptest::sample::Index>().prop_map(Damage::Twice),
+        any::<proptest::sample::Index>().prop_map(Damage::Swap),
+        (
+            any::<proptest::sample::Index>(),
+            any::<proptest::sample::Index>()
+        )
+            .prop_map(|(at, to)| Damage::Reparent(at, to)),
+    ]
+}
+
+/// `items` (lines, or messages) damaged.
+fn damaged(mut items: Vec<Value>, damages: &[Damage]) -> Vec<Value> {
+    for damage in damages {
+        if items.len() < 2 {
+            break;
+        }
+        match damage {
+            Damage::Drop(at) => {
+                items.remove(at.index(items.len()));
+            }
+            Damage::Twice(at) => {
+                let at = at.index(items.len());
+                items.insert(at, items[at].clone());
+            }
+            Damage::Swap(at) => {
+                let at = at.index(items.len() - 1);
+                items.swap(at, at + 1);
+            }
+            Damage::Reparent(at, to) => {
+                let to = items[to.index(items.len())]["uuid"].clone();
+                let at = at.index(items.len());
+                if items[at].get("parentUuid").is_some() {
+                    items[at]["parentUuid"] = to;
+                }
+            }
+        }
+    }
+    items
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
+            "proptest-regressions/repair.txt",
+        ))),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// A history of any format damaged in several ways at once still reads,
+    /// and its repair holds and is a fixed point.
+    #[test]
+    fn any_damage_at_once_is_repaired_to_a_history_that_holds(
+        sound in subloop::testing::every_format().prop_flat_map(subloop::testing::sound_history),
+        damages in proptest::collection::vec(damage(), 1..6),
+    ) {
+        use proptest::prop_assert;
+        let text = match sound.format {
+            Format::ClaudeCode | Format::Codex => {
+                let lines: Vec<Value> = sound.text.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+                claude_code::text_of(&damaged(lines, &damages))
+            }
+            _ => {
+                let mut value: Value = serde_json::from_str(&sound.text).unwrap();
+                let messages = value.get_mut("messages").cloned().unwrap_or(value.clone());
+                let broken = Value::Array(damaged(messages.as_array().unwrap().clone(), &damages));
+                if value.get("messages").is_some() {
+                    value["messages"] = broken;
+                    value.to_string()
+                } else {
+                    broken.to_string()
+                }
+            }
+        };
+        let Ok(repaired) = repair(&text, Some(sound.format)) else {
+            // Nothing of a history left (every entry dropped): refused.
+            prop_assert!(History::read(&text, Some(sound.format)).is_err());
+            return Ok(());
+        };
+        prop_assert!(repaired.remaining.is_empty(), "{:?}\n{}\nfrom\n{}", repaired.remaining, repaired.text, text);
+        let again = repair(&repaired.text, Some(sound.format)).unwrap();
+        prop_assert!(again.changes.is_empty(), "{:?}\n{}", again.changes, repaired.text);
+    }
 }

@@ -123,6 +123,10 @@ pub(super) struct Session {
     /// The turn of each chain entry, in chain order (an index into the
     /// history's turns; `usize::MAX` for an entry that is no message).
     pub(super) turn_of: Vec<usize>,
+    /// When the chain's first entry names a parent the file does not hold
+    /// (a lost line) while conversation entries come before it: that
+    /// entry, and the last of those (indices into `entries`).
+    pub(super) lost: Option<(usize, usize)>,
 }
 
 /// Whether `text` reads as a Claude Code session: one of its first 20
@@ -301,6 +305,27 @@ pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Sess
             .copied();
     }
     chain.reverse();
+    // A chain cut off by a lost line: its first entry's parent is not in
+    // the file, and the conversation before it is left out.
+    let lost = chain.first().and_then(|&root| {
+        let entry = entries.get(root)?;
+        if entry.parent == NO_PARENT || entry.boundary || by_uuid.contains_key(&entry.parent) {
+            return None;
+        }
+        // The last entry of the conversation before it that a
+        // `parentUuid` would find (another uuid, not repeated later).
+        let before = entries
+            .get(..root)?
+            .iter()
+            .enumerate()
+            .rposition(|(at, earlier)| {
+                !earlier.sidechain
+                    && earlier.speaker.is_some()
+                    && earlier.key != entry.key
+                    && by_uuid.get(&earlier.key) == Some(&at)
+            })?;
+        Some((root, before))
+    });
     let compactions = entries.iter().filter(|entry| entry.boundary).count();
     let mut turns: Vec<Turn> = Vec::new();
     let mut turn_of = Vec::with_capacity(chain.len());
@@ -408,6 +433,26 @@ pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Sess
             agent: agent.clone(),
         })
         .collect();
+    if let Some(entry) = lost.and_then(|(root, _)| entries.get(root)) {
+        let left = entries
+            .get(..chain.first().copied().unwrap_or(0))
+            .map_or(0, |before| {
+                before
+                    .iter()
+                    .filter(|earlier| !earlier.sidechain && earlier.speaker.is_some())
+                    .count()
+            });
+        off_chain.push(Finding {
+            rule: Rule::LostParent,
+            message: 0,
+            line: Some(entry.line),
+            id: None,
+            detail: format!(
+                "the parent of the entry on line {} is not in the file (a lost line): the chain a resume follows starts there, and the {left} entries of the conversation before it are left out",
+                entry.line
+            ),
+        });
+    }
     let history = History {
         format: Format::ClaudeCode,
         turns,
@@ -423,6 +468,7 @@ pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Sess
             chain,
             on_chain,
             turn_of,
+            lost,
         },
     ))
 }

@@ -45,6 +45,12 @@ pub enum ChangeKind {
     DroppedDuplicate,
     /// A call with an empty id was given one.
     NamedCall,
+    /// (Claude Code) an entry whose parent was lost was linked to the
+    /// entry before it, so the conversation before it is on the chain.
+    Relinked,
+    /// (Claude Code) the chain's last entry was moved to the end of the
+    /// file, where a resume starts.
+    MovedToEnd,
 }
 
 impl ChangeKind {
@@ -57,6 +63,8 @@ impl ChangeKind {
             Self::DroppedOrphan => "dropped_orphan",
             Self::DroppedDuplicate => "dropped_duplicate",
             Self::NamedCall => "named_call",
+            Self::Relinked => "relinked",
+            Self::MovedToEnd => "moved_to_end",
         }
     }
 }
@@ -131,19 +139,14 @@ pub fn repair(text: &str, format: Option<Format>) -> Result<Repaired, RepairErro
 
     let (format, out, changes) = match format {
         Some(Format::ClaudeCode) => {
-            let (history, session) = super::claude_code::session(std::io::Cursor::new(text), true)?;
-            let floating = floating(&session);
-            let plan = plan(&history.turns, &floating.answers);
-            let out = unchanged(text, &plan)
-                .or_else(|| claude_code(text, &history.turns, &session, &floating, &plan))
-                .ok_or_else(|| RepairError::Rewrite("the session's entries".to_owned()))?;
-            (Format::ClaudeCode, out, plan.changes)
+            let (out, changes) = claude_code_repair(text)?;
+            (Format::ClaudeCode, out, changes)
         }
         Some(Format::Codex) => {
             let history = super::codex::read(std::io::Cursor::new(text))?;
             let plan = plan(&history.turns, &[]);
             let out = unchanged(text, &plan)
-                .or_else(|| codex(text, &history.turns, &plan))
+                .or_else(|| codex(text, &history.turns, &plan).map(|(out, _)| out))
                 .ok_or_else(|| RepairError::Rewrite("the rollout's lines".to_owned()))?;
             (Format::Codex, out, plan.changes)
         }
@@ -676,13 +679,16 @@ fn lines_of(text: &str) -> Vec<&str> {
 }
 
 /// Writes `lines` (line `n` at `n - 1`) without the `skip`ped ones, each
-/// `edit`ed one replaced, and the `after` ones added after their line.
+/// `edit`ed one replaced, and the `after` ones added after their line;
+/// with, for each line written, the line of `lines` it comes from (`None`
+/// for one added).
 fn write_lines(
     lines: &[&str],
     skip: &HashSet<usize>,
     edit: &HashMap<usize, String>,
     after: &BTreeMap<usize, Vec<String>>,
-) -> String {
+) -> (String, Vec<Option<usize>>) {
+    let mut origins = Vec::with_capacity(lines.len());
     let mut out = String::with_capacity(lines.iter().map(|line| line.len()).sum::<usize>() + 256);
     let put = |out: &mut String, line: &str| {
         if !out.is_empty() && !out.ends_with('\n') {
@@ -693,6 +699,7 @@ fn write_lines(
     for (index, line) in lines.iter().enumerate() {
         let number = index + 1;
         if !skip.contains(&number) {
+            origins.push(Some(number));
             match edit.get(&number) {
                 Some(edited) => {
                     put(&mut out, edited);
@@ -706,13 +713,14 @@ fn write_lines(
             }
         }
         for added in after.get(&number).into_iter().flatten() {
+            origins.push(None);
             put(&mut out, added);
             if !added.ends_with('\n') {
                 out.push('\n');
             }
         }
     }
-    out
+    (out, origins)
 }
 
 /// A line's value as JSON, when it is one.
@@ -720,7 +728,7 @@ fn value(line: &str) -> Option<serde_json::Value> {
     serde_json::from_str(line).ok()
 }
 
-fn codex(text: &str, turns: &[Turn], plan: &Plan) -> Option<String> {
+fn codex(text: &str, turns: &[Turn], plan: &Plan) -> Option<(String, Vec<Option<usize>>)> {
     let lines = lines_of(text);
     let line = |n: usize| lines.get(n.checked_sub(1)?).copied();
     // A `compacted` line's replacement history is left as it is.
@@ -834,6 +842,98 @@ fn codex(text: &str, turns: &[Turn], plan: &Plan) -> Option<String> {
 // ---------------------------------------------------------------------
 // Claude Code: the resume chain rebuilt, then relinked by `parentUuid`.
 
+/// Repairs a Claude Code session: relinks a chain cut off by a lost line
+/// to the conversation before it, then applies the plan; again (at most
+/// three passes) while what it wrote still breaks a rule (dropping a
+/// chain's last entries makes another entry the one a resume starts
+/// from). Every change is placed in `text`'s lines.
+fn claude_code_repair(text: &str) -> Result<(String, Vec<Change>), RepairError> {
+    let mut changes = Vec::new();
+    let mut current = text.to_owned();
+    // Where each line of `current` comes from in `text`.
+    let mut origin: Vec<Option<usize>> = (1..=current.lines().count()).map(Some).collect();
+    let place = |origin: &[Option<usize>], line: usize| -> Option<usize> {
+        origin.get(line.checked_sub(1)?).copied().flatten()
+    };
+    for _ in 0..3 {
+        // Each relink moves the chain's start further back, and reads the
+        // session again: a bounded number of them (a chain cut in more
+        // places stays broken, and says so).
+        for _ in 0..RELINKS {
+            let (_, session) =
+                super::claude_code::session(std::io::Cursor::new(current.as_str()), false)?;
+            let Some((root, before)) = session.lost else {
+                break;
+            };
+            let (Some(entry), Some(earlier)) =
+                (session.entries.get(root), session.entries.get(before))
+            else {
+                break;
+            };
+            let lines = lines_of(&current);
+            let line_of = |entry: &super::claude_code::Entry| -> Option<&str> {
+                Some(
+                    lines
+                        .get(entry.line.checked_sub(1)?)?
+                        .trim_end_matches(['\n', '\r']),
+                )
+            };
+            let uuid = json::member(line_of(earlier).ok_or_else(rewrite)?, "uuid")
+                .map(|(uuid, _)| uuid.to_owned())
+                .ok_or_else(rewrite)?;
+            let edited = json::replace(line_of(entry).ok_or_else(rewrite)?, "parentUuid", &uuid)
+                .ok_or_else(rewrite)?;
+            changes.push(Change {
+                kind: ChangeKind::Relinked,
+                message: 0,
+                line: place(&origin, entry.line),
+                id: String::new(),
+                detail: format!(
+                    "the parent of this entry was lost: it now follows the entry on line {}, so the conversation before it is on the chain again",
+                    place(&origin, earlier.line).unwrap_or(earlier.line)
+                ),
+            });
+            let mut edit = HashMap::new();
+            edit.insert(entry.line, edited);
+            current = write_lines(&lines, &HashSet::new(), &edit, &BTreeMap::new()).0;
+        }
+        let (history, session) =
+            super::claude_code::session(std::io::Cursor::new(current.as_str()), true)?;
+        let floating = floating(&session);
+        let plan = plan(&history.turns, &floating.answers);
+        if plan.changes.is_empty() {
+            break;
+        }
+        let (out, more, origins) =
+            claude_code(&current, &history.turns, &session, &floating, &plan)
+                .ok_or_else(rewrite)?;
+        for mut change in plan.changes.into_iter().chain(more) {
+            change.line = change.line.and_then(|line| place(&origin, line));
+            changes.push(change);
+        }
+        origin = origins
+            .into_iter()
+            .map(|from| from.and_then(|line| place(&origin, line)))
+            .collect();
+        current = out;
+        if History::read(&current, Some(Format::ClaudeCode))?
+            .check()
+            .is_empty()
+        {
+            break;
+        }
+    }
+    changes.sort_by_key(|change| (change.line, change.message));
+    Ok((current, changes))
+}
+
+/// How many lost lines a repair relinks past.
+const RELINKS: usize = 64;
+
+fn rewrite() -> RepairError {
+    RepairError::Rewrite("the session's entries".to_owned())
+}
+
 /// Results held by entries off the chain (not side chains): what a
 /// repair may bring back.
 struct Floating {
@@ -912,7 +1012,7 @@ fn claude_code(
     session: &Session,
     floating: &Floating,
     plan: &Plan,
-) -> Option<String> {
+) -> Option<(String, Vec<Change>, Vec<Option<usize>>)> {
     let lines = lines_of(text);
     let raw_line = |entry: usize| -> Option<&str> {
         let line = session.entries.get(entry)?.line;
@@ -1075,6 +1175,44 @@ fn claude_code(
             }
         }
     }
+    // An entry of the chain whose `uuid` a later line repeats would be
+    // hidden by it (a `parentUuid` names the last entry of its `uuid`):
+    // the later lines go (a line written twice, or edited apart).
+    let mut changes = Vec::new();
+    let mut last_of: HashMap<u128, usize> = HashMap::new();
+    for (index, entry) in session.entries.iter().enumerate() {
+        last_of.insert(entry.key, index);
+    }
+    let mut hidden: HashSet<usize> = HashSet::new();
+    for unit in &chain {
+        let Unit::Entry { index, .. } = unit else {
+            continue;
+        };
+        let Some(entry) = session.entries.get(*index) else {
+            continue;
+        };
+        if last_of.get(&entry.key) == Some(index) {
+            continue;
+        }
+        for (later, other) in session.entries.iter().enumerate().skip(index + 1) {
+            if other.key == entry.key && !placed_entries.contains(&later) && hidden.insert(later) {
+                changes.push(Change {
+                    kind: ChangeKind::DroppedDuplicate,
+                    message: session
+                        .turn_of
+                        .get(session.chain.iter().position(|at| at == index).unwrap_or(usize::MAX))
+                        .copied()
+                        .unwrap_or(0),
+                    line: Some(other.line),
+                    id: String::new(),
+                    detail: format!(
+                        "line {} repeats the uuid of the entry on line {}, which it would hide from the chain: dropped",
+                        other.line, entry.line
+                    ),
+                });
+            }
+        }
+    }
     // Relink: each entry's parent is the one before it.
     let taken: HashSet<u128> = session.entries.iter().map(|entry| entry.key).collect();
     let mut uuids = Vec::with_capacity(chain.len());
@@ -1091,13 +1229,28 @@ fn claude_code(
         .chain
         .iter()
         .filter(|index| !placed_entries.contains(index))
+        .chain(hidden.iter())
         .filter_map(|index| session.entries.get(*index).map(|entry| entry.line))
         .collect();
     let mut edit: HashMap<usize, String> = HashMap::new();
     let mut after: BTreeMap<usize, Vec<String>> = BTreeMap::new();
     let mut anchor: Option<usize> = None; // the entry a new one follows
+    // The chain's first entry's parent (JSON), for the first entry kept
+    // when those before it were dropped.
+    let root = session.chain.first().copied();
+    let root_parent = root.and_then(|root| {
+        json::member(raw_line(root)?, "parentUuid").map(|(raw, _)| raw.to_owned())
+    });
     for (n, unit) in chain.iter().enumerate() {
-        let parent = n.checked_sub(1).and_then(|previous| uuids.get(previous));
+        // The parent each entry must name, as JSON: the one before it; the
+        // first keeps its own, or takes the dropped root's.
+        let parent: Option<String> = match n.checked_sub(1) {
+            Some(previous) => uuids.get(previous).map(|uuid| json::string(uuid)),
+            None => match unit {
+                Unit::Entry { index, .. } if Some(*index) != root => root_parent.clone(),
+                _ => None,
+            },
+        };
         match unit {
             Unit::Entry {
                 index,
@@ -1128,19 +1281,17 @@ fn claude_code(
                     let message = json::replace(message, "content", &json::array(&content))?;
                     line = Cow::Owned(json::replace(&line, "message", &message)?);
                 }
-                if let Some(parent) =
-                    parent.filter(|parent| entry.parent != super::claude_code::key(parent))
-                {
-                    line = Cow::Owned(
-                        match json::replace(&line, "parentUuid", &json::string(parent)) {
-                            Some(line) => line,
-                            None => format!(
-                                "{{\"parentUuid\":{},{}",
-                                json::string(parent),
-                                line.strip_prefix('{')?
-                            ),
-                        },
-                    );
+                let named = |raw: &str| {
+                    serde_json::from_str::<String>(raw)
+                        .map_or(super::claude_code::NO_PARENT, |uuid| {
+                            super::claude_code::key(&uuid)
+                        })
+                };
+                if let Some(parent) = parent.filter(|parent| entry.parent != named(parent)) {
+                    line = Cow::Owned(match json::replace(&line, "parentUuid", &parent) {
+                        Some(line) => line,
+                        None => format!("{{\"parentUuid\":{parent},{}", line.strip_prefix('{')?),
+                    });
                 }
                 if let Cow::Owned(line) = line {
                     edit.insert(entry.line, line);
@@ -1162,7 +1313,7 @@ fn claude_code(
                         fields.push_str(&format!("{}:{value},", json::string(key)));
                     }
                 }
-                let parent = parent.map_or("null".to_owned(), |parent| json::string(parent));
+                let parent = parent.unwrap_or_else(|| "null".to_owned());
                 let result = if *interrupted {
                     format!(
                         ",\"toolUseResult\":{}",
@@ -1179,5 +1330,56 @@ fn claude_code(
             }
         }
     }
-    Some(write_lines(&lines, &skip, &edit, &after))
+    // A resume starts from the file's last entry of the conversation: the
+    // chain's last must be it. When a later line would be, the chain's
+    // last goes to the end of the file.
+    let last_line = session
+        .entries
+        .iter()
+        .filter(|entry| !entry.sidechain && entry.speaker.is_some() && !skip.contains(&entry.line))
+        .map(|entry| entry.line)
+        .max();
+    let mut moved: Option<(Option<usize>, String)> = None;
+    match chain.last() {
+        Some(Unit::Entry { index, .. }) => {
+            let entry = session.entries.get(*index)?;
+            if last_line.is_some_and(|last| last > entry.line) {
+                let text = match edit.remove(&entry.line) {
+                    Some(edited) => edited,
+                    None => raw_line(*index)?.to_owned(),
+                };
+                skip.insert(entry.line);
+                moved = Some((Some(entry.line), text));
+            }
+        }
+        Some(Unit::New { .. }) => {
+            let at = session.entries.get(anchor?)?.line;
+            if last_line.is_some_and(|last| last > at) {
+                let text = after.get_mut(&at)?.pop()?;
+                moved = Some((None, text));
+            }
+        }
+        None => {}
+    }
+    let (mut out, mut origins) = write_lines(&lines, &skip, &edit, &after);
+    if let Some((from, text)) = moved {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&text);
+        out.push('\n');
+        origins.push(from);
+        if let Some(line) = from {
+            changes.push(Change {
+                kind: ChangeKind::MovedToEnd,
+                message: 0,
+                line: Some(line),
+                id: String::new(),
+                detail: format!(
+                    "the entry on line {line}, the chain's last, was moved to the end of the file, where a resume starts"
+                ),
+            });
+        }
+    }
+    Some((out, changes, origins))
 }

@@ -33,6 +33,10 @@ pub enum Rule {
     /// A reply whose stop reason disagrees with its content: `tool_use`
     /// without a call, `end_turn` with calls.
     StopReason,
+    /// (Claude Code) the chain a resume follows starts at an entry whose
+    /// parent is not in the file (a lost line): the conversation before it
+    /// is left out.
+    LostParent,
 }
 
 impl Rule {
@@ -48,6 +52,7 @@ impl Rule {
             Self::ResultOffChain => "result_off_chain",
             Self::ChildWithoutCall => "child_without_call",
             Self::StopReason => "stop_reason",
+            Self::LostParent => "lost_parent",
         }
     }
 }
