@@ -356,12 +356,24 @@ pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Sess
         let message = turns.len().saturating_sub(1);
         turn_of.push(message);
         let line = entry.line;
-        let (calls, results) = match entry.extra.as_mut() {
-            Some(extra) if keep => (extra.calls.clone(), extra.results.clone()),
-            Some(extra) => (
-                std::mem::take(&mut extra.calls),
-                std::mem::take(&mut extra.results),
-            ),
+        let (calls, results) = match entry.extra.take() {
+            Some(extra) if keep => {
+                let both = (extra.calls.clone(), extra.results.clone());
+                entry.extra = Some(extra);
+                both
+            }
+            // Moved into the turn; what else it holds stays (a chain
+            // entry's calls and results are not read again).
+            Some(mut extra) => {
+                let both = (
+                    std::mem::take(&mut extra.calls),
+                    std::mem::take(&mut extra.results),
+                );
+                if extra.agent.is_some() || !extra.links.is_empty() {
+                    entry.extra = Some(extra);
+                }
+                both
+            }
             None => (Vec::new(), Vec::new()),
         };
         let stop = entry.stop;
