@@ -35,8 +35,11 @@ subloop repair: makes a broken history sendable again, in its own format: a call
 gets one marked as an error (\"interrupted: no result was recorded\") right after it; a result a \
 message late, out of call order or (Claude Code) on an entry off the resume chain is moved to \
 right after its call; a result for no call, a second result and a call asked twice in one reply \
-are dropped; a call with an empty id gets one. Nothing else changes: every other message, line \
-and field is written as it was. Each change is listed on stderr. FILE is never modified.
+are dropped; a call with an empty id gets one. In a Claude Code session, an entry whose parent \
+was lost is linked to the entry before it, a later line repeating a uuid the chain needs is \
+dropped, and the chain's last entry goes to the end of the file, where a resume starts. Nothing \
+else changes: every other message, line and field is written as it was. Each change is listed on \
+stderr. FILE is never modified.
 
 USAGE:
     subloop repair FILE -o OUT [--format FORMAT] [--json]

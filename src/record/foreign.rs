@@ -89,6 +89,57 @@ impl Foreign {
                 )),
             }
         }
+        // Side chains in the session's own file (where Claude Code kept a
+        // subagent's run before it wrote a file for each): each a child of
+        // the `Task` call whose prompt it starts with.
+        if format == Format::ClaudeCode {
+            for side in side_chains(text) {
+                let used: Vec<&str> = children.iter().map(|(call, _, _)| call.as_str()).collect();
+                let call = said
+                    .iter()
+                    .flat_map(|said| &said.blocks)
+                    .filter(|block| block.get("type").and_then(Value::as_str) == Some("tool_use"))
+                    .find(|block| {
+                        block
+                            .pointer("/input/prompt")
+                            .and_then(Value::as_str)
+                            .map(str::trim)
+                            == Some(side.prompt.trim())
+                            && block
+                                .get("id")
+                                .and_then(Value::as_str)
+                                .is_some_and(|id| !used.contains(&id))
+                    })
+                    .and_then(|block| block.get("id").and_then(Value::as_str))
+                    .map(str::to_owned);
+                let read = History::read(&side.text, Some(Format::ClaudeCode))
+                    .and_then(|child| Ok((child, messages(&side.text, Format::ClaudeCode)?.1)));
+                match (call, read) {
+                    (Some(call), Ok((child, child_said))) => {
+                        // Its findings, placed in the session's lines.
+                        let found = child
+                            .check()
+                            .into_iter()
+                            .map(|mut finding| {
+                                finding.line = finding.line.and_then(|line| {
+                                    side.lines.get(line.checked_sub(1)?).copied()
+                                });
+                                finding
+                            })
+                            .collect();
+                        children.push((call, child_said, found));
+                    }
+                    (None, _) => unlinked.push(format!(
+                        "the side chain that starts on line {} was started by no call of this session: no `Task` call's prompt is its first message",
+                        side.first
+                    )),
+                    (Some(_), Err(err)) => unlinked.push(format!(
+                        "the side chain that starts on line {} could not be read: {err}",
+                        side.first
+                    )),
+                }
+            }
+        }
         let mut lines = Vec::new();
         let mut next_child = 0;
         write_agent(
@@ -145,7 +196,7 @@ impl Foreign {
                 breaches: breaches(&pairing, true),
             });
         }
-        if !subagents.is_empty() {
+        if !subagents.is_empty() || !unlinked.is_empty() {
             verdicts.push(Verdict {
                 invariant: Invariant::Consistent,
                 breaches: unlinked
@@ -166,6 +217,100 @@ impl Foreign {
             trace,
         })
     }
+}
+
+/// A side chain of a Claude Code session's own file: a tree of
+/// `isSidechain` entries.
+struct SideChain {
+    /// The line of its first entry.
+    first: usize,
+    /// Its first message's text (a subagent's prompt).
+    prompt: String,
+    /// Its lines, in file order, as a session of their own.
+    text: String,
+    /// The session's line of each of them.
+    lines: Vec<usize>,
+}
+
+/// The side chains of the session `text`, when it also has a
+/// conversation (a subagent's own file is one side chain: no child of
+/// itself).
+fn side_chains(text: &str) -> Vec<SideChain> {
+    let mut side: Vec<(usize, &str, String, Option<String>)> = Vec::new();
+    let mut conversation = false;
+    for (index, line) in text.lines().enumerate() {
+        let Ok(value) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let uuid = value.get("uuid").and_then(Value::as_str);
+        if value.get("isSidechain").and_then(Value::as_bool) == Some(true) {
+            if let Some(uuid) = uuid {
+                let parent = value
+                    .get("parentUuid")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                side.push((index + 1, line, uuid.to_owned(), parent));
+            }
+        } else if value.get("message").is_some() && uuid.is_some() {
+            conversation = true;
+        }
+    }
+    if !conversation || side.is_empty() {
+        return Vec::new();
+    }
+    let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (position, (_, _, uuid, _)) in side.iter().enumerate() {
+        at.insert(uuid.as_str(), position);
+    }
+    // Each entry's root: up through side chain parents (at most as many
+    // steps as entries: a cycle stops there).
+    let root_of = |mut position: usize| {
+        for _ in 0..side.len() {
+            match side
+                .get(position)
+                .and_then(|(_, _, _, parent)| parent.as_deref())
+                .and_then(|parent| at.get(parent))
+            {
+                Some(&up) if up != position => position = up,
+                _ => break,
+            }
+        }
+        position
+    };
+    let mut trees: std::collections::BTreeMap<usize, Vec<usize>> =
+        std::collections::BTreeMap::new();
+    for position in 0..side.len() {
+        trees.entry(root_of(position)).or_default().push(position);
+    }
+    trees
+        .into_iter()
+        .filter_map(|(root, members)| {
+            let (first, first_line, _, _) = side.get(root)?;
+            let prompt = serde_json::from_str::<Value>(first_line)
+                .ok()
+                .and_then(|value| {
+                    value
+                        .get("message")
+                        .and_then(|m| m.get("content"))
+                        .map(text_of)
+                })
+                .unwrap_or_default();
+            let mut text = String::new();
+            let mut lines = Vec::new();
+            for position in members {
+                let (line, raw, _, _) = side.get(position)?;
+                text.push_str(raw);
+                text.push('\n');
+                lines.push(*line);
+            }
+            Some(SideChain {
+                first: *first,
+                prompt,
+                text,
+                lines,
+            })
+        })
+        .collect()
 }
 
 /// Writes agent `agent`'s lines (and its children's, each after the reply

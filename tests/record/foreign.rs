@@ -237,3 +237,52 @@ proptest::proptest! {
         }
     }
 }
+
+/// A session that kept its subagent's run in its own file, as side chain
+/// entries: the side chain is a child of the `Task` call whose prompt it
+/// starts with; a side chain no call started is named.
+#[test]
+fn a_side_chain_in_the_session_s_own_file_is_a_child() {
+    let (session, agent) = session_with_a_subagent();
+    let mut lines: Vec<Value> = session
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // The subagent's entries, after the Task call, in the same file.
+    let side: Vec<Value> = agent
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let tail = lines.split_off(2);
+    lines.extend(side.iter().cloned());
+    lines.extend(tail);
+    let text = claude_code::text_of(&lines);
+    let history = History::read(&text, None).unwrap();
+    assert!(history.check().is_empty(), "{:?}", history.check());
+    let foreign = Foreign::read(&text, None, &[]).unwrap();
+    assert_eq!(foreign.run.calls("child-1"), 2);
+    assert_eq!(foreign.run.started_by("child-1"), Some("toolu_T"));
+    assert!(
+        foreign.verdicts.iter().all(|verdict| verdict.held()),
+        "{:?}",
+        foreign.verdicts
+    );
+    // Its first message no call's prompt: named, not shown.
+    let stray = text.replace(
+        "\"content\":\"Look at a.rs\"",
+        "\"content\":\"Something else\"",
+    );
+    let foreign = Foreign::read(&stray, None, &[]).unwrap();
+    assert_eq!(foreign.run.calls("child-1"), 0);
+    let broken: Vec<&str> = foreign
+        .verdicts
+        .iter()
+        .flat_map(|verdict| &verdict.breaches)
+        .map(|breach| breach.detail.as_str())
+        .collect();
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    assert!(
+        broken[0].contains("side chain that starts on line 3"),
+        "{broken:?}"
+    );
+}
