@@ -447,3 +447,15 @@ pub fn keeps_the_protocol(history: &[subloop::core::protocol::Message]) -> Resul
     }
     Ok(())
 }
+
+/// A proptest configuration of `cases` cases whose failures are kept in
+/// `file` (`proptest-regressions/NAME.txt`), replayed first on each run.
+pub fn proptest_config(cases: u32, file: &'static str) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::Direct(file),
+        )),
+        ..proptest::test_runner::Config::default()
+    }
+}

@@ -199,13 +199,7 @@ fn request_histories_and_rollouts_are_shown_as_runs() {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig {
-        cases: 96,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
-            "proptest-regressions/foreign.txt",
-        ))),
-        ..proptest::prelude::ProptestConfig::default()
-    })]
+    #![proptest_config(crate::common::proptest_config(96, "proptest-regressions/foreign.txt"))]
 
     /// A generated history of any format, sound or broken, reads as a run
     /// whose model calls are its replies, and whose pairing verdict is

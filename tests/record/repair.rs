@@ -448,13 +448,7 @@ fn subloop_repair_writes_a_new_file_that_checks_and_never_touches_the_original()
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig {
-        cases: 256,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
-            "proptest-regressions/repair.txt",
-        ))),
-        ..proptest::prelude::ProptestConfig::default()
-    })]
+    #![proptest_config(crate::common::proptest_config(256, "proptest-regressions/repair.txt"))]
 
     /// For each format: a sound generated history holds and repairs to
     /// itself; one mutation is reported at its place; its repair holds,
@@ -599,13 +593,7 @@ fn damaged(mut items: Vec<Value>, damages: &[Damage]) -> Vec<Value> {
 }
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig {
-        cases: 256,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
-            "proptest-regressions/repair.txt",
-        ))),
-        ..proptest::prelude::ProptestConfig::default()
-    })]
+    #![proptest_config(crate::common::proptest_config(256, "proptest-regressions/repair.txt"))]
 
     /// A history of any format damaged in several ways at once still reads,
     /// and its repair holds and is a fixed point.
