@@ -132,11 +132,13 @@ pub enum RepairError {
 /// the same format, made to hold [`pairing`](super::pairing), every
 /// change listed. The text of every message is kept; only results that
 /// answer nothing, second results and calls asked twice in one reply are
-/// dropped. `text` itself is not touched: the caller writes
-/// [`Repaired::text`] where it likes.
+/// dropped. A Claude Code session's chain is mended too: an entry whose
+/// parent was lost is relinked to the entry before it, a later line that
+/// repeats a uuid the chain needs is dropped, and the chain's last entry
+/// goes to the end of the file (a resume starts there). `text` itself is
+/// not touched: the caller writes [`Repaired::text`] where it likes.
 pub fn repair(text: &str, format: Option<Format>) -> Result<Repaired, RepairError> {
     let format = format.or_else(|| History::sniff(text));
-
     let (format, out, changes) = match format {
         Some(Format::ClaudeCode) => {
             let (out, changes) = claude_code_repair(text)?;
