@@ -257,13 +257,7 @@ fn anthropic_of(rounds: &[usize]) -> Vec<Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 128,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
-            "proptest-regressions/history.txt",
-        ))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::common::proptest_config(128, "proptest-regressions/history.txt"))]
 
     /// A sound history holds; dropping one result is a call without a
     /// result at its call's message; moving a result of one round into the
@@ -707,13 +701,7 @@ fn claude_session(rounds: &[usize]) -> Vec<Value> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 96,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
-            "proptest-regressions/history.txt",
-        ))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::common::proptest_config(96, "proptest-regressions/history.txt"))]
 
     /// A sound generated session holds; one result line dropped (the next
     /// line re-parented past it, as an interrupted write leaves it) is a
@@ -853,13 +841,7 @@ fn codex_rollouts_hold_or_name_the_call_without_output() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 256,
-        failure_persistence: Some(Box::new(proptest::test_runner::FileFailurePersistence::Direct(
-            "proptest-regressions/history.txt",
-        ))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::common::proptest_config(256, "proptest-regressions/history.txt"))]
 
     /// The `history` fuzz target's check, on arbitrary bytes and on the
     /// fixtures with one byte changed.
