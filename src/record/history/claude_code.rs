@@ -307,9 +307,13 @@ pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Sess
     chain.reverse();
     // A chain cut off by a lost line: its first entry's parent is not in
     // the file, and the conversation before it is left out.
+    // So is a chain that closes on itself: its first entry's parent is on
+    // it already (a cycle).
     let lost = chain.first().and_then(|&root| {
         let entry = entries.get(root)?;
-        if entry.parent == NO_PARENT || entry.boundary || by_uuid.contains_key(&entry.parent) {
+        let parent = by_uuid.get(&entry.parent);
+        let cut = parent.is_none_or(|&at| on_chain.get(at).copied().unwrap_or(false));
+        if entry.parent == NO_PARENT || entry.boundary || !cut {
             return None;
         }
         // The last entry of the conversation before it that a
@@ -322,6 +326,7 @@ pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Sess
                 !earlier.sidechain
                     && earlier.speaker.is_some()
                     && earlier.key != entry.key
+                    && !on_chain.get(at).copied().unwrap_or(true)
                     && by_uuid.get(&earlier.key) == Some(&at)
             })?;
         Some((root, before))
@@ -446,21 +451,30 @@ pub(super) fn session(reader: impl BufRead, keep: bool) -> Result<(History, Sess
         })
         .collect();
     if let Some(entry) = lost.and_then(|(root, _)| entries.get(root)) {
-        let left = entries
-            .get(..chain.first().copied().unwrap_or(0))
-            .map_or(0, |before| {
-                before
-                    .iter()
-                    .filter(|earlier| !earlier.sidechain && earlier.speaker.is_some())
-                    .count()
-            });
+        let root = chain.first().copied().unwrap_or(0);
+        let left = entries.get(..root).map_or(0, |before| {
+            before
+                .iter()
+                .enumerate()
+                .filter(|(at, earlier)| {
+                    !earlier.sidechain
+                        && earlier.speaker.is_some()
+                        && !on_chain.get(*at).copied().unwrap_or(true)
+                })
+                .count()
+        });
+        let why = if by_uuid.contains_key(&entry.parent) {
+            "is an entry after it on the chain (a cycle)"
+        } else {
+            "is not in the file (a lost line)"
+        };
         off_chain.push(Finding {
             rule: Rule::LostParent,
             message: 0,
             line: Some(entry.line),
             id: None,
             detail: format!(
-                "the parent of the entry on line {} is not in the file (a lost line): the chain a resume follows starts there, and the {left} entries of the conversation before it are left out",
+                "the parent of the entry on line {} {why}: the chain a resume follows starts there, and the {left} entries of the conversation before it are left out",
                 entry.line
             ),
         });

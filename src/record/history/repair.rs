@@ -139,10 +139,14 @@ pub enum RepairError {
 /// not touched: the caller writes [`Repaired::text`] where it likes.
 pub fn repair(text: &str, format: Option<Format>) -> Result<Repaired, RepairError> {
     let format = format.or_else(|| History::sniff(text));
-    let (format, out, changes) = match format {
+    // Each format's repair, and what the check still finds in it.
+    let found = |out: &str, format| -> Result<Vec<Finding>, RepairError> {
+        Ok(History::read(out, Some(format))?.check())
+    };
+    let (format, out, changes, remaining) = match format {
         Some(Format::ClaudeCode) => {
-            let (out, changes) = claude_code_repair(text)?;
-            (Format::ClaudeCode, out, changes)
+            let (out, changes, remaining) = claude_code_repair(text)?;
+            (Format::ClaudeCode, out, changes, remaining)
         }
         Some(Format::Codex) => {
             let history = super::codex::read(std::io::Cursor::new(text))?;
@@ -150,7 +154,8 @@ pub fn repair(text: &str, format: Option<Format>) -> Result<Repaired, RepairErro
             let out = unchanged(text, &plan)
                 .or_else(|| codex(text, &history.turns, &plan).map(|(out, _)| out))
                 .ok_or_else(|| RepairError::Rewrite("the rollout's lines".to_owned()))?;
-            (Format::Codex, out, plan.changes)
+            let remaining = found(&out, Format::Codex)?;
+            (Format::Codex, out, plan.changes, remaining)
         }
         other => {
             let history = super::raw::read(text, other)?;
@@ -158,10 +163,10 @@ pub fn repair(text: &str, format: Option<Format>) -> Result<Repaired, RepairErro
             let out = unchanged(text, &plan)
                 .or_else(|| raw(text, history.format, &history.turns, &plan))
                 .ok_or_else(|| RepairError::Rewrite("the messages".to_owned()))?;
-            (history.format, out, plan.changes)
+            let remaining = found(&out, history.format)?;
+            (history.format, out, plan.changes, remaining)
         }
     };
-    let remaining = History::read(&out, Some(format))?.check();
     Ok(Repaired {
         format,
         text: out,
@@ -527,6 +532,24 @@ fn anthropic<'a>(messages: &[&'a str], turns: &[Turn], plan: &Plan) -> Option<Ve
             .into_iter()
             .nth(answer.block)
     };
+    // The blocks of message `m` that are no result (the reader says which
+    // are).
+    let others = |m: usize| -> Option<Vec<Cow<'a, str>>> {
+        let results: HashSet<usize> = turns
+            .get(m)?
+            .results
+            .iter()
+            .map(|answer| answer.block)
+            .collect();
+        Some(
+            blocks(messages.get(m)?)?
+                .into_iter()
+                .enumerate()
+                .filter(|(at, _)| !results.contains(at))
+                .map(|(_, block)| block)
+                .collect(),
+        )
+    };
     let mut out: Vec<Cow<'a, str>> = Vec::with_capacity(messages.len() + 1);
     let mut consumed = HashSet::new();
     for (m, raw) in messages.iter().copied().enumerate() {
@@ -534,17 +557,6 @@ fn anthropic<'a>(messages: &[&'a str], turns: &[Turn], plan: &Plan) -> Option<Ve
             continue;
         }
         let turn = turns.get(m)?;
-        let is_result = |block: &str| {
-            serde_json::from_str::<serde_json::Value>(block)
-                .ok()
-                .and_then(|value| {
-                    value
-                        .get("type")
-                        .and_then(|kind| kind.as_str().map(str::to_owned))
-                })
-                .as_deref()
-                == Some("tool_result")
-        };
         match turn.speaker {
             Speaker::Assistant => {
                 match edited_calls(&blocks(raw)?, turn, m, plan, "id", None)? {
@@ -578,7 +590,7 @@ fn anthropic<'a>(messages: &[&'a str], turns: &[Turn], plan: &Plan) -> Option<Ve
                 match next {
                     Some(next) => {
                         consumed.insert(m + 1);
-                        content.extend(blocks(next)?.into_iter().filter(|block| !is_result(block)));
+                        content.extend(others(m + 1)?);
                         out.push(Cow::Owned(json::replace(
                             next,
                             "content",
@@ -600,10 +612,7 @@ fn anthropic<'a>(messages: &[&'a str], turns: &[Turn], plan: &Plan) -> Option<Ve
                     continue;
                 }
                 // Its results went after their calls, or were dropped.
-                let others: Vec<Cow<'a, str>> = blocks(raw)?
-                    .into_iter()
-                    .filter(|block| !is_result(block))
-                    .collect();
+                let others = others(m)?;
                 if !others.is_empty() {
                     out.push(Cow::Owned(json::replace(
                         raw,
@@ -624,15 +633,17 @@ fn openai<'a>(messages: &[&'a str], turns: &[Turn], plan: &Plan) -> Option<Vec<C
         .filter(|(_, turn)| turn.speaker == Speaker::Assistant)
         .map(|(t, turn)| (turn.message, t))
         .collect();
-    let role =
-        |raw: &str| -> Option<String> { serde_json::from_str(json::member(raw, "role")?.0).ok() };
+    // The `tool` messages: every result the reader found is one.
+    let tools: HashSet<usize> = turns
+        .iter()
+        .flat_map(|turn| turn.results.iter().map(|answer| answer.message))
+        .collect();
     let mut out: Vec<Cow<'a, str>> = Vec::with_capacity(messages.len() + 1);
     for (m, raw) in messages.iter().copied().enumerate() {
-        match role(raw).as_deref() {
+        match replies.get(&m) {
             // Each goes after the call it answers, or is dropped.
-            Some("tool") => continue,
-            Some("assistant") => {
-                let t = *replies.get(&m)?;
+            _ if tools.contains(&m) => continue,
+            Some(&t) => {
                 let turn = turns.get(t)?;
                 match json::member(raw, "tool_calls") {
                     Some((calls, _)) if calls.starts_with('[') => {
@@ -666,7 +677,7 @@ fn openai<'a>(messages: &[&'a str], turns: &[Turn], plan: &Plan) -> Option<Vec<C
                     });
                 }
             }
-            _ => out.push(Cow::Borrowed(raw)),
+            None => out.push(Cow::Borrowed(raw)),
         }
     }
     Some(out)
@@ -849,8 +860,9 @@ fn codex(text: &str, turns: &[Turn], plan: &Plan) -> Option<(String, Vec<Option<
 /// three passes) while what it wrote still breaks a rule (dropping a
 /// chain's last entries makes another entry the one a resume starts
 /// from). Every change is placed in `text`'s lines.
-fn claude_code_repair(text: &str) -> Result<(String, Vec<Change>), RepairError> {
+fn claude_code_repair(text: &str) -> Result<(String, Vec<Change>, Vec<Finding>), RepairError> {
     let mut changes = Vec::new();
+    let mut remaining = Vec::new();
     let mut current = text.to_owned();
     // Where each line of `current` comes from in `text`.
     let mut origin: Vec<Option<usize>> = (1..=current.lines().count()).map(Some).collect();
@@ -904,6 +916,7 @@ fn claude_code_repair(text: &str) -> Result<(String, Vec<Change>), RepairError> 
         let floating = floating(&session);
         let plan = plan(&history.turns, &floating.answers);
         if plan.changes.is_empty() {
+            remaining = history.check();
             break;
         }
         let (out, more, origins) =
@@ -918,15 +931,26 @@ fn claude_code_repair(text: &str) -> Result<(String, Vec<Change>), RepairError> 
             .map(|from| from.and_then(|line| place(&origin, line)))
             .collect();
         current = out;
-        if History::read(&current, Some(Format::ClaudeCode))?
-            .check()
-            .is_empty()
-        {
+        remaining = match History::read(&current, Some(Format::ClaudeCode)) {
+            Ok(history) => history.check(),
+            // Every entry dropped (each held only results that answered
+            // nothing): an empty session, which breaks no rule.
+            Err(_) if !has_entry(&current) => Vec::new(),
+            Err(err) => return Err(err.into()),
+        };
+        if remaining.is_empty() {
             break;
         }
     }
     changes.sort_by_key(|change| (change.line, change.message));
-    Ok((current, changes))
+    Ok((current, changes, remaining))
+}
+
+/// Whether a line of `text` is an entry of a session (it has a `uuid`).
+fn has_entry(text: &str) -> bool {
+    text.lines().any(|line| {
+        value(line).is_some_and(|value| value.get("uuid").is_some_and(serde_json::Value::is_string))
+    })
 }
 
 /// How many lost lines a repair relinks past.
