@@ -15,7 +15,7 @@
 
 use serde_json::{Value, json};
 
-use crate::record::history::{Finding, Format, History, ReadError, Rule};
+use crate::record::history::{Finding, Format, History, ReadError, Rule, Speaker};
 use crate::record::invariants::{Breach, Invariant, Verdict};
 use crate::record::recorded::RecordedRun;
 
@@ -49,17 +49,16 @@ impl Foreign {
         format: Option<Format>,
         subagents: &[(String, String)],
     ) -> Result<Self, ReadError> {
-        let history = History::read(text, format)?;
+        let (history, system, said) = read(text, format)?;
         let format = history.format;
-        let (system, said) = messages(text, format)?;
         let mut children = Vec::new();
         let mut pairing: Vec<(String, Vec<Finding>)> = Vec::new();
         pairing.push(("parent".to_owned(), history.check()));
         // Subagents shown as no child: why, each.
         let mut unlinked: Vec<String> = Vec::new();
         for (name, child_text) in subagents {
-            let child = match History::read(child_text, Some(Format::ClaudeCode)) {
-                Ok(child) => child,
+            let (child, _, child_said) = match read(child_text, Some(Format::ClaudeCode)) {
+                Ok(read) => read,
                 Err(err) => {
                     unlinked.push(format!("the subagent {name} could not be read: {err}"));
                     continue;
@@ -78,12 +77,7 @@ impl Foreign {
                     .map(|link| link.call.clone())
             });
             match call {
-                Some(call) => match messages(child_text, Format::ClaudeCode) {
-                    Ok((_, said)) => children.push((call, said, child.check())),
-                    Err(err) => {
-                        unlinked.push(format!("the subagent {name} could not be read: {err}"));
-                    }
-                },
+                Some(call) => children.push((call, child_said, child.check())),
                 None => unlinked.push(format!(
                     "the subagent {name} was started by no call of this session: no result names it"
                 )),
@@ -112,10 +106,8 @@ impl Foreign {
                     })
                     .and_then(|block| block.get("id").and_then(Value::as_str))
                     .map(str::to_owned);
-                let read = History::read(&side.text, Some(Format::ClaudeCode))
-                    .and_then(|child| Ok((child, messages(&side.text, Format::ClaudeCode)?.1)));
-                match (call, read) {
-                    (Some(call), Ok((child, child_said))) => {
+                match (call, read(&side.text, Some(Format::ClaudeCode))) {
+                    (Some(call), Ok((child, _, child_said))) => {
                         // Its findings, placed in the session's lines.
                         let found = child
                             .check()
@@ -552,6 +544,55 @@ fn push(
 }
 
 /// The system prompt (if the file has one) and the messages of `text`.
+/// The history of `text` read as `format` (or by its content), its
+/// system prompt, and its messages: a Claude Code session read once, its
+/// messages grouped by the turns its reader made.
+fn read(
+    text: &str,
+    format: Option<Format>,
+) -> Result<(History, Option<String>, Vec<Said>), ReadError> {
+    let claude_code = format == Some(Format::ClaudeCode)
+        || (format.is_none() && History::sniff(text) == Some(Format::ClaudeCode));
+    if !claude_code {
+        let history = History::read(text, format)?;
+        let (system, said) = messages(text, history.format)?;
+        return Ok((history, system, said));
+    }
+    let (history, chain) = crate::record::history::claude_code_session(std::io::Cursor::new(text))?;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut said = Vec::new();
+    let mut last_turn = None;
+    for (line, turn) in chain {
+        let Some(value) = lines
+            .get(line.saturating_sub(1))
+            .and_then(|line| serde_json::from_str::<Value>(line).ok())
+        else {
+            continue;
+        };
+        let Some(of) = history.turns.get(turn) else {
+            continue;
+        };
+        let role = match of.speaker {
+            Speaker::Assistant => "assistant",
+            Speaker::User => "user",
+        };
+        let content = value
+            .get("message")
+            .and_then(|message| message.get("content"));
+        push(
+            &mut said,
+            role,
+            blocks(content),
+            of.stop_reason.clone(),
+            last_turn == Some(turn),
+        );
+        last_turn = Some(turn);
+    }
+    Ok((history, None, said))
+}
+
+/// The system prompt (if the file has one) and the messages of `text`, a
+/// request history or a codex rollout.
 fn messages(text: &str, format: Format) -> Result<(Option<String>, Vec<Said>), ReadError> {
     let mut said = Vec::new();
     let mut system = None;
@@ -653,46 +694,8 @@ fn messages(text: &str, format: Format) -> Result<(Option<String>, Vec<Said>), R
                 }
             }
         }
-        Format::ClaudeCode => {
-            let lines: Vec<&str> = text.lines().collect();
-            let (_, session) =
-                crate::record::history::claude_code_session(std::io::Cursor::new(text))?;
-            let mut last_id: Option<String> = None;
-            for index in session {
-                let Some(value) = lines
-                    .get(index.saturating_sub(1))
-                    .and_then(|line| serde_json::from_str::<Value>(line).ok())
-                else {
-                    continue;
-                };
-                let Some(message) = value.get("message") else {
-                    continue;
-                };
-                let message = Some(message);
-                let role = match message.and_then(|m| m.get("role")).and_then(Value::as_str) {
-                    Some("assistant") => "assistant",
-                    _ => "user",
-                };
-                let stop = message
-                    .and_then(|m| m.get("stop_reason"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                // One reply split over entries shares its `message.id`.
-                let id = message
-                    .and_then(|m| m.get("id"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                let join = role == "user" || (id.is_some() && id == last_id);
-                last_id = if role == "assistant" { id } else { None };
-                push(
-                    &mut said,
-                    role,
-                    blocks(message.and_then(|m| m.get("content"))),
-                    stop,
-                    join,
-                );
-            }
-        }
+        // Read with its history, by `read`.
+        Format::ClaudeCode => {}
         Format::Codex => {
             let mut items: Vec<Value> = Vec::new();
             for line in text.lines() {

@@ -262,17 +262,19 @@ impl History {
     }
 }
 
-/// Reads a Claude Code session: its history, and the lines of the
-/// entries on the chain a resume follows, root first.
+/// Reads a Claude Code session: its history, and the messages on the
+/// chain a resume follows, root first, each as its line and the turn
+/// (an index into the history's turns) it is part of.
 pub(crate) fn claude_code_session(
     reader: impl std::io::BufRead,
-) -> Result<(History, Vec<usize>), ReadError> {
+) -> Result<(History, Vec<(usize, usize)>), ReadError> {
     let (history, session) = claude_code::session(reader, false)?;
     let lines = session
         .chain
         .iter()
-        .filter_map(|index| session.entries.get(*index))
-        .map(|entry| entry.line)
+        .zip(&session.turn_of)
+        .filter(|(_, turn)| **turn != usize::MAX)
+        .filter_map(|(index, turn)| Some((session.entries.get(*index)?.line, *turn)))
         .collect();
     Ok((history, lines))
 }
