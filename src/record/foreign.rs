@@ -697,54 +697,23 @@ fn messages(text: &str, format: Format) -> Result<(Option<String>, Vec<Said>), R
         // Read with its history, by `read`.
         Format::ClaudeCode => {}
         Format::Codex => {
-            let mut items: Vec<Value> = Vec::new();
-            for line in text.lines() {
-                let Ok(value) = serde_json::from_str::<Value>(line) else {
-                    continue;
-                };
-                match value.get("type").and_then(Value::as_str) {
-                    Some("response_item") => items.extend(value.get("payload").cloned()),
-                    Some("compacted") => {
-                        items.clear();
-                        if let Some(Value::Array(replaced)) =
-                            value.pointer("/payload/replacement_history")
-                        {
-                            items.extend(replaced.iter().cloned());
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            for item in &items {
+            // The items and their sides are the reader's; only how each
+            // looks is decided here.
+            for (item, side) in crate::record::history::codex_items(text)? {
                 let field = |key: &str| item.get(key).unwrap_or(&Value::Null);
                 let call_id = text_of(field("call_id"));
-                match item.get("type").and_then(Value::as_str) {
-                    Some("message") => match item.get("role").and_then(Value::as_str) {
-                        Some("assistant") => push(
-                            &mut said,
-                            "assistant",
-                            vec![json!({"type": "text", "text": text_of(field("content"))})],
-                            None,
-                            true,
-                        ),
-                        Some("user") => push(
-                            &mut said,
-                            "user",
-                            vec![json!({"type": "text", "text": text_of(field("content"))})],
-                            None,
-                            true,
-                        ),
-                        _ => system = Some(text_of(field("content"))),
-                    },
+                let kind = item.get("type").and_then(Value::as_str);
+                let Some(side) = side else {
+                    // Not sent: a developer or system message is the
+                    // system prompt.
+                    if kind == Some("message") {
+                        system = Some(text_of(field("content")));
+                    }
+                    continue;
+                };
+                let block = match kind {
                     Some("reasoning") => {
-                        let summary = text_of(field("summary"));
-                        push(
-                            &mut said,
-                            "assistant",
-                            vec![json!({"type": "thinking", "thinking": summary, "signature": ""})],
-                            None,
-                            true,
-                        );
+                        json!({"type": "thinking", "thinking": text_of(field("summary")), "signature": ""})
                     }
                     Some("function_call") => {
                         let arguments = match field("arguments") {
@@ -753,33 +722,13 @@ fn messages(text: &str, format: Format) -> Result<(Option<String>, Vec<Said>), R
                             }
                             other => other.clone(),
                         };
-                        push(
-                            &mut said,
-                            "assistant",
-                            vec![json!({"type": "tool_use", "id": call_id,
-                                "name": text_of(field("name")), "input": arguments})],
-                            None,
-                            true,
-                        );
+                        json!({"type": "tool_use", "id": call_id,
+                            "name": text_of(field("name")), "input": arguments})
                     }
-                    Some("custom_tool_call") => push(
-                        &mut said,
-                        "assistant",
-                        vec![json!({"type": "tool_use", "id": call_id,
-                            "name": text_of(field("name")), "input": {"input": field("input")}})],
-                        None,
-                        true,
-                    ),
-                    Some("local_shell_call") => push(
-                        &mut said,
-                        "assistant",
-                        vec![
-                            json!({"type": "tool_use", "id": call_id, "name": "local_shell",
-                            "input": field("action")}),
-                        ],
-                        None,
-                        true,
-                    ),
+                    Some("custom_tool_call") => json!({"type": "tool_use", "id": call_id,
+                        "name": text_of(field("name")), "input": {"input": field("input")}}),
+                    Some("local_shell_call") => json!({"type": "tool_use", "id": call_id,
+                        "name": "local_shell", "input": field("action")}),
                     Some(
                         "function_call_output"
                         | "custom_tool_call_output"
@@ -793,18 +742,16 @@ fn messages(text: &str, format: Format) -> Result<(Option<String>, Vec<Said>), R
                                 .unwrap_or_default(),
                             other => text_of(other),
                         };
-                        push(
-                            &mut said,
-                            "user",
-                            vec![
-                                json!({"type": "tool_result", "tool_use_id": call_id, "content": output}),
-                            ],
-                            None,
-                            true,
-                        );
+                        json!({"type": "tool_result", "tool_use_id": call_id, "content": output})
                     }
-                    _ => {}
-                }
+                    // A message of either side.
+                    _ => json!({"type": "text", "text": text_of(field("content"))}),
+                };
+                let role = match side {
+                    Speaker::Assistant => "assistant",
+                    Speaker::User => "user",
+                };
+                push(&mut said, role, vec![block], None, true);
             }
         }
     }

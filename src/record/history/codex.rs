@@ -99,10 +99,56 @@ fn push(turns: &mut Vec<Turn>, item: Item, line: usize, block: usize) {
     }
 }
 
+/// What a rollout's line gives its history.
+pub(super) enum Event<'a> {
+    /// An item of it (`block`: its index in a `compacted` line's
+    /// `replacement_history`).
+    Item {
+        payload: &'a Value,
+        line: usize,
+        block: usize,
+    },
+    /// A compaction: what came before is replaced by the items after.
+    Compacted,
+}
+
+/// The side of the history an item is on (`None`: it is not sent).
+pub(super) fn side(payload: &Value) -> Option<Speaker> {
+    match item(payload, 0) {
+        Item::Call(_) | Item::Words(Speaker::Assistant) => Some(Speaker::Assistant),
+        Item::Output(_) | Item::Words(Speaker::User) => Some(Speaker::User),
+        Item::Other => None,
+    }
+}
+
 /// Reads a rollout from `reader`, line by line.
 pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
     let mut turns: Vec<Turn> = Vec::new();
     let mut compactions = 0;
+    visit(reader, |event| match event {
+        Event::Item {
+            payload,
+            line,
+            block,
+        } => push(&mut turns, item(payload, line), line, block),
+        Event::Compacted => {
+            compactions += 1;
+            turns.clear();
+        }
+    })?;
+    Ok(History {
+        format: Format::Codex,
+        turns,
+        off_chain: Vec::new(),
+        agent: None,
+        children: Vec::new(),
+        compactions,
+    })
+}
+
+/// Reads a rollout from `reader`, line by line, telling `on` of each item
+/// of its history and each compaction, in order.
+pub(super) fn visit(reader: impl BufRead, mut on: impl FnMut(Event<'_>)) -> Result<(), ReadError> {
     let mut rollout = false;
     for (index, line) in reader.lines().enumerate() {
         let number = index + 1;
@@ -119,13 +165,20 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
         };
         rollout = true;
         match text(&value, "type") {
-            Some("response_item") => push(&mut turns, item(payload, number), number, 0),
+            Some("response_item") => on(Event::Item {
+                payload,
+                line: number,
+                block: 0,
+            }),
             Some("compacted") => {
-                compactions += 1;
-                turns.clear();
+                on(Event::Compacted);
                 if let Some(Value::Array(items)) = payload.get("replacement_history") {
                     for (block, replaced) in items.iter().enumerate() {
-                        push(&mut turns, item(replaced, number), number, block);
+                        on(Event::Item {
+                            payload: replaced,
+                            line: number,
+                            block,
+                        });
                     }
                 }
             }
@@ -138,12 +191,5 @@ pub(super) fn read(reader: impl BufRead) -> Result<History, ReadError> {
             reason: "no line with a `payload`".to_owned(),
         });
     }
-    Ok(History {
-        format: Format::Codex,
-        turns,
-        off_chain: Vec::new(),
-        agent: None,
-        children: Vec::new(),
-        compactions,
-    })
+    Ok(())
 }

@@ -279,6 +279,20 @@ pub(crate) fn claude_code_session(
     Ok((history, lines))
 }
 
+/// The items of a codex rollout's history (after its last compaction), in
+/// order, each with the side it is on (`None`: not sent, as a developer
+/// message).
+pub(crate) fn codex_items(
+    text: &str,
+) -> Result<Vec<(serde_json::Value, Option<Speaker>)>, ReadError> {
+    let mut items = Vec::new();
+    codex::visit(std::io::Cursor::new(text), |event| match event {
+        codex::Event::Item { payload, .. } => items.push((payload.clone(), codex::side(payload))),
+        codex::Event::Compacted => items.clear(),
+    })?;
+    Ok(items)
+}
+
 /// Whether one of the first 20 lines of `text` that are not blank is a
 /// JSON object `is` says yes to: how the JSON Lines formats are told.
 pub(super) fn any_head_line(text: &str, is: impl Fn(&serde_json::Value) -> bool) -> bool {
