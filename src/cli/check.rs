@@ -221,13 +221,31 @@ pub fn run(args: &CheckArgs, out: &mut dyn std::io::Write) -> u8 {
     status
 }
 
+/// The whole text of `path`, at most `max` bytes: a directory, a larger
+/// file or one that is not UTF-8 is refused, saying why (`command` names
+/// who reads it).
+pub(crate) fn read_text(path: &std::path::Path, max: u64, command: &str) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|err| err.to_string())?;
+    if meta.is_dir() {
+        return Err("a directory".to_owned());
+    }
+    if meta.len() > max {
+        return Err(format!(
+            "{} bytes: more than {command} reads ({max})",
+            meta.len()
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|err| err.to_string())?;
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())
+}
+
 /// Reads and checks one file.
 fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
-    let size = match std::fs::metadata(file) {
+    match std::fs::metadata(file) {
         Ok(meta) if meta.is_dir() => return Verdict::Unreadable("a directory".to_owned()),
-        Ok(meta) => meta.len(),
+        Ok(_) => {}
         Err(err) => return Verdict::Unreadable(err.to_string()),
-    };
+    }
     // A Claude Code session or a codex rollout is read line by line,
     // whatever its size.
     let lines = match format {
@@ -250,15 +268,9 @@ fn check_file(file: &std::path::Path, format: Option<FileFormat>) -> Verdict {
             Err(err) => Verdict::Unreadable(err.to_string()),
         };
     }
-    if size > MAX_BYTES {
-        return Verdict::Unreadable(format!("{size} bytes: more than check reads ({MAX_BYTES})"));
-    }
-    let text = match std::fs::read(file) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => text,
-            Err(_) => return Verdict::Unreadable("not UTF-8 text".to_owned()),
-        },
-        Err(err) => return Verdict::Unreadable(err.to_string()),
+    let text = match read_text(file, MAX_BYTES, "check") {
+        Ok(text) => text,
+        Err(why) => return Verdict::Unreadable(why),
     };
     let trace = match format {
         Some(FileFormat::Subloop) => true,
@@ -365,16 +377,7 @@ pub(crate) fn foreign_run(
             return None;
         }
     }
-    let read = |path: &std::path::Path| -> Result<String, String> {
-        let size = std::fs::metadata(path)
-            .map_err(|err| err.to_string())?
-            .len();
-        if size > MAX_BYTES {
-            return Err(format!("{size} bytes: more than view reads ({MAX_BYTES})"));
-        }
-        let bytes = std::fs::read(path).map_err(|err| err.to_string())?;
-        String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_owned())
-    };
+    let read = |path: &std::path::Path| read_text(path, MAX_BYTES, "view");
     Some((|| {
         let text = read(file)?;
         let mut subagents = Vec::new();

@@ -189,20 +189,9 @@ pub fn run(args: &RepairArgs) -> u8 {
             "OUT is FILE: the repair goes to a new file, never over the original",
         );
     }
-    let text = match std::fs::metadata(&args.file) {
-        Ok(meta) if meta.is_dir() => return refuse(&mut stderr, "a directory"),
-        Ok(meta) if meta.len() > MAX_BYTES => {
-            return refuse(
-                &mut stderr,
-                &format!("{} bytes: more than repair reads ({MAX_BYTES})", meta.len()),
-            );
-        }
-        Ok(_) => match std::fs::read(&args.file).map(String::from_utf8) {
-            Ok(Ok(text)) => text,
-            Ok(Err(_)) => return refuse(&mut stderr, "not UTF-8 text"),
-            Err(err) => return refuse(&mut stderr, &err.to_string()),
-        },
-        Err(err) => return refuse(&mut stderr, &err.to_string()),
+    let text = match super::check::read_text(&args.file, MAX_BYTES, "repair") {
+        Ok(text) => text,
+        Err(why) => return refuse(&mut stderr, &why),
     };
     if args.format.is_none() && super::check::is_trace(&text) {
         return refuse(
