@@ -9,26 +9,29 @@
 //!
 //! Flags:
 //!
-//! * `--mode blocking|async` (default `blocking`): a thread per run with the
-//!   blocking clients and `Agent::run`, or a tokio task per run with the
-//!   async clients and `Agent::run_async`.
+//! * `--mode async|blocking` (default `async`): a tokio task per run with
+//!   the async clients and `Agent::run_async`, or a thread per run with the
+//!   blocking clients and `Agent::run`.
 //! * `--runs N` (default 100): runs started at once.
 //! * `--threads T` (default 2): the async runtime's worker threads.
 //! * `--provider anthropic|openai` (default `anthropic`).
 //! * `--stream`: ask for event streams.
-//! * `--no-stop-probe`: blocking mode, models without the run's stop probe
-//!   (by default each request waits on a worker thread while the run's
-//!   thread watches the probe, as in the CLI).
+//! * `--no-stop-signal`: models without the run's stop signal (by default
+//!   each model holds it, as in the CLI).
+//! * `--no-bare`: skip the bare client's floor (by default, after the runs,
+//!   a bare HTTP client posts the bytes one run sent, as many runs at once:
+//!   reqwest on the same runtime, or ureq on a thread per run).
 //! * `--tools-per-run`: each run opens its own `read_file` (a workspace
 //!   directory handle per run, as separate CLI processes have); by default
 //!   one is cloned into every run, sharing the handle.
 //! * `--base-url URL`: a server already running (`examples/mock_server.rs`,
-//!   `http://127.0.0.1:PORT`, without `/v1`); by default one is started in
-//!   this process, on a runtime of its own with `--server-threads S`
-//!   (default 2) workers, and given the next flags:
+//!   or any server of the API: `http://127.0.0.1:PORT`, without `/v1`); its
+//!   counters are read from `GET /stats` when it has them. By default one is
+//!   started in this process, on a runtime of its own with
+//!   `--server-threads S` (default 2) workers, and given the next flags:
 //! * `--delay-ms D` (default 100), `--status-429-every K`, `--stall-every K`.
 //! * `--timeout-read-ms MS`: the clients' read timeout (default 120 s).
-//! * `--json`: the figures as one JSON object instead of one line each.
+//! * `--text`: one line per figure instead of one JSON line.
 //!
 //! With `--base-url`, `--delay-ms` must be the server's own delay: it sets
 //! the floor. The exit code is 1 when a run did not end with the demo's answer.
@@ -41,6 +44,8 @@
     clippy::indexing_slicing
 )]
 
+#[path = "bench/bare.rs"]
+mod bare;
 #[path = "bench/harness.rs"]
 mod harness;
 #[path = "bench/server.rs"]
@@ -50,8 +55,11 @@ use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     use lexopt::prelude::*;
-    let mut options = harness::Options::default();
-    let mut json = false;
+    let mut options = harness::Options {
+        bare: Some(bare::measure),
+        ..harness::Options::default()
+    };
+    let mut text = false;
     let mut parser = lexopt::Parser::from_env();
     while let Some(arg) = parser.next()? {
         match arg {
@@ -76,12 +84,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             Long("base-url") => options.base_url = Some(parser.value()?.string()?),
             Long("stream") => options.stream = true,
-            Long("no-stop-probe") => options.stop_probe = false,
+            Long("no-stop-signal") => options.stop_signal = false,
+            Long("no-bare") => options.bare = None,
             Long("tools-per-run") => options.tools_per_run = true,
-            Long("json") => json = true,
+            Long("text") => text = true,
             Long("help") | Short('h') => {
                 println!(
-                    "concurrent [--mode blocking|async] [--runs N] [--threads T] [--provider anthropic|openai] [--stream] [--no-stop-probe] [--tools-per-run] [--base-url URL] [--server-threads S] [--delay-ms D] [--status-429-every K] [--stall-every K] [--timeout-read-ms MS] [--json]"
+                    "concurrent [--mode async|blocking] [--runs N] [--threads T] [--provider anthropic|openai] [--stream] [--no-stop-signal] [--no-bare] [--tools-per-run] [--base-url URL] [--server-threads S] [--delay-ms D] [--status-429-every K] [--stall-every K] [--timeout-read-ms MS] [--text]"
                 );
                 return Ok(());
             }
@@ -89,12 +98,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let figures = harness::run(&options)?;
-    if json {
-        println!("{}", figures.json());
-    } else {
+    if text {
         for line in figures.lines() {
             println!("{line}");
         }
+    } else {
+        println!("{}", figures.json());
     }
     if figures.failed_total() > 0 {
         std::process::exit(1);

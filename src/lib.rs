@@ -114,7 +114,7 @@ pub use core::conversation::{Budget, Conversation, Outcome, StatusKind};
 pub use core::protocol::ModelResponse;
 pub use policy::hooks::Hooks;
 pub use policy::permission::Approver;
-pub use run::limits::{CancelHandle, Limits};
+pub use run::limits::{CancelHandle, Limits, StopSignal};
 pub use run::model::Model;
 pub use tools::{ReadOnlyTool, Tool, TypedTool};
 

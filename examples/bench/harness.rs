@@ -16,14 +16,20 @@
 //! * `async`: every run a tokio task on a multi-threaded runtime, with the
 //!   async clients and `Agent::run_async`.
 //!
+//! Each run's models hold its stop signal, as the CLI's do. After the
+//! runs, a bare HTTP client (reqwest on the same runtime for `async`, ureq
+//! on a thread per run for `blocking`) posts the bytes one run sent, one
+//! request after another, for as many runs at once: its wall time and CPU
+//! per request are the floor the loop's are measured against.
+//!
 //! Used by `examples/concurrent.rs` and `tests/providers/concurrent_bench.rs`.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -122,10 +128,10 @@ pub struct Options {
     pub base_url: Option<String>,
     /// Ask for event streams.
     pub stream: bool,
-    /// Blocking mode: each model holds its run's stop probe, as the CLI's
-    /// do (a request then waits on a worker thread while the run's thread
-    /// checks the probe every 20 ms).
-    pub stop_probe: bool,
+    /// Each model holds its run's stop signal, as the CLI's do.
+    pub stop_signal: bool,
+    /// The bare client whose floor is measured after the runs (none: no floor).
+    pub bare: Option<BareClient>,
     /// The client's read timeout (a stalled request gives up after it).
     pub read_timeout: Duration,
     /// Each run opens its own `read_file` (a workspace directory handle
@@ -136,7 +142,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            mode: Mode::Blocking,
+            mode: Mode::Async,
             provider: Provider::Anthropic,
             runs: 100,
             delay: Duration::from_millis(100),
@@ -146,7 +152,8 @@ impl Default for Options {
             stall_every: 0,
             base_url: None,
             stream: false,
-            stop_probe: true,
+            stop_signal: true,
+            bare: None,
             read_timeout: Timeouts::default().read,
             tools_per_run: false,
         }
@@ -161,7 +168,7 @@ pub struct Figures {
     pub provider: Provider,
     pub delay: Duration,
     pub threads: usize,
-    pub stop_probe: bool,
+    pub stop_signal: bool,
     pub stream: bool,
     pub tools_per_run: bool,
     /// From the first run's start to the last run's end.
@@ -191,10 +198,37 @@ pub struct Figures {
     pub cpu: Duration,
     /// Of which the in-process server's threads; none with `base_url`.
     pub server_cpu: Option<Duration>,
-    /// The server's counters over the runs.
-    pub server: server::Snapshot,
+    /// Requests the runs' models sent (counted by the client; retries not included).
+    pub requests: u64,
+    /// The server's counters over the runs: none from a server without `GET /stats`.
+    pub server: Option<server::Snapshot>,
     /// The server ran in this process.
     pub server_in_process: bool,
+    /// The bare client's floor, when measured.
+    pub bare: Option<Bare>,
+}
+
+/// Posts `bodies` to `url` one after another for each of `options.runs`
+/// runs at once, as bare as an HTTP client goes (`examples/bench/bare.rs`);
+/// gives the number of requests that failed.
+pub type BareClient = fn(url: &str, bodies: &[Vec<u8>], options: &Options) -> Result<u64, String>;
+
+/// A bare HTTP client posting the same bytes to the same server, one
+/// request after another per run, as many runs at once.
+#[derive(Debug, Clone)]
+pub struct Bare {
+    pub wall: Duration,
+    /// CPU of this process (the in-process server's taken out).
+    pub cpu: Duration,
+    pub requests: u64,
+    /// Requests that failed or got no 2xx.
+    pub failed: u64,
+}
+
+impl Bare {
+    pub fn cpu_per_request(&self) -> Duration {
+        self.cpu / u32::try_from(self.requests.max(1)).unwrap_or(u32::MAX)
+    }
 }
 
 impl Figures {
@@ -211,6 +245,21 @@ impl Figures {
         self.failed.values().sum()
     }
 
+    /// The client's own CPU: the process's, the in-process server's taken out.
+    pub fn client_cpu(&self) -> Duration {
+        self.cpu.saturating_sub(self.server_cpu.unwrap_or_default())
+    }
+
+    pub fn cpu_per_request(&self) -> Duration {
+        self.client_cpu() / u32::try_from(self.requests.max(1)).unwrap_or(u32::MAX)
+    }
+
+    /// Client CPU per request over the bare client's.
+    pub fn cpu_ratio(&self) -> Option<f64> {
+        let bare = self.bare.as_ref()?.cpu_per_request().as_secs_f64();
+        Some(self.cpu_per_request().as_secs_f64() / bare.max(1e-9))
+    }
+
     /// (peak − before) / runs, KiB.
     pub fn rss_per_run_kib(&self) -> f64 {
         self.rss_peak_kib.saturating_sub(self.rss_before_kib) as f64 / self.runs.max(1) as f64
@@ -219,6 +268,7 @@ impl Figures {
     /// One line per figure.
     pub fn lines(&self) -> Vec<String> {
         let mib = |kib: u64| kib as f64 / 1024.0;
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
         let failed = if self.failed.is_empty() {
             "0".to_owned()
         } else {
@@ -239,13 +289,16 @@ impl Figures {
         let mut lines = vec![
             format!("runs: {}", self.runs),
             format!(
-                "mode: {}{}",
+                "mode: {}{}{}",
                 self.mode.name(),
                 match self.mode {
                     Mode::Async => format!(" ({} worker threads)", self.threads),
-                    Mode::Blocking if self.stop_probe =>
-                        " (stop probe: a worker thread per request)".to_owned(),
-                    Mode::Blocking => " (no stop probe)".to_owned(),
+                    Mode::Blocking => " (a thread per run)".to_owned(),
+                },
+                if self.stop_signal {
+                    ", models hold the run's stop signal"
+                } else {
+                    ", no stop signal"
                 }
             ),
             format!(
@@ -282,21 +335,40 @@ impl Figures {
             ),
             cpu,
             format!(
-                "requests served: {} (received {}, 429 {}, stalled {}, bad {}; {} connections, at most {} open; server {})",
-                self.server.answered,
-                self.server.received,
-                self.server.throttled,
-                self.server.stalled,
-                self.server.bad,
-                self.server.connections,
-                self.server.peak_open,
+                "requests sent: {}, client cpu per request: {:.1} us",
+                self.requests,
+                us(self.cpu_per_request())
+            ),
+        ];
+        match &self.server {
+            Some(server) => lines.push(format!(
+                "server: served {} (received {}, 429 {}, stalled {}, bad {}; {} connections, at most {} open; {})",
+                server.answered,
+                server.received,
+                server.throttled,
+                server.stalled,
+                server.bad,
+                server.connections,
+                server.peak_open,
                 if self.server_in_process {
                     "in this process"
                 } else {
                     "another process"
                 }
-            ),
-        ];
+            )),
+            None => lines.push("server: another process, without GET /stats".to_owned()),
+        }
+        if let Some(bare) = &self.bare {
+            lines.push(format!(
+                "bare client: {:.3} s wall ({:.2} x the floor), {:.1} us cpu per request ({} requests, {} failed); subloop/bare cpu per request: {:.2}",
+                bare.wall.as_secs_f64(),
+                bare.wall.as_secs_f64() / self.floor().as_secs_f64().max(1e-9),
+                us(bare.cpu_per_request()),
+                bare.requests,
+                bare.failed,
+                self.cpu_ratio().unwrap_or(f64::NAN)
+            ));
+        }
         if let Some(first) = &self.first_failure {
             lines.push(format!("first failure: {first}"));
         }
@@ -305,21 +377,20 @@ impl Figures {
 
     /// The figures as one JSON object.
     pub fn json(&self) -> Value {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
         json!({
             "runs": self.runs,
-            // Runs that ended answered with the demo's answer.
-            "answered": self.ok,
-            "peak_threads": self.threads_peak,
             "mode": self.mode.name(),
             "provider": self.provider.name(),
             "stream": self.stream,
             "threads": self.threads,
-            "stop_probe": self.stop_probe,
+            "stop_signal": self.stop_signal,
             "tools_per_run": self.tools_per_run,
             "delay_ms": self.delay.as_millis() as u64,
             "wall_s": self.wall.as_secs_f64(),
             "floor_s": self.floor().as_secs_f64(),
             "ratio": self.ratio(),
+            // Runs that ended answered with the demo's answer.
             "ok": self.ok,
             "failed": self.failed_total(),
             "failed_by_status": self.failed,
@@ -334,9 +405,21 @@ impl Figures {
             "fd_limit": self.fd_limit,
             "cpu_s": self.cpu.as_secs_f64(),
             "server_cpu_s": self.server_cpu.map(|cpu| cpu.as_secs_f64()),
+            "client_cpu_s": self.client_cpu().as_secs_f64(),
+            "requests": self.requests,
+            "cpu_per_request_us": us(self.cpu_per_request()),
             "server_in_process": self.server_in_process,
-            "requests_served": self.server.answered,
-            "server": self.server.to_json(),
+            "server": self.server.map(server::Snapshot::to_json),
+            "connections": self.server.map(|server| server.connections),
+            "bare": self.bare.as_ref().map(|bare| json!({
+                "wall_s": bare.wall.as_secs_f64(),
+                "ratio": bare.wall.as_secs_f64() / self.floor().as_secs_f64().max(1e-9),
+                "cpu_s": bare.cpu.as_secs_f64(),
+                "requests": bare.requests,
+                "failed": bare.failed,
+                "cpu_per_request_us": us(bare.cpu_per_request()),
+            })),
+            "cpu_per_request_over_bare": self.cpu_ratio(),
         })
     }
 }
@@ -589,10 +672,11 @@ impl Server {
         }
     }
 
-    fn snapshot(&self) -> Result<server::Snapshot, String> {
+    /// The counters, when the server has them (`GET /stats`).
+    fn snapshot(&self) -> Option<server::Snapshot> {
         match self {
-            Self::InProcess(running) => Ok(running.stats.snapshot()),
-            Self::Elsewhere(url) => remote_stats(url),
+            Self::InProcess(running) => Some(running.stats.snapshot()),
+            Self::Elsewhere(url) => remote_stats(url).ok(),
         }
     }
 }
@@ -623,6 +707,36 @@ fn remote_stats(url: &str) -> Result<server::Snapshot, String> {
         .ok_or_else(|| format!("GET {url}/stats: not the bench server's counters: {body:.200}"))
 }
 
+/// What the runs share for counting: the requests sent, and the bodies
+/// of the first run's requests (the bare client sends them again).
+#[derive(Default)]
+pub struct Counters {
+    requests: AtomicU64,
+    bodies: Mutex<Option<Vec<Vec<u8>>>>,
+}
+
+impl Counters {
+    /// Counts a request; keeps its body while recording.
+    fn sent(&self, record: bool, body: impl FnOnce() -> Vec<u8>) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        if record {
+            self.bodies
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Vec::new)
+                .push(body());
+        }
+    }
+}
+
+/// The URL path of a provider's requests.
+fn path(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Anthropic => "/v1/messages",
+        Provider::OpenAi => "/v1/chat/completions",
+    }
+}
+
 /// Runs `options.runs` demo runs at once and measures them.
 pub fn run(options: &Options) -> Result<Figures, String> {
     if options.runs == 0 {
@@ -646,19 +760,20 @@ pub fn run(options: &Options) -> Result<Figures, String> {
         ),
     };
     let settings = settings(server.url(), options);
+    let counters = Arc::new(Counters::default());
     let sampler = Sampler::start().map_err(|err| format!("sampler thread: {err}"))?;
     // VmHWM is reset, so the peak is the runs' own.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let rss_before_kib = status_field("VmRSS").unwrap_or(0);
     let threads_before = status_field("Threads").unwrap_or(0);
     let fds_before = open_fds();
-    let before = server.snapshot()?;
+    let before = server.snapshot();
     let cpu_before = cpu_time();
     let server_cpu_before = threads_cpu(server::THREAD_NAME);
     let start = Instant::now();
     let ended = match options.mode {
-        Mode::Blocking => blocking::run_all(options, &settings, &tools),
-        Mode::Async => async_runs::run_all(options, &settings, &tools)?,
+        Mode::Blocking => blocking::run_all(options, &settings, &tools, &counters),
+        Mode::Async => async_runs::run_all(options, &settings, &tools, &counters)?,
     };
     let wall = start.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
@@ -670,14 +785,39 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     };
     let rss_peak_kib = status_field("VmHWM").unwrap_or(0);
     let (threads_peak, fds_peak) = sampler.finish();
-    let after = server.snapshot()?;
+    let after = server.snapshot();
+    let bodies = counters.bodies.lock().unwrap().take().unwrap_or_default();
+    let bare = if let Some(bare) = options.bare.filter(|_| !bodies.is_empty()) {
+        let url = format!("{}{}", server.url(), path(options.provider));
+        let cpu_before = cpu_time();
+        let server_cpu_before = threads_cpu(server::THREAD_NAME);
+        let start = Instant::now();
+        let failed = bare(&url, &bodies, options)?;
+        let wall = start.elapsed();
+        let server_cpu = match &server {
+            Server::InProcess(_) => {
+                threads_cpu(server::THREAD_NAME).saturating_sub(server_cpu_before)
+            }
+            Server::Elsewhere(_) => Duration::ZERO,
+        };
+        Some(Bare {
+            wall,
+            cpu: cpu_time()
+                .saturating_sub(cpu_before)
+                .saturating_sub(server_cpu),
+            requests: (bodies.len() * options.runs) as u64,
+            failed,
+        })
+    } else {
+        None
+    };
     let mut figures = Figures {
         runs: options.runs,
         mode: options.mode,
         provider: options.provider,
         delay: options.delay,
         threads: options.threads,
-        stop_probe: options.stop_probe,
+        stop_signal: options.stop_signal,
         stream: options.stream,
         tools_per_run: options.tools_per_run,
         wall,
@@ -693,8 +833,12 @@ pub fn run(options: &Options) -> Result<Figures, String> {
         fd_limit,
         cpu,
         server_cpu,
-        server: after.since(&before),
+        requests: counters.requests.load(Ordering::Relaxed),
+        server: after
+            .zip(before)
+            .map(|(after, before)| after.since(&before)),
         server_in_process: matches!(server, Server::InProcess(_)),
+        bare,
     };
     for result in ended {
         match result {
@@ -708,6 +852,57 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     Ok(figures)
 }
 
+/// The bytes a client sends for a request.
+type BodyOf = dyn Fn(&subloop::core::protocol::Request<'_>) -> Vec<u8> + Send + Sync;
+
+/// A model that counts its requests (and records their bodies for the
+/// first run) before sending them through the model it wraps.
+struct Counted<M> {
+    inner: M,
+    counters: Arc<Counters>,
+    record: bool,
+    body: Arc<BodyOf>,
+}
+
+impl<M: subloop::Model> subloop::Model for Counted<M> {
+    fn respond(
+        &mut self,
+        request: &subloop::core::protocol::Request<'_>,
+    ) -> Result<subloop::ModelResponse, subloop::core::error::ModelFailure> {
+        self.respond_received(request)
+            .map(|received| received.response)
+    }
+
+    fn respond_received(
+        &mut self,
+        request: &subloop::core::protocol::Request<'_>,
+    ) -> Result<subloop::run::model::Received, subloop::core::error::ModelFailure> {
+        self.counters.sent(self.record, || (self.body)(request));
+        self.inner.respond_received(request)
+    }
+
+    fn identity(&self) -> Option<subloop::run::model::ModelIdentity> {
+        self.inner.identity()
+    }
+}
+
+impl<M: subloop::run::model::AsyncModel + Send> subloop::run::model::AsyncModel for Counted<M> {
+    fn respond_async<'a>(
+        &'a mut self,
+        request: &'a subloop::core::protocol::Request<'_>,
+    ) -> subloop::run::BoxFuture<
+        'a,
+        Result<subloop::run::model::Received, subloop::core::error::ModelFailure>,
+    > {
+        self.counters.sent(self.record, || (self.body)(request));
+        self.inner.respond_async(request)
+    }
+
+    fn identity(&self) -> Option<subloop::run::model::ModelIdentity> {
+        self.inner.identity()
+    }
+}
+
 mod blocking {
     //! A thread per run, the blocking clients, `Agent::run`.
 
@@ -718,7 +913,9 @@ mod blocking {
     use subloop::providers::http::StopSlot;
     use subloop::providers::openai::{self, OpenAiModel};
 
-    use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings, Tools};
+    use super::{
+        Budget, Counted, Counters, Ended, Options, PARENT_CALLS, Provider, Settings, Tools,
+    };
 
     /// One client for every run, as a service would hold.
     #[derive(Clone)]
@@ -739,38 +936,72 @@ mod blocking {
             }
         }
 
-        pub(super) fn model(&self, stop: Option<&StopSlot>) -> Box<dyn Model + Send> {
-            match (self, stop) {
-                (Self::Anthropic(client), None) => {
-                    Box::new(AnthropicModel::new(Arc::clone(client)))
+        pub(super) fn model(
+            &self,
+            stop: Option<&StopSlot>,
+            counters: &Arc<Counters>,
+            record: bool,
+        ) -> Box<dyn Model + Send> {
+            let counters = Arc::clone(counters);
+            match self {
+                Self::Anthropic(client) => {
+                    let model = match stop {
+                        Some(slot) => {
+                            AnthropicModel::with_stop(Arc::clone(client), Arc::clone(slot))
+                        }
+                        None => AnthropicModel::new(Arc::clone(client)),
+                    };
+                    let client = Arc::clone(client);
+                    Box::new(Counted {
+                        inner: model,
+                        counters,
+                        record,
+                        body: Arc::new(move |request| {
+                            serde_json::to_vec(&client.request_body(request)).unwrap()
+                        }),
+                    })
                 }
-                (Self::Anthropic(client), Some(slot)) => Box::new(AnthropicModel::with_stop(
-                    Arc::clone(client),
-                    Arc::clone(slot),
-                )),
-                (Self::OpenAi(client), None) => Box::new(OpenAiModel::new(Arc::clone(client))),
-                (Self::OpenAi(client), Some(slot)) => {
-                    Box::new(OpenAiModel::with_stop(Arc::clone(client), Arc::clone(slot)))
+                Self::OpenAi(client) => {
+                    let model = match stop {
+                        Some(slot) => OpenAiModel::with_stop(Arc::clone(client), Arc::clone(slot)),
+                        None => OpenAiModel::new(Arc::clone(client)),
+                    };
+                    let client = Arc::clone(client);
+                    Box::new(Counted {
+                        inner: model,
+                        counters,
+                        record,
+                        body: Arc::new(move |request| {
+                            serde_json::to_vec(&client.request_body(request)).unwrap()
+                        }),
+                    })
                 }
             }
         }
     }
 
-    fn one(client: &Client, tools: &Tools, stop_probe: bool) -> Ended {
+    fn one(
+        client: &Client,
+        tools: &Tools,
+        stop_signal: bool,
+        counters: &Arc<Counters>,
+        record: bool,
+    ) -> Ended {
         let failed = |why: String| Err(("setup".to_owned(), why));
         let slot: StopSlot = Arc::default();
         let children = {
-            let (client, slot) = (client.clone(), Arc::clone(&slot));
-            move |_number: usize| client.model(stop_probe.then_some(&slot))
+            let (client, slot, counters) =
+                (client.clone(), Arc::clone(&slot), Arc::clone(counters));
+            move |_number: usize| client.model(stop_signal.then_some(&slot), &counters, record)
         };
         let agent = match tools.build_agent(Arc::new(children)) {
             Ok(agent) => agent,
             Err(why) => return failed(why),
         };
-        if stop_probe {
-            let _ = slot.set(agent.stop_probe());
+        if stop_signal {
+            let _ = slot.set(agent.stop_signal());
         }
-        let mut model = client.model(stop_probe.then_some(&slot));
+        let mut model = client.model(stop_signal.then_some(&slot), counters, record);
         let budget =
             Budget::new(PARENT_CALLS).map_err(|err| ("setup".to_owned(), err.to_string()))?;
         match agent.run(
@@ -787,15 +1018,17 @@ mod blocking {
         options: &Options,
         settings: &Settings,
         tools: &Arc<Tools>,
+        counters: &Arc<Counters>,
     ) -> Vec<Ended> {
         let client = Client::new(options.provider, settings);
-        let stop_probe = options.stop_probe;
+        let stop_signal = options.stop_signal;
         let handles: Vec<_> = (0..options.runs)
             .map(|index| {
-                let (client, tools) = (client.clone(), Arc::clone(tools));
+                let (client, tools, counters) =
+                    (client.clone(), Arc::clone(tools), Arc::clone(counters));
                 std::thread::Builder::new()
                     .name(format!("run-{index}"))
-                    .spawn(move || one(&client, &tools, stop_probe))
+                    .spawn(move || one(&client, &tools, stop_signal, &counters, index == 0))
             })
             .collect();
         handles
@@ -817,10 +1050,13 @@ mod async_runs {
 
     use subloop::Model;
     use subloop::providers::anthropic::{self, AsyncAnthropicModel};
+    use subloop::providers::http::StopSlot;
     use subloop::providers::openai::{self, AsyncOpenAiModel};
     use subloop::run::model::{AsyncModel, ChildModels};
 
-    use super::{Budget, Ended, Options, PARENT_CALLS, Provider, Settings, Tools};
+    use super::{
+        Budget, Counted, Counters, Ended, Options, PARENT_CALLS, Provider, Settings, Tools,
+    };
 
     /// One client for every run: the runs share its connection pool.
     #[derive(Clone)]
@@ -843,36 +1079,97 @@ mod async_runs {
             })
         }
 
-        fn model(&self) -> Box<dyn AsyncModel + Send> {
+        fn model(
+            &self,
+            stop: Option<&StopSlot>,
+            counters: &Arc<Counters>,
+            record: bool,
+        ) -> Box<dyn AsyncModel + Send> {
+            let counters = Arc::clone(counters);
             match self {
-                Self::Anthropic(client) => Box::new(AsyncAnthropicModel::new(Arc::clone(client))),
-                Self::OpenAi(client) => Box::new(AsyncOpenAiModel::new(Arc::clone(client))),
+                Self::Anthropic(client) => {
+                    let model = match stop {
+                        Some(slot) => {
+                            AsyncAnthropicModel::with_stop(Arc::clone(client), Arc::clone(slot))
+                        }
+                        None => AsyncAnthropicModel::new(Arc::clone(client)),
+                    };
+                    let client = Arc::clone(client);
+                    Box::new(Counted {
+                        inner: model,
+                        counters,
+                        record,
+                        body: Arc::new(move |request| {
+                            serde_json::to_vec(&client.request_body(request)).unwrap()
+                        }),
+                    })
+                }
+                Self::OpenAi(client) => {
+                    let model = match stop {
+                        Some(slot) => {
+                            AsyncOpenAiModel::with_stop(Arc::clone(client), Arc::clone(slot))
+                        }
+                        None => AsyncOpenAiModel::new(Arc::clone(client)),
+                    };
+                    let client = Arc::clone(client);
+                    Box::new(Counted {
+                        inner: model,
+                        counters,
+                        record,
+                        body: Arc::new(move |request| {
+                            serde_json::to_vec(&client.request_body(request)).unwrap()
+                        }),
+                    })
+                }
             }
         }
     }
 
-    /// Each child gets a model of the shared async client; the blocking
-    /// one is there for `ChildModels::model_for`, which async runs do not call.
+    /// Each child gets a model of the shared async client with its run's
+    /// stop signal; the blocking one is there for `ChildModels::model_for`,
+    /// which async runs do not call.
     struct Children {
         client: Client,
         blocking: super::blocking::Client,
+        slot: Option<StopSlot>,
+        counters: Arc<Counters>,
+        record: bool,
     }
 
     impl ChildModels for Children {
         fn model_for(&self, _number: usize) -> Box<dyn Model + Send> {
-            self.blocking.model(None)
+            self.blocking.model(None, &self.counters, false)
         }
 
         fn async_model_for(&self, _number: usize) -> Box<dyn AsyncModel + Send> {
-            self.client.model()
+            self.client
+                .model(self.slot.as_ref(), &self.counters, self.record)
         }
     }
 
-    async fn one(client: Client, children: Arc<dyn ChildModels>, tools: &Tools) -> Ended {
+    async fn one(
+        client: Client,
+        blocking: super::blocking::Client,
+        tools: &Tools,
+        stop_signal: bool,
+        counters: Arc<Counters>,
+        record: bool,
+    ) -> Ended {
         let setup = |why: String| ("setup".to_owned(), why);
+        let slot = stop_signal.then(StopSlot::default);
+        let children = Arc::new(Children {
+            client: client.clone(),
+            blocking,
+            slot: slot.clone(),
+            counters: Arc::clone(&counters),
+            record,
+        });
         let agent = tools.build_agent(children).map_err(setup)?;
+        if let Some(slot) = &slot {
+            let _ = slot.set(agent.stop_signal());
+        }
         let budget = Budget::new(PARENT_CALLS).map_err(|err| setup(err.to_string()))?;
-        let mut model = client.model();
+        let mut model = client.model(slot.as_ref(), &counters, record);
         match agent
             .run_async(
                 subloop::providers::demo::DemoParent::QUESTION,
@@ -886,28 +1183,33 @@ mod async_runs {
         }
     }
 
-    pub(super) fn run_all(
-        options: &Options,
-        settings: &Settings,
-        tools: &Arc<Tools>,
-    ) -> Result<Vec<Ended>, String> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
+    fn runtime(options: &Options) -> Result<tokio::runtime::Runtime, String> {
+        tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.threads.max(1))
             .thread_name("bench-run")
             .enable_all()
             .build()
-            .map_err(|err| format!("the runs' runtime: {err}"))?;
+            .map_err(|err| format!("the runs' runtime: {err}"))
+    }
+
+    pub(super) fn run_all(
+        options: &Options,
+        settings: &Settings,
+        tools: &Arc<Tools>,
+        counters: &Arc<Counters>,
+    ) -> Result<Vec<Ended>, String> {
+        let runtime = runtime(options)?;
         runtime.block_on(async {
             let client = Client::new(options.provider, settings)?;
-            let children: Arc<dyn ChildModels> = Arc::new(Children {
-                client: client.clone(),
-                blocking: super::blocking::Client::new(options.provider, settings),
-            });
+            let blocking = super::blocking::Client::new(options.provider, settings);
             let tasks: Vec<_> = (0..options.runs)
-                .map(|_| {
-                    let (client, children) = (client.clone(), Arc::clone(&children));
-                    let tools = Arc::clone(tools);
-                    tokio::spawn(async move { one(client, children, &tools).await })
+                .map(|index| {
+                    let (client, blocking) = (client.clone(), blocking.clone());
+                    let (tools, counters) = (Arc::clone(tools), Arc::clone(counters));
+                    let stop_signal = options.stop_signal;
+                    tokio::spawn(async move {
+                        one(client, blocking, &tools, stop_signal, counters, index == 0).await
+                    })
                 })
                 .collect();
             let mut ended = Vec::with_capacity(tasks.len());

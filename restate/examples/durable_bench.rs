@@ -207,7 +207,7 @@ fn in_process(runs: usize, delay: Duration) -> Value {
         "runs": runs,
         "answered": figures.ok,
         "wall_s": figures.wall.as_secs_f64(),
-        "requests": figures.server.answered,
+        "requests": figures.requests,
         "cpu_s": figures.cpu.as_secs_f64(),
     })
 }

@@ -30,7 +30,7 @@ use crate::policy::command_hooks::{CommandHooks, HookInput, HookVerdict};
 use crate::policy::hooks::{AuditEntry, AuditLog, Hooks};
 use crate::policy::permission::Approver;
 use crate::run::driver::{self, block_on};
-use crate::run::limits::{CancelHandle, Limits, RunGuard};
+use crate::run::limits::{CancelHandle, Limits, RunGuard, StopSignal};
 use crate::run::model::{AsyncModel, Blocking, Model};
 use crate::run::monitor::{AgentMonitor, Monitor, SharedMonitor};
 use crate::run::telemetry::{self, Telemetry};
@@ -389,12 +389,12 @@ impl RunReport {
 }
 
 impl Agent {
-    /// A probe that says whether the run has been stopped (cancelled,
-    /// deadline passed, token budget spent): for models that can abandon a
-    /// request in flight, such as the live client.
-    pub fn stop_probe(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
-        let guard = Arc::clone(&self.shared.guard);
-        Arc::new(move || guard.interrupt().is_some())
+    /// The run's stop signal (cancelled, stopped by a hook, deadline
+    /// passed, token budget spent), waited on rather than polled: for
+    /// models that can abandon a request in flight, such as the live
+    /// clients (give it to their model through a `StopSlot`).
+    pub fn stop_signal(&self) -> StopSignal {
+        StopSignal::new(Arc::clone(&self.shared.guard))
     }
 
     /// Runs the parent conversation on `question` with `budget` model

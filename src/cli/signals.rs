@@ -179,8 +179,12 @@ static TERMINATING: AtomicBool = AtomicBool::new(false);
 static INTERRUPTS: AtomicUsize = AtomicUsize::new(0);
 /// The write end of the watcher's pipe, or -1 without a watcher.
 static WAKE: AtomicI32 = AtomicI32::new(-1);
-/// The cancel flag the CLI's run watches.
+/// Set by the handler when a signal cancels the run; the watcher thread
+/// then cancels [`HANDLE`], which wakes what waits on the run (a handler
+/// may not take the locks that waking needs).
 static CANCEL: AtomicBool = AtomicBool::new(false);
+/// The cancel handle the CLI's run watches.
+static HANDLE: OnceLock<CancelHandle> = OnceLock::new();
 
 /// The byte the handler sends for a first Ctrl-C; others send the signal number.
 const FIRST_CTRL_C: u8 = 0;
@@ -255,7 +259,14 @@ pub fn install() -> CancelHandle {
             }
         }
     });
-    CancelHandle::from_static(&CANCEL)
+    HANDLE.get_or_init(CancelHandle::new).clone()
+}
+
+/// The watcher's part of a signal: cancels the run when the handler said so.
+fn cancel_if_asked() {
+    if CANCEL.load(Ordering::SeqCst) {
+        HANDLE.get_or_init(CancelHandle::new).cancel();
+    }
 }
 
 /// Starts the thread that acts on what the handler reports. Without it (no
@@ -277,7 +288,9 @@ fn start_watcher() {
         .spawn(move || {
             let mut byte = [0u8; 1];
             loop {
-                match reader.read(&mut byte) {
+                let read = reader.read(&mut byte);
+                cancel_if_asked();
+                match read {
                     Ok(1) if byte[0] == FIRST_CTRL_C => {
                         let prompt = PROMPT_AT_SIGNAL.load(Ordering::SeqCst);
                         let _ = writeln!(std::io::stderr(), "{}", line_for(prompt));
@@ -302,6 +315,9 @@ pub fn rearm() {
     if !TERMINATING.load(Ordering::SeqCst) {
         INTERRUPTS.store(0, Ordering::SeqCst);
         CANCEL.store(false, Ordering::SeqCst);
+        if let Some(handle) = HANDLE.get() {
+            handle.reset();
+        }
     }
 }
 

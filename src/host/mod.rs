@@ -839,7 +839,7 @@ pub fn prepare(settings: &Settings, models: Models) -> Result<Prepared, AppError
         }
     }
     #[cfg(feature = "live")]
-    let _ = stop_slot.set(agent.stop_probe());
+    let _ = stop_slot.set(agent.stop_signal());
     Ok(Prepared {
         agent,
         parent,

@@ -15,8 +15,11 @@
 //! boundary; a tool already running finishes (or meets its own timeout) and
 //! its result is recorded.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -85,47 +88,319 @@ impl Limits {
 }
 
 /// Cancels a run from any thread; clones share the same flag.
-#[derive(Debug, Clone)]
-pub struct CancelHandle(Flag);
-
-#[derive(Debug, Clone)]
-enum Flag {
-    Shared(Arc<AtomicBool>),
-    Static(&'static AtomicBool),
-}
-
-impl Default for CancelHandle {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+///
+/// Cancelling wakes what waits on the run: a request in flight (its
+/// socket is shut down, or its future dropped), a wait between retries,
+/// a terminal prompt. Nothing polls the flag.
+///
+/// ```
+/// let cancel = subloop::CancelHandle::new();
+/// let seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+/// let flag = std::sync::Arc::clone(&seen);
+/// let _registration = cancel.on_cancel(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+/// cancel.cancel();
+/// assert!(cancel.is_cancelled() && seen.load(std::sync::atomic::Ordering::SeqCst));
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CancelHandle(Arc<Notifier>);
 
 impl CancelHandle {
     /// A fresh, uncancelled handle.
     pub fn new() -> Self {
-        Self(Flag::Shared(Arc::new(AtomicBool::new(false))))
+        Self::default()
     }
 
-    /// A handle over a static flag, which a signal handler may set (the CLI's Ctrl-C).
-    pub fn from_static(flag: &'static AtomicBool) -> Self {
-        Self(Flag::Static(flag))
+    /// Asks the run to stop at its next turn boundary, and wakes what
+    /// waits on it (the first call does; later ones change nothing).
+    pub fn cancel(&self) {
+        self.0.raise();
     }
 
-    fn flag(&self) -> &AtomicBool {
-        match &self.0 {
-            Flag::Shared(flag) => flag,
-            Flag::Static(flag) => flag,
+    /// Whether [`CancelHandle::cancel`] was called (since the last
+    /// [`CancelHandle::reset`]).
+    pub fn is_cancelled(&self) -> bool {
+        self.0.is_raised()
+    }
+
+    /// Makes the handle uncancelled again, for a session whose Ctrl-C
+    /// cancels one question and not the next.
+    pub fn reset(&self) {
+        self.0.lower();
+    }
+
+    /// Calls `wake` (on the cancelling thread) each time the handle is
+    /// cancelled, until the returned registration is dropped; at once when
+    /// it is cancelled already. `wake` must be quick and must not block.
+    pub fn on_cancel(&self, wake: impl Fn() + Send + Sync + 'static) -> OnStop {
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(wake);
+        let registration = OnStop::new(&[&self.0], &Wake::Call(Arc::clone(&wake)));
+        if self.is_cancelled() {
+            wake();
+        }
+        registration
+    }
+}
+
+/// A flag that wakes what waits for it once raised: tasks (their wakers),
+/// threads (unparked) and callbacks. Every waiter stays registered until
+/// its owner removes it, so a flag lowered and raised again wakes it again.
+#[derive(Default)]
+pub(crate) struct Notifier {
+    raised: AtomicBool,
+    waiters: Mutex<Waiters>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("raised", &self.is_raised())
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct Waiters {
+    next: u64,
+    list: Vec<(u64, Wake)>,
+}
+
+/// What a [`Notifier`] wakes.
+#[derive(Clone)]
+enum Wake {
+    Task(Waker),
+    Thread(std::thread::Thread),
+    Call(Arc<dyn Fn() + Send + Sync>),
+}
+
+impl Wake {
+    fn wake(self) {
+        match self {
+            Self::Task(waker) => waker.wake(),
+            Self::Thread(thread) => thread.unpark(),
+            Self::Call(call) => call(),
+        }
+    }
+}
+
+impl Notifier {
+    fn waiters(&self) -> std::sync::MutexGuard<'_, Waiters> {
+        self.waiters
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Raises the flag and wakes every waiter (outside the lock); a flag
+    /// raised already stays so and wakes no one.
+    fn raise(&self) {
+        if self.raised.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let wakes: Vec<Wake> = self
+            .waiters()
+            .list
+            .iter()
+            .map(|(_, wake)| wake.clone())
+            .collect();
+        for wake in wakes {
+            wake.wake();
         }
     }
 
-    /// Asks the run to stop at its next turn boundary.
-    pub fn cancel(&self) {
-        self.flag().store(true, Ordering::SeqCst);
+    fn lower(&self) {
+        self.raised.store(false, Ordering::SeqCst);
     }
 
-    /// Whether [`CancelHandle::cancel`] was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.flag().load(Ordering::SeqCst)
+    fn is_raised(&self) -> bool {
+        self.raised.load(Ordering::SeqCst)
+    }
+
+    /// Registers `wake`; the caller looks at the flag after this (a raise
+    /// before it is seen there, one after it wakes `wake`).
+    fn add(&self, wake: Wake) -> u64 {
+        let mut waiters = self.waiters();
+        let id = waiters.next;
+        waiters.next += 1;
+        waiters.list.push((id, wake));
+        id
+    }
+
+    /// Replaces waiter `id`'s waker (a task polled with another one).
+    fn update(&self, id: u64, waker: &Waker) {
+        let mut waiters = self.waiters();
+        if let Some((_, wake)) = waiters.list.iter_mut().find(|(each, _)| *each == id) {
+            match wake {
+                Wake::Task(old) if old.will_wake(waker) => {}
+                _ => *wake = Wake::Task(waker.clone()),
+            }
+        }
+    }
+
+    fn remove(&self, id: u64) {
+        self.waiters().list.retain(|(each, _)| *each != id);
+    }
+}
+
+/// A registration made by [`CancelHandle::on_cancel`] or
+/// [`StopSignal::on_stop`]: dropping it unregisters the callback.
+#[must_use = "dropping the registration unregisters the callback"]
+pub struct OnStop {
+    registered: Vec<(Arc<Notifier>, u64)>,
+}
+
+impl std::fmt::Debug for OnStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnStop")
+            .field("flags", &self.registered.len())
+            .finish()
+    }
+}
+
+impl OnStop {
+    fn new(notifiers: &[&Arc<Notifier>], wake: &Wake) -> Self {
+        Self {
+            registered: notifiers
+                .iter()
+                .map(|notifier| (Arc::clone(notifier), notifier.add(wake.clone())))
+                .collect(),
+        }
+    }
+}
+
+impl Drop for OnStop {
+    fn drop(&mut self) {
+        for (notifier, id) in &self.registered {
+            notifier.remove(*id);
+        }
+    }
+}
+
+/// Whether a run has been stopped (cancelled, a hook's `continue: false`,
+/// its token budget spent, its deadline passed), for what waits on the
+/// run's behalf: a model's request in flight, a wait between retries.
+/// Made by [`Agent::stop_signal`](crate::agent::Agent::stop_signal);
+/// clones watch the same run.
+///
+/// It is waited on, never polled: [`StopSignal::on_stop`] calls back,
+/// [`StopSignal::stopped`] is a future, [`StopSignal::sleep`] a timed
+/// wait that the stop cuts short. The deadline is a time
+/// ([`StopSignal::deadline`]) for the waiter's own timer or timeout.
+#[derive(Debug, Clone)]
+pub struct StopSignal {
+    guard: Arc<RunGuard>,
+}
+
+impl StopSignal {
+    pub(crate) fn new(guard: Arc<RunGuard>) -> Self {
+        Self { guard }
+    }
+
+    /// Whether the run must stop now (any reason, the deadline included).
+    pub fn is_stopped(&self) -> bool {
+        self.guard.interrupt().is_some()
+    }
+
+    /// When the run's deadline passes, once its clock has started.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.guard.deadline_at()
+    }
+
+    fn notifiers(&self) -> [&Arc<Notifier>; 2] {
+        [&self.guard.cancel.0, &self.guard.halt]
+    }
+
+    /// Whether a notifier (not the clock) says the run stopped.
+    fn raised(&self) -> bool {
+        self.notifiers().iter().any(|notifier| notifier.is_raised())
+    }
+
+    /// Calls `wake` (on the stopping thread) when the run is cancelled or
+    /// stopped by a hook or its token budget, until the returned
+    /// registration is dropped; at once when it is stopped already. The
+    /// deadline does not call it: wait with [`StopSignal::deadline`] as a
+    /// timeout. `wake` must be quick and must not block.
+    pub fn on_stop(&self, wake: impl Fn() + Send + Sync + 'static) -> OnStop {
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(wake);
+        let registration = OnStop::new(&self.notifiers(), &Wake::Call(Arc::clone(&wake)));
+        if self.raised() {
+            wake();
+        }
+        registration
+    }
+
+    /// A future that completes when the run is cancelled or stopped by a
+    /// hook or its token budget (not at the deadline: race it with a
+    /// timer at [`StopSignal::deadline`]).
+    pub fn stopped(&self) -> Stopped {
+        Stopped {
+            signal: self.clone(),
+            registered: None,
+        }
+    }
+
+    /// Waits `duration` on this thread, or less when the run stops first
+    /// (its deadline included); true when it stopped.
+    pub fn sleep(&self, duration: Duration) -> bool {
+        let mut until = Instant::now() + duration;
+        if let Some(deadline) = self.deadline() {
+            until = until.min(deadline);
+        }
+        let _registration = OnStop::new(&self.notifiers(), &Wake::Thread(std::thread::current()));
+        loop {
+            if self.is_stopped() {
+                return true;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return self.is_stopped();
+            }
+            // Woken by a stop, or at the time; a spurious wake-up loops.
+            std::thread::park_timeout(left);
+        }
+    }
+}
+
+/// The future [`StopSignal::stopped`] returns.
+#[derive(Debug)]
+pub struct Stopped {
+    signal: StopSignal,
+    registered: Option<[u64; 2]>,
+}
+
+impl Future for Stopped {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        if self.signal.raised() {
+            return Poll::Ready(());
+        }
+        match self.registered {
+            Some(ids) => {
+                for (notifier, id) in self.signal.notifiers().into_iter().zip(ids) {
+                    notifier.update(id, context.waker());
+                }
+            }
+            None => {
+                let wake = Wake::Task(context.waker().clone());
+                let [cancel, halt] = self.signal.notifiers();
+                let ids = [cancel.add(wake.clone()), halt.add(wake)];
+                self.registered = Some(ids);
+            }
+        }
+        // A stop between the first look and the registration is seen here.
+        if self.signal.raised() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(ids) = self.registered {
+            for (notifier, id) in self.signal.notifiers().into_iter().zip(ids) {
+                notifier.remove(id);
+            }
+        }
     }
 }
 
@@ -139,6 +414,8 @@ pub(crate) struct RunGuard {
     delegations: AtomicUsize,
     /// Why a hook stopped the run (`continue: false`), once one did.
     stopped: OnceLock<String>,
+    /// Raised when a hook stops the run or its token budget is spent.
+    halt: Arc<Notifier>,
 }
 
 impl RunGuard {
@@ -150,6 +427,7 @@ impl RunGuard {
             tokens: AtomicU64::new(0),
             delegations: AtomicUsize::new(0),
             stopped: OnceLock::new(),
+            halt: Arc::default(),
         }
     }
 
@@ -158,6 +436,24 @@ impl RunGuard {
     /// `reason` (the first reason given wins).
     pub(crate) fn stop(&self, reason: String) {
         let _ = self.stopped.set(reason);
+        self.halt.raise();
+    }
+
+    /// Raises the halt when the tokens counted reach the budget.
+    fn check_tokens(&self) {
+        if self
+            .limits
+            .max_tokens_total
+            .is_some_and(|max| self.tokens() >= max)
+        {
+            self.halt.raise();
+        }
+    }
+
+    /// When the deadline passes, once the clock has started.
+    pub(crate) fn deadline_at(&self) -> Option<Instant> {
+        let started = self.started.get()?;
+        started.checked_add(self.limits.deadline?)
     }
 
     pub(crate) fn limits(&self) -> Limits {
@@ -186,6 +482,7 @@ impl RunGuard {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
                 Some(used.saturating_add(delegations))
             });
+        self.check_tokens();
     }
 
     /// Counts a reply's tokens (input + output).
@@ -196,6 +493,7 @@ impl RunGuard {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
                 Some(used.saturating_add(billed))
             });
+        self.check_tokens();
     }
 
     /// Tokens counted so far.

@@ -53,7 +53,7 @@ where
 {
     let children = AsyncChildren(move |_number: usize| child());
     let agent = host::build_agent(settings, Arc::new(children)).expect("agent");
-    let _ = slot.set(agent.stop_probe());
+    let _ = slot.set(agent.stop_signal());
     let budget = Budget::new(settings.max_calls).expect("budget");
     common::runtime()
         .block_on(agent.run_async(&settings.question, budget, &mut model))

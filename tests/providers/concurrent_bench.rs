@@ -4,6 +4,8 @@
 //! answer and the server answers exactly 7 model requests per run, also
 //! when it refuses every third request with a 429.
 
+#[path = "../../examples/bench/bare.rs"]
+mod bare;
 #[path = "../../examples/bench/harness.rs"]
 mod harness;
 #[path = "../../examples/bench/server.rs"]
@@ -21,6 +23,7 @@ fn bench(mode: Mode, provider: Provider, runs: usize, status_429_every: u64) -> 
         runs,
         delay: Duration::from_millis(10),
         status_429_every,
+        bare: Some(bare::measure),
         ..Options::default()
     };
     harness::run(&options).expect("the bench runs")
@@ -28,6 +31,7 @@ fn bench(mode: Mode, provider: Provider, runs: usize, status_429_every: u64) -> 
 
 fn assert_all_answered(figures: &Figures) {
     let runs = figures.runs as u64;
+    let server = figures.server.expect("the in-process server's counters");
     assert_eq!(
         (figures.ok, figures.failed_total()),
         (figures.runs, 0),
@@ -35,16 +39,22 @@ fn assert_all_answered(figures: &Figures) {
         figures.lines()
     );
     assert_eq!(
-        figures.server.answered,
+        server.answered,
         runs * u64::from(harness::CHAIN),
         "{:#?}",
         figures.lines()
     );
-    assert_eq!(
-        figures.server.received,
-        figures.server.answered + figures.server.throttled
-    );
-    assert_eq!((figures.server.stalled, figures.server.bad), (0, 0));
+    assert_eq!(server.received, server.answered + server.throttled);
+    assert_eq!((server.stalled, server.bad), (0, 0));
+    // The client counted the same requests (the server's 429s are retries
+    // of them), and the bare client sent one run's requests for every run
+    // (it does not retry: a 429 is a failure).
+    assert_eq!(figures.requests, server.answered);
+    let bare = figures.bare.as_ref().expect("the bare client's floor");
+    assert_eq!(bare.requests, server.answered);
+    if server.throttled == 0 {
+        assert_eq!(bare.failed, 0);
+    }
     assert!(figures.wall >= figures.floor(), "{:#?}", figures.lines());
 }
 
@@ -52,7 +62,7 @@ fn assert_all_answered(figures: &Figures) {
 fn blocking_runs_all_answer_with_seven_requests_each() {
     let figures = bench(Mode::Blocking, Provider::Anthropic, 20, 0);
     assert_all_answered(&figures);
-    assert_eq!(figures.server.throttled, 0);
+    assert_eq!(figures.server.map(|server| server.throttled), Some(0));
 }
 
 #[test]
@@ -80,7 +90,9 @@ fn refused_requests_are_retried_and_every_run_still_answers() {
         let figures = bench(mode, provider, runs, 3);
         assert_all_answered(&figures);
         assert!(
-            figures.server.throttled >= figures.server.received / 3,
+            figures
+                .server
+                .is_some_and(|server| server.throttled >= server.received / 3),
             "{:#?}",
             figures.lines()
         );

@@ -8,13 +8,15 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::protocol::Protocol;
+use super::transport::stop_scope;
 use super::transport::{Transport, UreqTransport};
 use super::wire::{Sending, Sleeper};
-use super::{Attempts, Secrets, StopProbe, StopSlot, TextSink, Waited, until_stopped};
+use super::{Attempts, Secrets, StopSlot, TextSink};
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, Request};
 use crate::core::redact::Redactor;
 use crate::run::driver::block_on;
+use crate::run::limits::StopSignal;
 use crate::run::model::{Model, ModelIdentity, Received};
 
 /// The HTTP client of a provider, shared (through an `Arc`) by the
@@ -154,7 +156,7 @@ impl<P: Protocol> Client<P> {
     pub(crate) fn send_body(
         &self,
         body: &[u8],
-        stop: Option<&StopProbe>,
+        stop: Option<&StopSignal>,
     ) -> Result<Received, ModelFailure> {
         self.send_lines(body, stop, false)
     }
@@ -165,7 +167,7 @@ impl<P: Protocol> Client<P> {
     fn send_lines(
         &self,
         body: &[u8],
-        stop: Option<&StopProbe>,
+        stop: Option<&StopSignal>,
         whole_lines: bool,
     ) -> Result<Received, ModelFailure> {
         block_on(
@@ -215,13 +217,14 @@ impl<P: Protocol, T: ?Sized> HttpModel<P, T> {
         }
     }
 
-    /// A model whose requests the run can stop in flight: once the probe
-    /// in `slot` says so, the model gives up waiting and no retry starts.
-    /// A blocking request runs on a worker thread while the run's thread
-    /// checks the probe every 20 ms (the connection is left to its own
-    /// timeout); an async one is dropped, checked by a 20 ms timer, as
-    /// dropping the run's future drops it without a probe. Each run gives
-    /// its own slot, so a shared client carries no stop of its own.
+    /// A model whose requests the run can stop in flight: once the run's
+    /// [`StopSignal`] in `slot` says so, the request ends at once and no
+    /// retry starts. A blocking request is sent on the run's own thread;
+    /// the stop shuts its socket down, and the run's deadline bounds its
+    /// timeout. An async one is dropped when the signal's future (or a
+    /// timer at the deadline) completes first, as dropping the run's
+    /// future drops it. Nothing polls. Each run gives its own slot, so a
+    /// shared client carries no stop of its own.
     pub fn with_stop(client: Arc<Client<P, T>>, slot: StopSlot) -> Self {
         Self {
             client,
@@ -243,8 +246,8 @@ impl<P: Protocol, T: ?Sized> HttpModel<P, T> {
         ModelIdentity::new(P::NAME, Some(self.client.protocol.model().to_owned()))
     }
 
-    /// The run's stop probe, once the run has put it in the slot.
-    fn probe(&self) -> Option<StopProbe> {
+    /// The run's stop signal, once the run has put it in the slot.
+    fn signal(&self) -> Option<StopSignal> {
         self.stop.as_ref().and_then(|slot| slot.get()).cloned()
     }
 }
@@ -259,27 +262,21 @@ impl<P: Protocol> Model for HttpModel<P> {
             .map(|received| received.response)
     }
 
-    /// Without a stop probe, sends on this thread. With one, the request
-    /// runs on a worker thread while this one checks the probe every 20 ms,
-    /// so cancelling or a deadline does not wait for the HTTP timeouts.
+    /// Sends on this thread. With the run's stop signal, the request's
+    /// sockets are shut down when the run stops, and its deadline bounds
+    /// the request, so cancelling or a deadline does not wait for the
+    /// HTTP timeouts.
     fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
         let body = self.client.body_bytes(request)?;
         let whole_lines = self.whole_lines;
-        let Some(probe) = self.probe() else {
+        let Some(signal) = self.signal() else {
             return self.client.send_lines(&body, None, whole_lines);
         };
-        let client = Arc::clone(&self.client);
-        let worker_probe = Arc::clone(&probe);
-        match until_stopped(&probe, move || {
-            client.send_lines(&body, Some(&worker_probe), whole_lines)
-        }) {
-            Waited::Done(result) => result,
-            Waited::Stopped => Err(self.client.attempts().abandoned()),
-            Waited::Died => Err(self.client.attempts().fail(
-                FailureKind::Request,
-                "the request's worker thread died".to_owned(),
-            )),
+        if signal.is_stopped() {
+            return Err(self.client.attempts().abandoned());
         }
+        let _scope = stop_scope(&signal);
+        self.client.send_lines(&body, Some(&signal), whole_lines)
     }
 }
 
@@ -287,14 +284,13 @@ impl<P: Protocol> Model for HttpModel<P> {
 mod remote {
     use std::future::Future;
     use std::sync::Arc;
-    use std::time::Duration;
 
-    use super::super::StopProbe;
     use super::super::async_transport::{AsyncTransport, ReqwestTransport};
     use super::super::protocol::Protocol;
     use super::{Client, HttpModel};
     use crate::core::error::ModelFailure;
     use crate::core::protocol::Request;
+    use crate::run::limits::StopSignal;
     use crate::run::model::{AsyncModel, ModelFuture, ModelIdentity, Received};
 
     impl<P: Protocol> Client<P, dyn AsyncTransport> {
@@ -323,7 +319,7 @@ mod remote {
         pub(crate) async fn send_body(
             &self,
             body: &[u8],
-            stop: Option<&StopProbe>,
+            stop: Option<&StopSignal>,
         ) -> Result<Received, ModelFailure> {
             self.send_lines(body, stop, false).await
         }
@@ -333,7 +329,7 @@ mod remote {
         async fn send_lines(
             &self,
             body: &[u8],
-            stop: Option<&StopProbe>,
+            stop: Option<&StopSignal>,
             whole_lines: bool,
         ) -> Result<Received, ModelFailure> {
             self.sending()
@@ -349,13 +345,13 @@ mod remote {
 
         fn respond_async<'a>(&'a mut self, request: &'a Request<'_>) -> ModelFuture<'a> {
             let client = Arc::clone(&self.client);
-            let probe = self.probe();
+            let signal = self.signal();
             let whole_lines = self.whole_lines;
             let body = self.client.body_bytes(request);
             Box::pin(async move {
                 let body = body?;
-                let send = client.send_lines(&body, probe.as_ref(), whole_lines);
-                match until_stopped(probe.clone(), send).await {
+                let send = client.send_lines(&body, signal.as_ref(), whole_lines);
+                match until_stopped(signal.as_ref(), send).await {
                     Some(result) => result,
                     None => Err(client.attempts().abandoned()),
                 }
@@ -363,28 +359,30 @@ mod remote {
         }
     }
 
-    /// Awaits `work`, giving up when `probe` says the run was stopped
-    /// (checked every 20 ms by a timer, not a thread): cancelling or a
-    /// deadline does not wait for the HTTP timeouts. `None` when it gave up.
+    /// Awaits `work`, giving up when `signal` says the run was stopped:
+    /// its future wakes this one, and one timer waits for the deadline
+    /// (when the run has one). Nothing polls. `None` when it gave up.
     async fn until_stopped<T>(
-        probe: Option<StopProbe>,
+        signal: Option<&StopSignal>,
         work: impl Future<Output = T>,
     ) -> Option<T> {
-        let Some(probe) = probe else {
+        let Some(signal) = signal else {
             return Some(work.await);
         };
-        let mut work = std::pin::pin!(work);
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                out = work.as_mut() => return Some(out),
-                _ = tick.tick() => {
-                    if probe() {
-                        return None;
-                    }
-                }
+        if signal.is_stopped() {
+            return None;
+        }
+        let deadline = async {
+            match signal.deadline() {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
             }
+        };
+        tokio::select! {
+            biased;
+            () = signal.stopped() => None,
+            () = deadline => None,
+            out = work => Some(out),
         }
     }
 }

@@ -45,13 +45,14 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-use std::sync::{Arc, OnceLock, mpsc};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use self::retry::{RetryPolicy, retryable_status, should_retry_header};
 use self::transport::{TransportError, TransportErrorKind};
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::redact::{Redactor, StreamRedactor};
+use crate::run::limits::StopSignal;
 use crate::run::model::Received;
 
 /// Secrets shorter than this many characters are not scrubbed: replacing a
@@ -168,12 +169,9 @@ impl Secrets {
     }
 }
 
-/// Says whether the run was stopped (cancelled, deadline passed, tokens spent).
-pub(crate) type StopProbe = Arc<dyn Fn() -> bool + Send + Sync>;
-
-/// Where a run puts its stop probe (`Agent::stop_probe`: whether
-/// the run was stopped) once it exists; one slot per run.
-pub type StopSlot = Arc<OnceLock<Arc<dyn Fn() -> bool + Send + Sync>>>;
+/// Where a run puts its [`StopSignal`] (`Agent::stop_signal`) once it
+/// exists; one slot per run, given to each of its models.
+pub type StopSlot = Arc<OnceLock<StopSignal>>;
 
 /// Finds an error's kind and text (`name: message`, its name and message
 /// as the server gave them) in an error body (`status`, body text); `None`
@@ -459,37 +457,6 @@ impl<'s> Shown<'s> {
     }
 }
 
-/// How waiting for a request on a worker thread ended.
-#[derive(Debug)]
-pub(crate) enum Waited<T> {
-    /// The work finished with this.
-    Done(T),
-    /// The run was stopped first; the worker is left to its own timeouts.
-    Stopped,
-    /// The worker thread died without an answer.
-    Died,
-}
-
-/// Runs `work` on a worker thread while this one checks `probe` every
-/// 20 ms, so cancelling or a deadline does not wait for the HTTP timeouts.
-pub(crate) fn until_stopped<T: Send + 'static>(
-    probe: &StopProbe,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Waited<T> {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(work());
-    });
-    loop {
-        match receiver.recv_timeout(Duration::from_millis(20)) {
-            Ok(result) => return Waited::Done(result),
-            Err(mpsc::RecvTimeoutError::Timeout) if probe() => return Waited::Stopped,
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Waited::Died,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,16 +530,5 @@ mod tests {
         shown.end();
         let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
         assert_eq!(seen, "key: *** done\n");
-    }
-
-    #[test]
-    fn a_worker_that_finishes_is_done_and_a_stop_is_seen() {
-        let never: StopProbe = Arc::new(|| false);
-        assert!(matches!(until_stopped(&never, || 7), Waited::Done(7)));
-        let always: StopProbe = Arc::new(|| true);
-        let (hold, wait) = mpsc::channel::<()>();
-        let waited = until_stopped(&always, move || wait.recv().is_ok());
-        assert!(matches!(waited, Waited::Stopped));
-        drop(hold);
     }
 }

@@ -2,10 +2,19 @@
 //! so the providers' logic (request bodies, retries, SSE, errors) is tested on
 //! a fake transport with no socket.
 
+use std::cell::RefCell;
 use std::io::Read;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
+use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::transport::{
+    Buffers, ConnectionDetails, Connector, DefaultConnector, NextTimeout, ShutdownHandle,
+};
+
+use crate::run::limits::{OnStop, StopSignal};
 
 /// A response as the client needs it: status, headers, and a body to read
 /// (possibly a stream).
@@ -96,12 +105,23 @@ impl Default for Timeouts {
     }
 }
 
-/// The real transport: one `ureq` agent (so one pooled connection is reused
-/// across the requests of a run), rustls for TLS, HTTP error statuses
-/// returned as responses so error bodies and `retry-after` stay readable.
+/// The real transport: one `ureq` agent (so pooled connections are reused
+/// across the requests of a run and of every run holding the client),
+/// rustls for TLS, HTTP error statuses returned as responses so error
+/// bodies and `retry-after` stay readable.
+///
+/// A request is sent on the caller's thread. Inside a [`stop_scope`] every
+/// connection it uses is armed with the run's stop: a stop shuts its
+/// socket down, which wakes a read or a write blocked on it at once, and
+/// the run's deadline bounds the request's timeout. Nothing polls.
 pub(crate) struct UreqTransport {
     agent: ureq::Agent,
 }
+
+/// Idle connections the blocking pool keeps, in all and per host: as many
+/// as runs are likely to have requests in flight at once, so that a
+/// connection is opened again only when more runs than this send at once.
+const IDLE_CONNECTIONS: usize = 4096;
 
 impl std::fmt::Debug for UreqTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,10 +138,224 @@ impl UreqTransport {
             .timeout_per_read(Some(timeouts.read))
             .timeout_global(Some(timeouts.overall))
             .user_agent(concat!("subloop/", env!("CARGO_PKG_VERSION")))
+            .max_idle_connections(IDLE_CONNECTIONS)
+            .max_idle_connections_per_host(IDLE_CONNECTIONS)
             .build();
         Self {
-            agent: ureq::Agent::new_with_config(config),
+            agent: ureq::Agent::with_parts(
+                config,
+                Watched(DefaultConnector::new()),
+                DefaultResolver::default(),
+            ),
         }
+    }
+}
+
+/// The request this thread is sending on behalf of a run that can stop.
+struct Scope {
+    /// Tells one request from the next (a pooled connection is armed once per request).
+    id: u64,
+    deadline: Option<Instant>,
+    sockets: Mutex<Sockets>,
+}
+
+#[derive(Default)]
+struct Sockets {
+    stopped: bool,
+    armed: Vec<Weak<dyn ShutdownHandle>>,
+}
+
+impl Scope {
+    fn sockets(&self) -> std::sync::MutexGuard<'_, Sockets> {
+        self.sockets
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// The run stopped: every socket the request uses is shut down, and
+    /// so is any it arms later.
+    fn stop(&self) {
+        let mut sockets = self.sockets();
+        sockets.stopped = true;
+        for socket in sockets.armed.drain(..) {
+            if let Some(socket) = socket.upgrade() {
+                socket.shutdown();
+            }
+        }
+    }
+
+    fn arm(&self, socket: &Weak<dyn ShutdownHandle>) {
+        let mut sockets = self.sockets();
+        if sockets.stopped {
+            if let Some(socket) = socket.upgrade() {
+                socket.shutdown();
+            }
+        } else {
+            sockets.armed.push(Weak::clone(socket));
+        }
+    }
+}
+
+thread_local! {
+    static SCOPE: RefCell<Option<Arc<Scope>>> = const { RefCell::new(None) };
+}
+
+/// While it lives, the blocking requests this thread sends are stopped
+/// by `signal` (see [`UreqTransport`]); dropping it ends that.
+pub(crate) struct StopScope {
+    previous: Option<Arc<Scope>>,
+    _registration: OnStop,
+}
+
+/// Sends this thread's blocking requests under `signal` until the
+/// returned scope is dropped.
+pub(crate) fn stop_scope(signal: &StopSignal) -> StopScope {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let scope = Arc::new(Scope {
+        id: NEXT.fetch_add(1, Ordering::Relaxed),
+        deadline: signal.deadline(),
+        sockets: Mutex::default(),
+    });
+    let stopped = Arc::downgrade(&scope);
+    let registration = signal.on_stop(move || {
+        if let Some(scope) = stopped.upgrade() {
+            scope.stop();
+        }
+    });
+    let previous = SCOPE.with(|current| current.replace(Some(scope)));
+    StopScope {
+        previous,
+        _registration: registration,
+    }
+}
+
+impl Drop for StopScope {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        SCOPE.with(|current| *current.borrow_mut() = previous);
+    }
+}
+
+/// The deadline of this thread's current request, if it has one.
+fn scope_deadline() -> Option<Instant> {
+    SCOPE.with(|current| current.borrow().as_ref().and_then(|scope| scope.deadline))
+}
+
+/// What ureq calls with the shutdown handle of each socket it opens.
+type Register = dyn Fn(Weak<dyn ShutdownHandle>) -> Result<(), ureq::Error> + Send + Sync;
+
+/// ureq's connectors, each connection they make wrapped so that it arms
+/// itself with the stop of the request using it.
+#[derive(Debug)]
+struct Watched(DefaultConnector);
+
+impl Connector<()> for Watched {
+    type Out = Box<dyn ureq::unversioned::transport::Transport>;
+
+    fn connect(
+        &self,
+        details: &ConnectionDetails,
+        chained: Option<()>,
+    ) -> Result<Option<Self::Out>, ureq::Error> {
+        let caught: Arc<Mutex<Option<Weak<dyn ShutdownHandle>>>> = Arc::default();
+        let forward = Arc::clone(&details.register_shutdown);
+        let into = Arc::clone(&caught);
+        let register: Arc<Register> = Arc::new(move |socket: Weak<dyn ShutdownHandle>| {
+            // Armed at once: a stop during the TLS handshake shuts it too.
+            SCOPE.with(|current| {
+                if let Some(scope) = current.borrow().as_ref() {
+                    scope.arm(&socket);
+                }
+            });
+            into.lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .get_or_insert_with(|| Weak::clone(&socket));
+            forward(socket)
+        });
+        let mine = ConnectionDetails {
+            uri: details.uri,
+            addrs: details.addrs.clone(),
+            config: details.config,
+            request_level: details.request_level,
+            resolver: details.resolver,
+            now: details.now,
+            timeout: details.timeout,
+            current_time: Arc::clone(&details.current_time),
+            run_connector: Arc::clone(&details.run_connector),
+            register_shutdown: register,
+        };
+        let Some(inner) = self.0.connect(&mine, chained)? else {
+            return Ok(None);
+        };
+        let socket = caught
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .take();
+        let armed_for = SCOPE.with(|current| current.borrow().as_ref().map_or(0, |scope| scope.id));
+        Ok(Some(Box::new(Armed {
+            inner,
+            socket,
+            armed_for,
+        })))
+    }
+}
+
+/// A connection that arms itself with the stop of each request using it.
+struct Armed {
+    inner: Box<dyn ureq::unversioned::transport::Transport>,
+    socket: Option<Weak<dyn ShutdownHandle>>,
+    /// The request it was last armed for (0: none).
+    armed_for: u64,
+}
+
+impl std::fmt::Debug for Armed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Armed")
+            .field("armed_for", &self.armed_for)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Armed {
+    fn arm(&mut self) {
+        let Some(socket) = &self.socket else { return };
+        SCOPE.with(|current| {
+            if let Some(scope) = current.borrow().as_ref()
+                && scope.id != self.armed_for
+            {
+                self.armed_for = scope.id;
+                scope.arm(socket);
+            }
+        });
+    }
+}
+
+impl ureq::unversioned::transport::Transport for Armed {
+    fn buffers(&mut self) -> &mut dyn Buffers {
+        self.inner.buffers()
+    }
+
+    fn transmit_output(&mut self, amount: usize, timeout: NextTimeout) -> Result<(), ureq::Error> {
+        self.arm();
+        self.inner.transmit_output(amount, timeout)
+    }
+
+    fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.arm();
+        self.inner.maybe_await_input(timeout)
+    }
+
+    fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
+        self.arm();
+        self.inner.await_input(timeout)
+    }
+
+    fn is_open(&mut self) -> bool {
+        self.inner.is_open()
+    }
+
+    fn is_tls(&self) -> bool {
+        self.inner.is_tls()
     }
 }
 
@@ -166,6 +400,17 @@ impl Transport for UreqTransport {
         let mut request = self.agent.post(url);
         for (name, value) in headers {
             request = request.header(*name, *value);
+        }
+        // The run's deadline bounds the request: past it the request ends
+        // as timed out, and the send loop sees the run stopped.
+        if let Some(deadline) = scope_deadline() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let overall = self.agent.config().timeouts().global;
+            let bound = overall.map_or(left, |overall| overall.min(left));
+            request = request
+                .config()
+                .timeout_global(Some(bound.max(Duration::from_millis(1))))
+                .build();
         }
         let response = request.send(body).map_err(classify)?;
         let status = response.status().as_u16();

@@ -15,10 +15,10 @@ use super::protocol::Protocol;
 use super::stream::{StreamParser, read_events};
 use super::transport::{HttpResponse, Transport, TransportError};
 use super::{
-    Attempts, ErrorReader, MAX_BODY, MAX_ERROR_BODY, MAX_STREAM, Shown, StopProbe, TextSink,
-    is_event_stream,
+    Attempts, ErrorReader, MAX_BODY, MAX_ERROR_BODY, MAX_STREAM, Shown, TextSink, is_event_stream,
 };
 use crate::core::error::ModelFailure;
+use crate::run::limits::StopSignal;
 use crate::run::model::Received;
 
 /// What a client calls with each wait between attempts instead of waiting
@@ -53,8 +53,10 @@ pub(crate) trait Wire: Send + Sync {
         cap: u64,
     ) -> WireFuture<'_, (Vec<u8>, Option<std::io::Error>)>;
 
-    /// Waits `delay` between attempts.
-    fn pause(delay: Duration) -> WireFuture<'static, ()>;
+    /// Waits `delay` between attempts, or less when `stop` says the run
+    /// stopped (a blocking wait is a timed wait on the signal; an async
+    /// one is dropped with the request when the run stops).
+    fn pause<'a>(delay: Duration, stop: Option<&'a StopSignal>) -> WireFuture<'a, ()>;
 
     /// Reads an event stream (at most [`MAX_STREAM`] bytes: past it the
     /// stream just ends) into a reply with `parser`, its text shown on `shown`.
@@ -90,8 +92,13 @@ impl<'t> Wire for dyn Transport + 't {
         Box::pin(std::future::ready((bytes, failed)))
     }
 
-    fn pause(delay: Duration) -> WireFuture<'static, ()> {
-        std::thread::sleep(delay);
+    fn pause<'a>(delay: Duration, stop: Option<&'a StopSignal>) -> WireFuture<'a, ()> {
+        match stop {
+            Some(stop) => {
+                stop.sleep(delay);
+            }
+            None => std::thread::sleep(delay),
+        }
         Box::pin(std::future::ready(()))
     }
 
@@ -117,6 +124,7 @@ mod remote {
     use super::super::{MAX_STREAM, Shown};
     use super::{Wire, WireFuture};
     use crate::core::error::ModelFailure;
+    use crate::run::limits::StopSignal;
     use crate::run::model::Received;
 
     /// Reads up to `cap` bytes of a body; what was read before an error is kept.
@@ -159,7 +167,7 @@ mod remote {
             Box::pin(read_capped(response.body.as_mut(), cap))
         }
 
-        fn pause(delay: Duration) -> WireFuture<'static, ()> {
+        fn pause<'a>(delay: Duration, _: Option<&'a StopSignal>) -> WireFuture<'a, ()> {
             Box::pin(tokio::time::sleep(delay))
         }
 
@@ -232,7 +240,7 @@ impl<W: Wire + ?Sized> Sending<'_, W> {
         url: &str,
         headers: &[(&str, &str)],
         body: &[u8],
-        stop: Option<&StopProbe>,
+        stop: Option<&StopSignal>,
         read_error: ErrorReader<'_>,
     ) -> Result<Success<W::Response>, ModelFailure> {
         let attempts = self.attempts;
@@ -251,23 +259,26 @@ impl<W: Wire + ?Sized> Sending<'_, W> {
                                     String::from_utf8_lossy(&bytes).into_owned(),
                                 ));
                             }
-                            (_, Some(err)) => attempts.body_failed(retry, &err)?,
+                            (_, Some(err)) => attempts.body_failed(retry, &err),
                         }
                     } else {
                         let (bytes, _) = W::read(&mut response, MAX_ERROR_BODY).await;
                         let text = String::from_utf8_lossy(&bytes);
                         let (status, head) = W::head(&response);
-                        attempts.status_failed(retry, status, head, &text, read_error)?
+                        attempts.status_failed(retry, status, head, &text, read_error)
                     }
                 }
-                Err(err) => attempts.transport_failed(retry, &err)?,
+                Err(err) => attempts.transport_failed(retry, &err),
             };
-            if stop.is_some_and(|probe| probe()) {
+            // A stop shuts the request's socket down: what failed then is
+            // the stop, and no retry starts after one.
+            if stop.is_some_and(StopSignal::is_stopped) {
                 return Err(attempts.abandoned());
             }
+            let delay = delay?;
             match self.sleeper {
                 Some(record) => record(delay),
-                None => W::pause(delay).await,
+                None => W::pause(delay, stop).await,
             }
             retry += 1;
         }
@@ -284,7 +295,7 @@ impl<W: Wire + ?Sized> Sending<'_, W> {
         protocol: &P,
         state: &P::State,
         body: &[u8],
-        stop: Option<&StopProbe>,
+        stop: Option<&StopSignal>,
         whole_lines: bool,
     ) -> Result<Received, ModelFailure> {
         let url = protocol.url();
@@ -293,6 +304,7 @@ impl<W: Wire + ?Sized> Sending<'_, W> {
         let read_error = |status: u16, text: &str| protocol.read_error(&exchange, status, text);
         let success = match self.post(&url, &headers, body, stop, &read_error).await {
             Ok(success) => success,
+            Err(failure) if stop.is_some_and(StopSignal::is_stopped) => return Err(failure),
             Err(failure) => {
                 let Some(body) = protocol.resend(&exchange, body) else {
                     return Err(failure);
@@ -318,6 +330,9 @@ impl<W: Wire + ?Sized> Sending<'_, W> {
                 let mut shown = Shown::new(self.sink, whole_lines, attempts.redactor());
                 let result = W::read_stream(response, &mut shown, protocol.stream()).await;
                 shown.end();
+                if result.is_err() && stop.is_some_and(StopSignal::is_stopped) {
+                    return Err(attempts.abandoned());
+                }
                 attempts.streamed(result)
             }
         }
