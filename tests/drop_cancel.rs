@@ -2,8 +2,12 @@
 //! of a model request, of a program, and of a batch of children leaves
 //! nothing running (no task, thread, process or file descriptor more than
 //! before) and a trace whose every agent ends with its `outcome`, which
-//! `view --check`'s rules accept. One test in its own binary: the counts
-//! are of this process, which no other test shares.
+//! `view --check`'s rules accept. And cancelling a run whose live model is
+//! waiting for a server that never answers ends it at once, by
+//! notification: no thread is added while the request waits (the blocking
+//! request is on the run's own thread), and the run ends `cancelled` well
+//! before any timeout. The tests of this binary take turns (one lock): the
+//! counts are of this process, which no other test shares.
 
 // A test may unwrap, expect, panic and index: a panic is a failed test.
 #![allow(
@@ -149,8 +153,12 @@ fn tool_call(id: &str, name: &str, input: Value) -> ModelResponse {
     ModelResponse::tool_calls([(id.to_owned(), name, input)])
 }
 
+/// The tests of this binary count this process's threads: one at a time.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
+    let _alone = ALONE.lock().unwrap_or_else(|poison| poison.into_inner());
     let dir = std::env::temp_dir().join(format!("subloop-drop-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("a.txt"), "alpha").unwrap();
@@ -261,4 +269,148 @@ fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
     assert_eq!(counts(), before);
     drop(runtime);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server that reads each request and never answers: each time one
+/// has come in whole (its headers read), it says so on `arrived`; the
+/// connections stay open until the process ends.
+fn silent_server() -> (String, std::sync::mpsc::Receiver<()>) {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (arrived, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut seen = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !seen.windows(4).any(|window| window == b"\r\n\r\n") {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let _ = arrived.send(());
+            held.push(stream);
+        }
+    });
+    (url, receiver)
+}
+
+fn live_config(url: &str) -> subloop::providers::anthropic::LiveConfig {
+    let mut config = subloop::providers::anthropic::LiveConfig::new(
+        subloop::providers::http::ApiKey::new("test-key-not-secret"),
+        url,
+    );
+    config.model = "test".to_owned();
+    // Far longer than the test waits: only the stop can end the request.
+    config.timeouts.read = Duration::from_secs(60);
+    config.timeouts.overall = Duration::from_secs(120);
+    config
+}
+
+/// How long after `cancel()` the run ended, and how it ended.
+struct Ended {
+    after_cancel: Duration,
+    status: subloop::StatusKind,
+    text: String,
+}
+
+#[test]
+fn cancelling_a_request_in_flight_wakes_it_without_a_thread_or_a_poll() {
+    use subloop::providers::anthropic::{self, AnthropicModel, AsyncAnthropicModel};
+    use subloop::providers::http::StopSlot;
+    let _alone = ALONE.lock().unwrap_or_else(|poison| poison.into_inner());
+    let (url, arrived) = silent_server();
+
+    // Blocking: the run on a thread of its own, its request on that thread.
+    let client = Arc::new(anthropic::Client::new(live_config(&url)));
+    let cancel = subloop::CancelHandle::new();
+    let agent = AgentBuilder::new(Arc::new(AllowAll))
+        .limits(subloop::Limits::default(), cancel.clone())
+        .build();
+    let slot = StopSlot::default();
+    let _ = slot.set(agent.stop_signal());
+    let mut model = AnthropicModel::with_stop(Arc::clone(&client), slot);
+    let before = counts();
+    let (ended, finished) = std::sync::mpsc::channel();
+    let run = std::thread::spawn(move || {
+        let report = agent.run("q", Budget::new(2).unwrap(), &mut model).unwrap();
+        let at = std::time::Instant::now();
+        let _ = ended.send((at, report.outcome.status, report.outcome.text.clone()));
+    });
+    arrived.recv_timeout(Duration::from_secs(30)).unwrap();
+    // The run's thread and nothing more: no worker waits for the request.
+    let waiting = counts();
+    assert_eq!(
+        waiting.threads,
+        before.threads + 1,
+        "{before:?} {waiting:?}"
+    );
+    let cancelled = std::time::Instant::now();
+    cancel.cancel();
+    let (at, status, text) = finished.recv_timeout(Duration::from_secs(30)).unwrap();
+    run.join().unwrap();
+    let blocking = Ended {
+        after_cancel: at.duration_since(cancelled),
+        status,
+        text,
+    };
+
+    // Async: one worker thread, the run a task on it.
+    let client = Arc::new(anthropic::AsyncClient::new(live_config(&url)).unwrap());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let cancel = subloop::CancelHandle::new();
+    let agent = AgentBuilder::new(Arc::new(AllowAll))
+        .limits(subloop::Limits::default(), cancel.clone())
+        .build();
+    let slot = StopSlot::default();
+    let _ = slot.set(agent.stop_signal());
+    let mut model = AsyncAnthropicModel::with_stop(client, slot);
+    let before = counts();
+    let canceller = std::thread::spawn(move || {
+        arrived.recv_timeout(Duration::from_secs(30)).unwrap();
+        let waiting = counts();
+        let cancelled = std::time::Instant::now();
+        cancel.cancel();
+        (waiting, cancelled)
+    });
+    let report = runtime
+        .block_on(agent.run_async("q", Budget::new(2).unwrap(), &mut model))
+        .unwrap();
+    let at = std::time::Instant::now();
+    let (waiting, cancelled) = canceller.join().unwrap();
+    // The canceller's thread and nothing more (the runtime is this thread).
+    assert_eq!(
+        waiting.threads,
+        before.threads + 1,
+        "{before:?} {waiting:?}"
+    );
+    let not_blocking = Ended {
+        after_cancel: at.duration_since(cancelled),
+        status: report.outcome.status,
+        text: report.outcome.text,
+    };
+
+    for (mode, ended) in [("blocking", blocking), ("async", not_blocking)] {
+        assert_eq!(
+            ended.status,
+            subloop::StatusKind::Cancelled,
+            "{mode}: {}",
+            ended.text
+        );
+        assert!(ended.text.contains("abandoned"), "{mode}: {}", ended.text);
+        // Woken, not found by a timer: milliseconds (measured well under
+        // 10), bounded here loosely for a loaded machine.
+        assert!(
+            ended.after_cancel < Duration::from_millis(500),
+            "{mode}: the run ended {:?} after the cancel",
+            ended.after_cancel
+        );
+        eprintln!("{mode}: ended {:?} after cancel()", ended.after_cancel);
+    }
 }

@@ -139,6 +139,31 @@ pub(crate) fn run_command_hooks(
     warnings: &mut Vec<String>,
 ) -> HookOutcome {
     let outcome = commands.run(input);
+    record_hooks(outcome, monitor, audit, agent, warnings)
+}
+
+/// [`run_command_hooks`] in an async run: the hooks run off the worker.
+pub(crate) async fn run_command_hooks_async(
+    commands: &CommandHooks,
+    monitor: &SharedMonitor,
+    audit: &AuditLog,
+    agent: &AgentId,
+    input: &HookInput<'_>,
+    warnings: &mut Vec<String>,
+) -> HookOutcome {
+    let outcome = commands.run_async(input).await;
+    record_hooks(outcome, monitor, audit, agent, warnings)
+}
+
+/// Hands the hooks' records to the monitors and the audit log, and their
+/// warnings to `warnings`.
+fn record_hooks(
+    outcome: HookOutcome,
+    monitor: &SharedMonitor,
+    audit: &AuditLog,
+    agent: &AgentId,
+    warnings: &mut Vec<String>,
+) -> HookOutcome {
     for record in &outcome.records {
         monitor.hook(agent, record);
         audit.record(AuditEntry {
@@ -203,15 +228,22 @@ impl<'a> Toolbox<'a> {
 
     /// [`run_command_hooks`] with this agent's gate; a hook's `continue:
     /// false` stops the run at its next boundary.
-    fn command_hooks(&self, input: &HookInput<'_>, warnings: &mut Vec<String>) -> HookOutcome {
-        let outcome = run_command_hooks(
-            self.gate.commands,
-            self.gate.monitor,
-            self.gate.audit,
-            &self.agent,
-            input,
-            warnings,
-        );
+    /// In an async run the hooks run off the runtime's worker.
+    async fn command_hooks(
+        &self,
+        input: &HookInput<'_>,
+        warnings: &mut Vec<String>,
+    ) -> HookOutcome {
+        let (commands, monitor, audit) = (self.gate.commands, self.gate.monitor, self.gate.audit);
+        let outcome = match self.drive {
+            Drive::Blocking => {
+                run_command_hooks(commands, monitor, audit, &self.agent, input, warnings)
+            }
+            Drive::Async => {
+                run_command_hooks_async(commands, monitor, audit, &self.agent, input, warnings)
+                    .await
+            }
+        };
         if let Some(reason) = &outcome.stop {
             self.gate.guard.stop(reason.clone());
         }
@@ -292,7 +324,9 @@ impl<'a> Toolbox<'a> {
         if !self.gate.commands.has(HookEvent::PreToolUse) {
             return Ok(());
         }
-        let outcome = self.command_hooks(&HookInput::pre_tool_use(&self.agent, call), warnings);
+        let outcome = self
+            .command_hooks(&HookInput::pre_tool_use(&self.agent, call), warnings)
+            .await;
         if let Some(reason) = &outcome.stop {
             return Err(Admission::Refused(
                 refusal(format_args!("a PreToolUse hook stopped the run: {reason}")),
@@ -319,14 +353,21 @@ impl<'a> Toolbox<'a> {
 
     /// The settings' `PostToolUse` hooks after `call` ran: a block's reason
     /// and any context are appended to the result the model gets.
-    fn post_tool_use(&self, call: &ToolCall, output: &mut ToolOutput, warnings: &mut Vec<String>) {
+    async fn post_tool_use(
+        &self,
+        call: &ToolCall,
+        output: &mut ToolOutput,
+        warnings: &mut Vec<String>,
+    ) {
         if !self.gate.commands.has(HookEvent::PostToolUse) {
             return;
         }
-        let outcome = self.command_hooks(
-            &HookInput::post_tool_use(&self.agent, call, output),
-            warnings,
-        );
+        let outcome = self
+            .command_hooks(
+                &HookInput::post_tool_use(&self.agent, call, output),
+                warnings,
+            )
+            .await;
         let mut notes = Vec::new();
         if let HookVerdict::Block(reason) = &outcome.verdict {
             notes.push(format!("[PostToolUse hook: {reason}]"));
@@ -429,46 +470,53 @@ impl<'a> Toolbox<'a> {
         }
     }
 
-    /// After hooks, the after audit entry, and the record. The secrets are
-    /// hidden from the result before the hooks see it, and again from what
-    /// they made of it.
+    /// The in-process after hooks and the settings' `PostToolUse` hooks
+    /// of a call that ran. The secrets are hidden from the result before
+    /// the hooks see it, and again from what they made of it.
+    async fn after_ran(
+        &self,
+        call: &ToolCall,
+        output: &mut ToolOutput,
+        warnings: &mut Vec<String>,
+    ) {
+        self.redact(output);
+        let hook_call = HookCall {
+            agent: &self.agent,
+            call,
+        };
+        for hook in self.gate.hooks.iter() {
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                hook.after(&hook_call, output, &mut *warnings)
+            }));
+            let failure = match result {
+                Ok(Ok(())) => None,
+                Ok(Err(err)) => Some(err.to_string()),
+                Err(payload) => Some(format!("panicked: {}", panic_text(&*payload))),
+            };
+            if let Some(failure) = failure {
+                output.is_error = true;
+                output.content = format!(
+                    "{}\n[after hook {} failed: {failure}]",
+                    output.content,
+                    hook.name()
+                )
+                .into();
+                warnings.push(format!("after hook {} failed: {failure}", hook.name()));
+            }
+        }
+        self.post_tool_use(call, output, warnings).await;
+    }
+
+    /// The after audit entry and the record, the secrets hidden from the
+    /// result (a call that ran has been through [`Toolbox::after_ran`]).
     fn conclude(
         &self,
         call: &ToolCall,
         mut output: ToolOutput,
         decision: CallDecision,
-        ran: bool,
-        mut warnings: Vec<String>,
+        warnings: Vec<String>,
     ) -> Answer {
         self.redact(&mut output);
-        if ran {
-            let hook_call = HookCall {
-                agent: &self.agent,
-                call,
-            };
-            for hook in self.gate.hooks.iter() {
-                let result = catch_unwind(AssertUnwindSafe(|| {
-                    hook.after(&hook_call, &output, &mut warnings)
-                }));
-                let failure = match result {
-                    Ok(Ok(())) => None,
-                    Ok(Err(err)) => Some(err.to_string()),
-                    Err(payload) => Some(format!("panicked: {}", panic_text(&*payload))),
-                };
-                if let Some(failure) = failure {
-                    output.is_error = true;
-                    output.content = format!(
-                        "{}\n[after hook {} failed: {failure}]",
-                        output.content,
-                        hook.name()
-                    )
-                    .into();
-                    warnings.push(format!("after hook {} failed: {failure}", hook.name()));
-                }
-            }
-            self.post_tool_use(call, &mut output, &mut warnings);
-            self.redact(&mut output);
-        }
         self.audit(call, Phase::After, Some((decision, output.is_error)));
         let record = ToolRecord {
             name: call.name().to_owned(),
@@ -514,13 +562,14 @@ impl<'a> Toolbox<'a> {
             let mut warnings = Vec::new();
             match self.admit(call, &mut warnings).await {
                 Admission::Refused(output, decision) => {
-                    self.conclude(call, output, decision, false, warnings)
+                    self.conclude(call, output, decision, warnings)
                 }
                 Admission::Admitted(tool, decision) => {
                     self.running.insert(call.id().clone(), decision);
-                    let output = self.run_tool(tool.as_ref(), call, &span).await;
+                    let mut output = self.run_tool(tool.as_ref(), call, &span).await;
                     self.running.remove(call.id());
-                    self.conclude(call, output, decision, true, warnings)
+                    self.after_ran(call, &mut output, &mut warnings).await;
+                    self.conclude(call, output, decision, warnings)
                 }
             }
         }
@@ -557,8 +606,7 @@ impl<'a> Toolbox<'a> {
                 .await;
             match admission {
                 Admission::Refused(output, decision) => {
-                    let answer =
-                        span.in_scope(|| self.conclude(call, output, decision, false, warnings));
+                    let answer = span.in_scope(|| self.conclude(call, output, decision, warnings));
                     self.record_span(&span, &answer.record);
                     self.prepared.insert(call.id().clone(), answer);
                 }
@@ -606,7 +654,11 @@ impl<'a> Toolbox<'a> {
                 ))
             });
             self.running.remove(call.id());
-            let answer = span.in_scope(|| self.conclude(call, output, decision, true, warnings));
+            let (mut output, mut warnings) = (output, warnings);
+            self.after_ran(call, &mut output, &mut warnings)
+                .instrument(span.clone())
+                .await;
+            let answer = span.in_scope(|| self.conclude(call, output, decision, warnings));
             self.record_span(&span, &answer.record);
             self.prepared.insert(call.id().clone(), answer);
         }
@@ -816,7 +868,7 @@ impl Executor for Toolbox<'_> {
                     call.name(),
                     interrupt.text
                 ));
-                let answer = self.conclude(call, output, decision, false, Vec::new());
+                let answer = self.conclude(call, output, decision, Vec::new());
                 self.deliver(answer)
             } else {
                 let output = stopped_output(interrupt);
@@ -863,13 +915,7 @@ impl Toolbox<'_> {
         // A batch whose first call cannot start does not start at all.
         self.batches.remove(call.id());
         self.audit(call, Phase::Before, None);
-        let answer = self.conclude(
-            call,
-            output.clone(),
-            CallDecision::Stopped,
-            false,
-            Vec::new(),
-        );
+        let answer = self.conclude(call, output.clone(), CallDecision::Stopped, Vec::new());
         self.deliver(answer);
     }
 }

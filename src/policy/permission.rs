@@ -38,16 +38,20 @@ pub struct ApprovalRequest<'a> {
 /// Decides calls of tools that need approval. Shared by the parent and every child.
 ///
 /// A blocking run asks [`Approver::decide`]; an async run awaits
-/// [`Approver::decide_async`], whose default asks `decide`. An approver
-/// whose answer comes from elsewhere (a person on another machine, a
-/// durable promise) overrides `decide_async`, and the run waits for it
-/// without holding a thread.
+/// [`Approver::decide_async`], whose default asks `decide` at once, on
+/// the runtime's worker: right for an approver that answers at once
+/// ([`AllowAll`], [`DenyAll`], a rule). An approver whose answer comes
+/// from elsewhere (a person on another machine, a durable promise)
+/// overrides `decide_async`, and the run waits for it without holding a
+/// thread; one whose `decide` waits (a prompt, a blocking call) is given
+/// to an async run wrapped in [`OffWorker`], which asks it off the
+/// runtime's worker. [`AskTerminal`] does so itself.
 pub trait Approver: Send + Sync {
     /// Allow or deny one call.
     fn decide(&self, request: &ApprovalRequest<'_>) -> Decision;
 
     /// Allow or deny one call in an async run. The default asks
-    /// [`Approver::decide`] when called.
+    /// [`Approver::decide`] when called, on the caller's thread.
     fn decide_async<'a>(
         &'a self,
         request: &'a ApprovalRequest<'a>,
@@ -84,8 +88,9 @@ impl Approver for DenyAll {
 /// lines from stdin (`subloop chat`) and this prompt take turns on one
 /// buffer; a cancelled run (a Ctrl-C at the prompt) gives up the question
 /// and counts as "no".
+#[derive(Clone)]
 pub struct AskTerminal {
-    lock: Mutex<()>,
+    lock: Arc<Mutex<()>>,
     input: Arc<TerminalInput>,
     cancel: CancelHandle,
     watch: Option<PromptWatch>,
@@ -123,7 +128,7 @@ impl AskTerminal {
     /// up a question (denying the call) once `cancel` is cancelled.
     pub fn with_input(input: Arc<TerminalInput>, cancel: CancelHandle) -> Self {
         Self {
-            lock: Mutex::new(()),
+            lock: Arc::default(),
             input,
             cancel,
             watch: None,
@@ -199,6 +204,73 @@ impl Approver for AskTerminal {
             }
         }
     }
+
+    /// Asks off the runtime's worker: the prompt waits for a person.
+    fn decide_async<'a>(
+        &'a self,
+        request: &'a ApprovalRequest<'a>,
+    ) -> crate::run::BoxFuture<'a, Decision> {
+        decide_off_worker(self.clone(), request)
+    }
+}
+
+/// A blocking approver made fit for async runs: [`Approver::decide_async`]
+/// asks the wrapped approver's `decide` off the runtime's worker (on
+/// tokio's blocking pool inside a tokio runtime, else on a thread of its
+/// own), so a prompt or a slow call holds no worker while it waits.
+///
+/// ```
+/// use std::sync::Arc;
+/// use subloop::policy::permission::{AllowAll, OffWorker};
+/// let approver = Arc::new(OffWorker::new(AllowAll));
+/// # let _ = subloop::AgentBuilder::new(approver);
+/// ```
+#[derive(Debug)]
+pub struct OffWorker<A>(Arc<A>);
+
+impl<A> Clone for OffWorker<A> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<A: Approver + 'static> OffWorker<A> {
+    /// `approver`, asked off the worker in async runs.
+    pub fn new(approver: A) -> Self {
+        Self(Arc::new(approver))
+    }
+}
+
+impl<A: Approver + 'static> Approver for OffWorker<A> {
+    fn decide(&self, request: &ApprovalRequest<'_>) -> Decision {
+        self.0.decide(request)
+    }
+
+    fn decide_async<'a>(
+        &'a self,
+        request: &'a ApprovalRequest<'a>,
+    ) -> crate::run::BoxFuture<'a, Decision> {
+        decide_off_worker(self.clone(), request)
+    }
+}
+
+/// Asks `approver`'s `decide` about (a copy of) `request` off the worker.
+fn decide_off_worker<'a, A: Approver + Send + 'static>(
+    approver: A,
+    request: &ApprovalRequest<'_>,
+) -> crate::run::BoxFuture<'a, Decision> {
+    let (agent, call, action) = (
+        request.agent.clone(),
+        request.call.clone(),
+        request.action.to_owned(),
+    );
+    Box::pin(crate::run::offload::off_worker(move || {
+        approver.decide(&ApprovalRequest {
+            agent: &agent,
+            call: &call,
+            action: &action,
+        })
+    }))
 }
 
 /// An open prompt, told to the watcher; closed when dropped.

@@ -18,6 +18,7 @@ pub(crate) mod join;
 pub mod limits;
 pub mod model;
 pub mod monitor;
+pub(crate) mod offload;
 pub(crate) mod process;
 pub mod shutdown;
 pub mod telemetry;

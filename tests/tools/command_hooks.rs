@@ -13,8 +13,9 @@
 //! subloop; a decision that stands though a process the hook left holds
 //! its stdout; a key repeated in a hook's JSON; no process a hook started
 //! left once it ends; a hook started with no inherited descriptor, no
-//! capability and `no_new_privs`; and the library's `CommandHooks` under
-//! both drivers.
+//! capability and `no_new_privs`; the library's `CommandHooks` under
+//! both drivers; and, on a runtime with one worker, a hook or an approver
+//! that waits while another run completes.
 
 use crate::common;
 
@@ -1251,4 +1252,118 @@ fn a_program_cannot_plant_code_that_hooks_run() {
     let out = setup.run(read_and_run(), settings, &["--decision", "allow"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("-P"), "{}", text(&out.stderr));
+}
+
+/// On a runtime with one worker thread, a run whose `PreToolUse` hook
+/// waits (on a FIFO this test writes to) and a run whose approver waits
+/// (on a channel this test sends on) hold no worker: another run on the
+/// same runtime starts and ends meanwhile, and the waiting runs end once
+/// let go.
+#[test]
+fn a_waiting_hook_or_approver_holds_no_async_worker() {
+    use subloop::policy::permission::{ApprovalRequest, Approver, Decision, OffWorker};
+    use subloop::providers::scripted::ScriptedModel as Script;
+    use subloop::run::model::Blocking;
+    use subloop::tools::{RunMain, RunSettings};
+
+    /// Decides once the test says so.
+    struct Waiting(std::sync::Mutex<std::sync::mpsc::Receiver<Decision>>);
+    impl Approver for Waiting {
+        fn decide(&self, _request: &ApprovalRequest<'_>) -> Decision {
+            self.0
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(30))
+                .unwrap_or(Decision::Deny)
+        }
+    }
+
+    let setup = Setup::new("hooks-one-worker");
+    let fifo = setup.dir.path().join("go");
+    let started = setup.dir.path().join("started");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let settings = json!({"hooks": {"PreToolUse": [{"matcher": "read_file", "hooks": [
+        command(&format!("touch '{}'; cat '{}' > /dev/null; exit 0", started.display(), fifo.display()))
+    ]}]}});
+    let hooked = AgentBuilder::new(Arc::new(AllowAll))
+        .read_only_tool(ReadFile::new(setup.ws.path(), ReadFile::DEFAULT_LIMIT).expect("read_file"))
+        .expect("registry")
+        .command_hooks(
+            CommandHooks::parse(&settings.to_string(), "test")
+                .expect("settings")
+                .workspace(setup.ws.path()),
+        )
+        .build();
+    let (decide, decision) = std::sync::mpsc::channel();
+    let asking = AgentBuilder::new(Arc::new(OffWorker::new(Waiting(std::sync::Mutex::new(
+        decision,
+    )))))
+    .tool(RunMain::new(setup.ws.path(), RunSettings::default()).expect("run_main"))
+    .expect("registry")
+    .build();
+    let free = AgentBuilder::new(Arc::new(AllowAll)).build();
+    let script = |call: Option<(&str, Value)>| {
+        let mut replies = Vec::new();
+        if let Some((name, input)) = call {
+            replies.push(Ok(ModelResponse::tool_calls([("c1", name, input)])));
+        }
+        replies.push(Ok(ModelResponse::answer("done")));
+        Blocking(Script::new(replies))
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let budget = || Budget::new(4).expect("budget");
+        let mut hooked_model = script(Some(("read_file", json!({"path": "main.py"}))));
+        let hooked =
+            tokio::spawn(
+                async move { hooked.run_async("read", budget(), &mut hooked_model).await },
+            );
+        let mut asking_model = script(Some(("run_main", json!({}))));
+        let asking =
+            tokio::spawn(async move { asking.run_async("run", budget(), &mut asking_model).await });
+        // The hook has started and waits on the FIFO; the approver waits on
+        // the channel.
+        let until = Instant::now() + Duration::from_secs(30);
+        while !started.exists() && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(started.exists(), "the hook did not start");
+        // Another run on the same (only) worker starts and ends meanwhile.
+        let mut free_model = script(None);
+        let report = tokio::time::timeout(
+            Duration::from_secs(20),
+            free.run_async("q", budget(), &mut free_model),
+        )
+        .await
+        .expect("the free run ended while the others waited")
+        .expect("run");
+        assert_eq!(report.outcome.text, "done");
+        assert!(!hooked.is_finished() && !asking.is_finished());
+        // Let them go.
+        decide.send(Decision::Allow).unwrap();
+        let fifo = fifo.clone();
+        tokio::task::spawn_blocking(move || std::fs::write(fifo, "go\n"))
+            .await
+            .unwrap()
+            .unwrap();
+        for (waited, decision) in [(hooked, "not_required"), (asking, "allowed")] {
+            let report = tokio::time::timeout(Duration::from_secs(20), waited)
+                .await
+                .expect("the run ended once let go")
+                .unwrap()
+                .expect("run");
+            assert_eq!(report.outcome.status, StatusKind::Answered);
+            assert_eq!(report.tools.len(), 1);
+            assert_eq!(
+                report.tools[0].decision.as_str(),
+                decision,
+                "{:?}",
+                report.tools
+            );
+        }
+    });
 }

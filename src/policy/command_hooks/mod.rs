@@ -249,7 +249,19 @@ impl CommandHooks {
     /// Runs the hooks of `input`'s event whose matcher matches, in the
     /// order written, until one blocks, denies, fails closed or stops the
     /// run; returns what they decided together, with a record of each.
+    /// Each hook runs on this thread.
     pub(crate) fn run(&self, input: &HookInput<'_>) -> HookOutcome {
+        crate::run::driver::block_on(self.run_each(input, false))
+    }
+
+    /// [`CommandHooks::run`] for an async run: each hook runs and is waited
+    /// for off the runtime's worker (on tokio's blocking pool, or a thread
+    /// of its own), so a hook that waits holds no worker.
+    pub(crate) async fn run_async(&self, input: &HookInput<'_>) -> HookOutcome {
+        self.run_each(input, true).await
+    }
+
+    async fn run_each(&self, input: &HookInput<'_>, off_worker: bool) -> HookOutcome {
         let mut outcome = HookOutcome::default();
         if !self.has(input.event) {
             return outcome;
@@ -265,14 +277,24 @@ impl CommandHooks {
         let stdin = self.input_json(input).to_string().into_bytes();
         let env = process::environment(&self.workspace);
         for hook in matching {
-            let ran = process::run(
-                &hook.command,
-                stdin.clone(),
-                &self.workspace,
-                &env,
-                hook.timeout,
-                &self.programs,
-            );
+            let ran = if off_worker {
+                let (command, stdin, workspace) =
+                    (hook.command.clone(), stdin.clone(), self.workspace.clone());
+                let (env, timeout, programs) = (env.clone(), hook.timeout, self.programs.clone());
+                crate::run::offload::off_worker(move || {
+                    process::run(&command, stdin, &workspace, &env, timeout, &programs)
+                })
+                .await
+            } else {
+                process::run(
+                    &hook.command,
+                    stdin.clone(),
+                    &self.workspace,
+                    &env,
+                    hook.timeout,
+                    &self.programs,
+                )
+            };
             let judged = output::judge(input.event, &hook.command, hook.fail_open, &ran);
             outcome.records.push(HookRecord {
                 event: input.event,
