@@ -192,8 +192,7 @@ impl Approver for AskTerminal {
             return Decision::Deny;
         }
         drop(stderr);
-        let cancel = &self.cancel;
-        match self.input.read_line(&|| cancel.is_cancelled()) {
+        match self.input.read_line(Some(&self.cancel)) {
             LineRead::Line(line) if is_yes(&line) => Decision::Allow,
             LineRead::Line(_) | LineRead::Failed(_) => Decision::Deny,
             LineRead::End | LineRead::Stopped => {

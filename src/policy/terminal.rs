@@ -8,12 +8,11 @@
 //! at a time, and a read can be given up when a run is cancelled (a Ctrl-C
 //! at the approval prompt).
 
-use std::io::{self, BufRead, Read};
+use std::io::{self, BufRead, Read, Write};
+use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-/// How often a read that may be given up looks at its stop condition.
-const POLL: Duration = Duration::from_millis(50);
+use crate::run::limits::CancelHandle;
 
 /// What one [`TerminalInput::read_line`] gave.
 #[derive(Debug)]
@@ -97,15 +96,25 @@ impl TerminalInput {
         TerminalLines::new(self)
     }
 
-    /// The next line. `stop` is asked about every few tens of milliseconds
-    /// while nothing has come (only for a file descriptor; a reader is read
-    /// as it is): when it says `true`, the read gives up with
-    /// [`LineRead::Stopped`].
-    pub(crate) fn read_line(&self, stop: &dyn Fn() -> bool) -> LineRead {
+    /// The next line. With `cancel`, a read from a file descriptor waits
+    /// on the descriptor and on the cancel together (no timeout): once
+    /// the handle is cancelled, the read gives up with
+    /// [`LineRead::Stopped`]. A reader is read as it is.
+    pub(crate) fn read_line(&self, cancel: Option<&CancelHandle>) -> LineRead {
         let mut inner = self
             .inner
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
+        // Woken by the cancel: a pipe it writes a byte to.
+        let wake = cancel.and_then(|cancel| {
+            let (reader, writer) = io::pipe().ok()?;
+            let writer = Arc::new(writer);
+            let registration = cancel.on_cancel(move || {
+                let _ = (&*writer).write(&[1]);
+            });
+            Some((reader, registration))
+        });
+        let stopped = || cancel.is_some_and(CancelHandle::is_cancelled);
         loop {
             if let Some(end) = inner.bytes.iter().position(|&byte| byte == b'\n') {
                 let rest = inner.bytes.split_off(end + 1);
@@ -117,17 +126,20 @@ impl TerminalInput {
                 }
                 return LineRead::Line(std::mem::take(&mut inner.bytes));
             }
-            if stop() {
+            if stopped() {
                 return LineRead::Stopped;
             }
             let mut chunk = [0u8; 4096];
             let read = match &mut inner.source {
                 Source::Reader(reader) => reader.read(&mut chunk),
-                Source::Fd(fd) => match wait_readable(*fd) {
-                    Ok(false) => continue,
-                    Ok(true) => read_fd(*fd, &mut chunk),
-                    Err(err) => Err(err),
-                },
+                Source::Fd(fd) => {
+                    let woken = wake.as_ref().map(|(reader, _)| reader.as_raw_fd());
+                    match wait_readable(*fd, woken) {
+                        Ok(false) => continue,
+                        Ok(true) => read_fd(*fd, &mut chunk),
+                        Err(err) => Err(err),
+                    }
+                }
             };
             match read {
                 Ok(0) => inner.ended = true,
@@ -143,18 +155,25 @@ impl TerminalInput {
     }
 }
 
-/// Whether `fd` has something to read (or its end) within [`POLL`].
-fn wait_readable(fd: libc::c_int) -> io::Result<bool> {
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let timeout = libc::c_int::try_from(POLL.as_millis()).unwrap_or(50);
-    // SAFETY: one valid pollfd on the stack.
-    match unsafe { libc::poll(&mut poll, 1, timeout) } {
+/// Waits, with no timeout, until `fd` has something to read (or its end):
+/// true; or until `woken` (the cancel's pipe) has: false.
+fn wait_readable(fd: libc::c_int, woken: Option<libc::c_int>) -> io::Result<bool> {
+    let mut polls = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: woken.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: valid pollfds on the stack (a negative descriptor is skipped).
+    match unsafe { libc::poll(polls.as_mut_ptr(), 2, -1) } {
+        n if n > 0 => Ok(polls[0].revents != 0),
         0 => Ok(false),
-        n if n > 0 => Ok(true),
         _ => {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {
@@ -208,7 +227,7 @@ impl BufRead for TerminalLines {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.at >= self.line.len() {
             self.at = 0;
-            self.line = match self.input.read_line(&|| false) {
+            self.line = match self.input.read_line(None) {
                 LineRead::Line(line) => line,
                 LineRead::End | LineRead::Stopped => Vec::new(),
                 LineRead::Failed(err) => return Err(err),
@@ -234,13 +253,33 @@ mod tests {
         lines.read_until(b'\n', &mut line).expect("read");
         assert_eq!(line, b"first\n");
         // The other reader (the approval prompt) gets the very next line.
-        assert!(matches!(input.read_line(&|| false), LineRead::Line(l) if l == b"y\n"));
+        assert!(matches!(input.read_line(None), LineRead::Line(l) if l == b"y\n"));
         line.clear();
         lines.read_until(b'\n', &mut line).expect("read");
         assert_eq!(line, b"second");
         line.clear();
         assert_eq!(lines.read_until(b'\n', &mut line).expect("read"), 0);
-        assert!(matches!(input.read_line(&|| false), LineRead::End));
+        assert!(matches!(input.read_line(None), LineRead::End));
+    }
+
+    /// A read waiting on an empty pipe is woken by the cancel, from
+    /// another thread: no timeout ends it.
+    #[test]
+    fn a_cancel_wakes_a_waiting_read() {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        let fd = std::os::fd::IntoRawFd::into_raw_fd(reader);
+        let input = TerminalInput::with_source(Source::Fd(fd));
+        let cancel = CancelHandle::new();
+        let cancelling = cancel.clone();
+        let canceller = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            cancelling.cancel();
+        });
+        assert!(matches!(input.read_line(Some(&cancel)), LineRead::Stopped));
+        canceller.join().expect("join");
+        drop(writer);
+        // SAFETY: the descriptor was taken from the pipe above and is closed once.
+        unsafe { libc::close(fd) };
     }
 
     #[test]
@@ -249,9 +288,11 @@ mod tests {
         let fd = std::os::fd::IntoRawFd::into_raw_fd(reader);
         let input = TerminalInput::with_source(Source::Fd(fd));
         std::io::Write::write_all(&mut writer, b"partial").expect("write");
-        assert!(matches!(input.read_line(&|| true), LineRead::Stopped));
+        let cancel = CancelHandle::new();
+        cancel.cancel();
+        assert!(matches!(input.read_line(Some(&cancel)), LineRead::Stopped));
         std::io::Write::write_all(&mut writer, b" line\n").expect("write");
-        let read = input.read_line(&|| false);
+        let read = input.read_line(None);
         assert!(matches!(read, LineRead::Line(l) if l == b"partial line\n"));
         // SAFETY: the descriptor was taken from the pipe above and is closed once.
         unsafe { libc::close(fd) };

@@ -139,6 +139,11 @@ impl CancelHandle {
         }
         registration
     }
+
+    /// A future that completes once the handle is cancelled.
+    pub fn cancelled(&self) -> Cancelled {
+        Cancelled(Raised::new(vec![Arc::clone(&self.0)]))
+    }
 }
 
 /// A flag that wakes what waits for it once raised: tasks (their wakers),
@@ -331,10 +336,9 @@ impl StopSignal {
     /// hook or its token budget (not at the deadline: race it with a
     /// timer at [`StopSignal::deadline`]).
     pub fn stopped(&self) -> Stopped {
-        Stopped {
-            signal: self.clone(),
-            registered: None,
-        }
+        Stopped(Raised::new(
+            self.notifiers().into_iter().map(Arc::clone).collect(),
+        ))
     }
 
     /// Waits `duration` on this thread, or less when the run stops first
@@ -359,48 +363,95 @@ impl StopSignal {
     }
 }
 
-/// The future [`StopSignal::stopped`] returns.
-#[derive(Debug)]
-pub struct Stopped {
-    signal: StopSignal,
-    registered: Option<[u64; 2]>,
+/// Completes once any of its flags is raised.
+struct Raised {
+    notifiers: Vec<Arc<Notifier>>,
+    /// Its waker's registration with each flag, once polled.
+    ids: Vec<u64>,
 }
 
-impl Future for Stopped {
+impl Raised {
+    fn new(notifiers: Vec<Arc<Notifier>>) -> Self {
+        Self {
+            notifiers,
+            ids: Vec::new(),
+        }
+    }
+
+    fn raised(&self) -> bool {
+        self.notifiers.iter().any(|notifier| notifier.is_raised())
+    }
+}
+
+impl Future for Raised {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
-        if self.signal.raised() {
+        if self.raised() {
             return Poll::Ready(());
         }
-        match self.registered {
-            Some(ids) => {
-                for (notifier, id) in self.signal.notifiers().into_iter().zip(ids) {
-                    notifier.update(id, context.waker());
-                }
-            }
-            None => {
-                let wake = Wake::Task(context.waker().clone());
-                let [cancel, halt] = self.signal.notifiers();
-                let ids = [cancel.add(wake.clone()), halt.add(wake)];
-                self.registered = Some(ids);
+        if self.ids.is_empty() {
+            let wake = Wake::Task(context.waker().clone());
+            let ids = self
+                .notifiers
+                .iter()
+                .map(|notifier| notifier.add(wake.clone()))
+                .collect();
+            self.ids = ids;
+        } else {
+            for (notifier, id) in self.notifiers.iter().zip(&self.ids) {
+                notifier.update(*id, context.waker());
             }
         }
-        // A stop between the first look and the registration is seen here.
-        if self.signal.raised() {
+        // A raise between the first look and the registration is seen here.
+        if self.raised() {
             return Poll::Ready(());
         }
         Poll::Pending
     }
 }
 
-impl Drop for Stopped {
+impl Drop for Raised {
     fn drop(&mut self) {
-        if let Some(ids) = self.registered {
-            for (notifier, id) in self.signal.notifiers().into_iter().zip(ids) {
-                notifier.remove(id);
-            }
+        for (notifier, id) in self.notifiers.iter().zip(&self.ids) {
+            notifier.remove(*id);
         }
+    }
+}
+
+/// The future [`StopSignal::stopped`] returns: woken by the stop, not polled.
+#[must_use = "a future does nothing unless awaited"]
+pub struct Stopped(Raised);
+
+impl std::fmt::Debug for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stopped").finish_non_exhaustive()
+    }
+}
+
+impl Future for Stopped {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.0).poll(context)
+    }
+}
+
+/// The future [`CancelHandle::cancelled`] returns: woken by the cancel, not polled.
+#[must_use = "a future does nothing unless awaited"]
+pub struct Cancelled(Raised);
+
+impl std::fmt::Debug for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancelled").finish_non_exhaustive()
+    }
+}
+
+impl Future for Cancelled {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.0).poll(context)
     }
 }
 

@@ -8,6 +8,7 @@
 //! This is process plumbing shared by the layers above (`tools`, `policy`);
 //! it holds no policy of its own.
 
+use std::os::fd::FromRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -104,6 +105,48 @@ impl Programs {
     /// Kills every program running now.
     pub fn kill_all(&self) {
         self.groups().kill_all();
+    }
+}
+
+/// Waits for `child` to exit until `deadline`: a timed wait on the
+/// child's pidfd (`poll(2)` with the time left), woken by the exit itself.
+/// `Ok(None)` when the deadline came first. Where the kernel has no pidfd
+/// (before Linux 5.3), it looks again every few milliseconds instead.
+pub(crate) fn wait_until(
+    child: &mut std::process::Child,
+    deadline: std::time::Instant,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    let pid = libc::pid_t::try_from(child.id()).unwrap_or(0);
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new
+    // descriptor, which the OwnedFd below owns.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let pidfd = i32::try_from(fd).ok().filter(|fd| *fd >= 0).map(|fd| {
+        // SAFETY: a descriptor just returned to us, owned by nothing else.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+    });
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match &pidfd {
+            Some(pidfd) => {
+                let mut poll = libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(pidfd),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // Rounded up, so the wait never ends just short of the deadline.
+                let millis = left.as_micros().div_ceil(1000);
+                let timeout = libc::c_int::try_from(millis).unwrap_or(libc::c_int::MAX);
+                // SAFETY: poll(2) on one descriptor we own; EINTR loops.
+                unsafe { libc::poll(&mut poll, 1, timeout) };
+            }
+            None => std::thread::sleep(left.min(std::time::Duration::from_millis(5))),
+        }
     }
 }
 

@@ -42,7 +42,7 @@ use super::{Capability, Tool, ToolContext};
 use crate::core::conversation::ToolOutput;
 use crate::core::error::SetupError;
 pub use crate::run::process::{ProcessGroups, Programs};
-use crate::run::process::{Registered, Watchdog, kill_group};
+use crate::run::process::{Registered, Watchdog, kill_group, wait_until};
 use crate::run::shutdown::Shutdown;
 use crate::tools::read_file::workspace_root;
 
@@ -352,20 +352,17 @@ impl RunMain {
 
         let deadline = Instant::now() + self.settings.timeout;
         let mut timed_out = false;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Ok(status),
-                Ok(None) if Instant::now() >= deadline => {
-                    timed_out = true;
-                    kill_group(group);
-                    break child.wait();
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(err) => {
-                    kill_group(group);
-                    let _ = child.wait();
-                    break Err(err);
-                }
+        let status = match wait_until(&mut child, deadline) {
+            Ok(Some(status)) => Ok(status),
+            Ok(None) => {
+                timed_out = true;
+                kill_group(group);
+                child.wait()
+            }
+            Err(err) => {
+                kill_group(group);
+                let _ = child.wait();
+                Err(err)
             }
         };
         drop(slot);

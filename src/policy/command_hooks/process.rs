@@ -16,12 +16,11 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::run::harden::{self, PidNamespace};
-use crate::run::process::{Programs, Registered, Watchdog, kill_group};
+use crate::run::process::{Programs, Registered, Watchdog, kill_group, wait_until};
 
 /// How long, after the hook ended, its stdout and stderr may take to
 /// reach end-of-file (a process it left behind may hold them open).
@@ -152,21 +151,17 @@ pub(crate) fn run(
     });
     let stdout = child.stdout.take().map(capture);
     let stderr = child.stderr.take().map(capture);
-    let deadline = started + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break Ok(status),
-            Ok(None) if Instant::now() >= deadline => {
-                ran.timed_out = true;
-                kill_group(group);
-                break child.wait();
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(2)),
-            Err(err) => {
-                kill_group(group);
-                let _ = child.wait();
-                break Err(err);
-            }
+    let status = match wait_until(&mut child, started + timeout) {
+        Ok(Some(status)) => Ok(status),
+        Ok(None) => {
+            ran.timed_out = true;
+            kill_group(group);
+            child.wait()
+        }
+        Err(err) => {
+            kill_group(group);
+            let _ = child.wait();
+            Err(err)
         }
     };
     drop(slot);
@@ -206,38 +201,46 @@ struct Captured {
 /// A pipe being read on a thread of its own; see [`capture`].
 struct Capture {
     result: mpsc::Receiver<Captured>,
-    /// Tells the thread to stop reading (the grace is over).
-    stop: Arc<AtomicBool>,
+    /// Dropped to tell the thread to stop reading (the grace is over):
+    /// the thread waits on the other end of this pipe too.
+    stop: Option<std::io::PipeWriter>,
 }
-
-/// How long the reading thread waits for the pipe at a time before it
-/// looks whether it was told to stop.
-const POLL_MS: libc::c_int = 20;
 
 /// A pipe read on its own thread up to [`HOOK_OUTPUT_CAP`]; the rest is
 /// read, counted and dropped. The result comes once the pipe closes, or
 /// once the thread is told to stop, with what was read by then (the thread
-/// does not outlive the run, whoever holds the pipe open).
+/// does not outlive the run, whoever holds the pipe open). The thread
+/// waits on both the pipe and the stop, with no timeout: nothing polls.
 fn capture(mut pipe: impl Read + AsRawFd + Send + 'static) -> Capture {
     let (sender, result) = mpsc::channel();
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopped = Arc::clone(&stop);
+    let Ok((told, stop)) = std::io::pipe() else {
+        // No descriptor left for the stop: the output is not read (the
+        // pipe closes, and the hook's output counts as cut short).
+        drop(pipe);
+        let _ = sender.send(Captured::default());
+        return Capture { result, stop: None };
+    };
     std::thread::spawn(move || {
         let mut captured = Captured::default();
         let mut chunk = vec![0u8; 64 * 1024];
         let mut draining = false;
         loop {
-            if !draining && stopped.load(Ordering::SeqCst) {
-                // One last pass over what is in the pipe now, without waiting.
-                draining = true;
-            }
-            let mut poll = libc::pollfd {
-                fd: pipe.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: poll(2) on one descriptor we own, for the duration of the call.
-            let ready = unsafe { libc::poll(&mut poll, 1, if draining { 0 } else { POLL_MS }) };
+            let mut polls = [
+                libc::pollfd {
+                    fd: pipe.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: told.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let count = if draining { 1 } else { 2 };
+            // SAFETY: poll(2) on descriptors we own, for the duration of the call.
+            let ready =
+                unsafe { libc::poll(polls.as_mut_ptr(), count, if draining { 0 } else { -1 }) };
             if ready < 0 {
                 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                     continue;
@@ -245,7 +248,13 @@ fn capture(mut pipe: impl Read + AsRawFd + Send + 'static) -> Capture {
                 captured.closed = true;
                 break;
             }
-            if ready == 0 {
+            let [output, stopped] = polls;
+            if !draining && stopped.revents != 0 {
+                // One last pass over what is in the pipe now, without waiting.
+                draining = true;
+                continue;
+            }
+            if output.revents == 0 {
                 if draining {
                     break;
                 }
@@ -279,7 +288,10 @@ fn capture(mut pipe: impl Read + AsRawFd + Send + 'static) -> Capture {
         }
         let _ = sender.send(captured);
     });
-    Capture { result, stop }
+    Capture {
+        result,
+        stop: Some(stop),
+    }
 }
 
 /// What a pipe gave, waiting for it to close until `grace` (a descendant
@@ -298,7 +310,7 @@ fn collect(capture: Option<Capture>, grace: Instant) -> Captured {
     {
         return captured;
     }
-    capture.stop.store(true, Ordering::SeqCst);
+    drop(capture.stop);
     capture.result.recv().unwrap_or_default()
 }
 

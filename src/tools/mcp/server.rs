@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::McpError;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
@@ -117,6 +117,10 @@ impl std::fmt::Debug for ExitNotice {
 struct State {
     stderr: Mutex<VecDeque<String>>,
     exited: Mutex<Option<String>>,
+    /// Wakes a blocking wait for the exit (see [`State::note_exit`]).
+    exit_noted: std::sync::Condvar,
+    /// Wakes an async wait for the exit.
+    exit_notify: tokio::sync::Notify,
     list_changed: AtomicBool,
     shutting_down: AtomicBool,
     /// Wakes the server's task when its tool list changed (async servers
@@ -135,6 +139,13 @@ impl State {
             let joined: Vec<&str> = lines.iter().map(String::as_str).collect();
             format!("; its last stderr lines: {}", joined.join(" | "))
         }
+    }
+
+    /// Notes how the server exited and wakes whoever waits for it.
+    fn note_exit(&self, message: String) {
+        *self.exited.lock().unwrap_or_else(|p| p.into_inner()) = Some(message);
+        self.exit_noted.notify_all();
+        self.exit_notify.notify_waiters();
     }
 
     fn exit_message(&self) -> Option<String> {
@@ -213,6 +224,8 @@ pub(crate) struct Starting {
     state: Arc<State>,
     thread: std::thread::JoinHandle<()>,
     ready: std::sync::mpsc::Receiver<Ready>,
+    /// Sends the cancel's answer to [`Starting::wait`].
+    cancelled: std::sync::mpsc::Sender<Ready>,
     timeout: Duration,
 }
 
@@ -235,6 +248,7 @@ impl McpServer {
         let state = Arc::new(State::default());
         let (jobs, receiver) = tokio::sync::mpsc::unbounded_channel();
         let (ready_tx, ready) = std::sync::mpsc::channel();
+        let cancelled = ready_tx.clone();
         let thread_state = Arc::clone(&state);
         let name = config.name.clone();
         let config = config.clone();
@@ -264,6 +278,7 @@ impl McpServer {
             state,
             thread,
             ready,
+            cancelled,
             timeout,
         }
     }
@@ -336,16 +351,17 @@ impl McpServer {
 
     /// [`McpServer::gone`], waiting on the runtime's timer.
     async fn gone_async(&self) -> CallOutcome {
-        let deadline = Instant::now() + Duration::from_millis(300);
-        let status = loop {
-            if let Some(exit) = self.state.exit_message() {
-                break exit;
-            }
-            if Instant::now() >= deadline {
-                break "it closed its connection".to_owned();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        // Woken when the exit is noted; registered before the first look.
+        let noted = self.state.exit_notify.notified();
+        tokio::pin!(noted);
+        noted.as_mut().enable();
+        if self.state.exit_message().is_none() {
+            let _ = tokio::time::timeout(Duration::from_millis(300), noted).await;
+        }
+        let status = self
+            .state
+            .exit_message()
+            .unwrap_or_else(|| "it closed its connection".to_owned());
         CallOutcome::Exited {
             status,
             stderr: self.state.stderr_tail(),
@@ -429,16 +445,18 @@ impl McpServer {
     /// The server is gone: how it ended, with its last stderr lines.
     fn gone(&self) -> CallOutcome {
         // The exit is noted by the server's thread; give it a moment.
-        let deadline = Instant::now() + Duration::from_millis(300);
-        let status = loop {
-            if let Some(exit) = self.state.exit_message() {
-                break exit;
-            }
-            if Instant::now() >= deadline {
-                break "it closed its connection".to_owned();
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
+        let exited = self.state.exited.lock().unwrap_or_else(|p| p.into_inner());
+        let (exited, _) = self
+            .state
+            .exit_noted
+            .wait_timeout_while(exited, Duration::from_millis(300), |exited| {
+                exited.is_none()
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        let status = exited
+            .clone()
+            .unwrap_or_else(|| "it closed its connection".to_owned());
+        drop(exited);
         CallOutcome::Exited {
             status,
             stderr: self.state.stderr_tail(),
@@ -451,16 +469,16 @@ impl Starting {
     /// cancelled run (Ctrl-C) stops the wait.
     pub fn wait(self, cancel: &CancelHandle) -> Result<(McpServer, Vec<RemoteTool>), McpError> {
         let name = self.name.clone();
-        let deadline = Instant::now() + self.timeout;
-        let ready = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.ready.recv_timeout(left.min(Duration::from_millis(50))) {
-                Ok(ready) => break Ok(ready),
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-                    if !left.is_zero() && !cancel.is_cancelled() => {}
-                Err(err) => break Err(err),
-            }
-        };
+        // A cancel answers the wait itself, at once.
+        let (answer, cancelled_name) = (self.cancelled, name.clone());
+        let _cancel = cancel.on_cancel(move || {
+            let _ = answer.send(Err(McpError::Failed {
+                name: cancelled_name.clone(),
+                message: "the run was cancelled while it started".to_owned(),
+                stderr: String::new(),
+            }));
+        });
+        let ready = self.ready.recv_timeout(self.timeout);
         let stop = Stopper {
             jobs: Some(self.jobs.clone()),
             thread: Some(self.thread),
@@ -504,11 +522,7 @@ impl StartingAsync {
             jobs: Some(self.jobs.clone()),
             thread: None,
         };
-        let cancelled = async {
-            while !cancel.is_cancelled() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
+        let cancelled = cancel.cancelled();
         let ready = tokio::select! {
             ready = tokio::time::timeout(self.timeout, self.ready) => ready,
             () = cancelled => {
@@ -704,7 +718,7 @@ async fn serve(
             Ok(status) => status.to_string(),
             Err(err) => format!("it could not be waited for: {err}"),
         };
-        *exit_state.exited.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.clone());
+        exit_state.note_exit(message.clone());
         if !exit_state.shutting_down.load(Ordering::SeqCst) {
             // Its last stderr lines may still be on their way.
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -829,14 +843,7 @@ async fn call(
 ) -> CallOutcome {
     let params = CallToolRequestParams::new(tool).with_arguments(arguments);
     let request = peer.call_tool(params);
-    let cancelled = async {
-        loop {
-            if cancel.is_cancelled() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let cancelled = cancel.cancelled();
     // Leaving the request unfinished drops it, which sends the server
     // `notifications/cancelled` for it.
     tokio::select! {
