@@ -298,6 +298,14 @@ fn silent_server() -> (String, std::sync::mpsc::Receiver<()>) {
     (url, receiver)
 }
 
+/// The ids of this process's threads.
+fn tids() -> std::collections::HashSet<libc::pid_t> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 fn live_config(url: &str) -> subloop::providers::anthropic::LiveConfig {
     let mut config = subloop::providers::anthropic::LiveConfig::new(
         subloop::providers::http::ApiKey::new("test-key-not-secret"),
@@ -333,21 +341,21 @@ fn cancelling_a_request_in_flight_wakes_it_without_a_thread_or_a_poll() {
     let slot = StopSlot::default();
     let _ = slot.set(agent.stop_signal());
     let mut model = AnthropicModel::with_stop(Arc::clone(&client), slot);
-    let before = counts();
+    let before = tids();
     let (ended, finished) = std::sync::mpsc::channel();
+    let (tid, run_tid) = std::sync::mpsc::channel();
     let run = std::thread::spawn(move || {
+        // SAFETY: gettid(2) has no preconditions.
+        let _ = tid.send(unsafe { libc::gettid() });
         let report = agent.run("q", Budget::new(2).unwrap(), &mut model).unwrap();
         let at = std::time::Instant::now();
         let _ = ended.send((at, report.outcome.status, report.outcome.text.clone()));
     });
     arrived.recv_timeout(Duration::from_secs(30)).unwrap();
     // The run's thread and nothing more: no worker waits for the request.
-    let waiting = counts();
-    assert_eq!(
-        waiting.threads,
-        before.threads + 1,
-        "{before:?} {waiting:?}"
-    );
+    let run_tid = run_tid.recv().unwrap();
+    let added: Vec<_> = tids().difference(&before).copied().collect();
+    assert_eq!(added, [run_tid], "threads added while the request waits");
     let cancelled = std::time::Instant::now();
     cancel.cancel();
     let (at, status, text) = finished.recv_timeout(Duration::from_secs(30)).unwrap();
@@ -371,25 +379,23 @@ fn cancelling_a_request_in_flight_wakes_it_without_a_thread_or_a_poll() {
     let slot = StopSlot::default();
     let _ = slot.set(agent.stop_signal());
     let mut model = AsyncAnthropicModel::with_stop(client, slot);
-    let before = counts();
+    let before = tids();
     let canceller = std::thread::spawn(move || {
         arrived.recv_timeout(Duration::from_secs(30)).unwrap();
-        let waiting = counts();
+        let added: Vec<_> = tids().difference(&before).copied().collect();
+        // SAFETY: gettid(2) has no preconditions.
+        let me = unsafe { libc::gettid() };
         let cancelled = std::time::Instant::now();
         cancel.cancel();
-        (waiting, cancelled)
+        (added, me, cancelled)
     });
     let report = runtime
         .block_on(agent.run_async("q", Budget::new(2).unwrap(), &mut model))
         .unwrap();
     let at = std::time::Instant::now();
-    let (waiting, cancelled) = canceller.join().unwrap();
+    let (added, canceller, cancelled) = canceller.join().unwrap();
     // The canceller's thread and nothing more (the runtime is this thread).
-    assert_eq!(
-        waiting.threads,
-        before.threads + 1,
-        "{before:?} {waiting:?}"
-    );
+    assert_eq!(added, [canceller], "threads added while the request waits");
     let not_blocking = Ended {
         after_cancel: at.duration_since(cancelled),
         status: report.outcome.status,

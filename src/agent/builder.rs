@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use thiserror::Error;
 
-use crate::agent::executor::run_command_hooks;
 use crate::agent::executor::{Drive, Gate, Toolbox};
+use crate::agent::executor::{run_command_hooks, run_command_hooks_async};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
@@ -408,7 +408,7 @@ impl Agent {
     ) -> Result<RunReport, InputError> {
         Conversation::start(question, budget)?;
         let mut agent = self;
-        let question = agent.open_session("startup", Some(question))?;
+        let question = block_on(agent.open_session("startup", Some(question), Drive::Blocking))?;
         let conversation = agent.configure(Conversation::new(&question, budget)?);
         let mut model = Blocking(model);
         Ok(block_on(agent.drive(
@@ -443,7 +443,9 @@ impl Agent {
     {
         Conversation::start(question, budget)?;
         let mut agent = self;
-        let question = agent.open_session("startup", Some(question))?;
+        let question = agent
+            .open_session("startup", Some(question), Drive::Async)
+            .await?;
         let conversation = agent.configure(Conversation::new(&question, budget)?);
         Ok(agent.drive(conversation, 0, model, Drive::Async).await)
     }
@@ -455,7 +457,7 @@ impl Agent {
     pub fn resume(self, point: ResumePoint, model: &mut dyn Model) -> RunReport {
         let mut agent = self;
         let (conversation, sent) = agent.restore(point);
-        let _ = agent.open_session("resume", None);
+        let _ = block_on(agent.open_session("resume", None, Drive::Blocking));
         let mut model = Blocking(model);
         block_on(agent.drive(conversation, sent, &mut model, Drive::Blocking))
     }
@@ -467,25 +469,29 @@ impl Agent {
     {
         let mut agent = self;
         let (conversation, sent) = agent.restore(point);
-        let _ = agent.open_session("resume", None);
+        let _ = agent.open_session("resume", None, Drive::Async).await;
         agent.drive(conversation, sent, model, Drive::Async).await
     }
 
     /// Runs the parent's command hooks of `event` for `input`; warnings
-    /// go to `warnings`.
-    fn parent_hooks(
+    /// go to `warnings`. In an async run they run off the worker.
+    async fn parent_hooks(
         &self,
         input: &HookInput<'_>,
         warnings: &mut Vec<String>,
+        drive: Drive,
     ) -> crate::policy::command_hooks::HookOutcome {
-        run_command_hooks(
-            &self.shared.commands,
-            &self.shared.monitor,
-            &self.shared.audit,
-            &AgentId::Parent,
-            input,
-            warnings,
-        )
+        let shared = &self.shared;
+        let (commands, monitor, audit) = (&shared.commands, &shared.monitor, &shared.audit);
+        match drive {
+            Drive::Blocking => {
+                run_command_hooks(commands, monitor, audit, &AgentId::Parent, input, warnings)
+            }
+            Drive::Async => {
+                run_command_hooks_async(commands, monitor, audit, &AgentId::Parent, input, warnings)
+                    .await
+            }
+        }
     }
 
     /// Runs the settings' `UserPromptSubmit` hooks on `question`, a
@@ -496,23 +502,27 @@ impl Agent {
     /// monitors and audit log, their warnings to the report.
     pub fn submit_prompt(&mut self, question: &str) -> Result<String, InputError> {
         let mut warnings = Vec::new();
-        let asked = self.prompt_hooks(question, &mut warnings);
+        let asked = block_on(self.prompt_hooks(question, &mut warnings, Drive::Blocking));
         self.keep_warnings(warnings);
         asked
     }
 
-    fn prompt_hooks(
+    async fn prompt_hooks(
         &self,
         question: &str,
         warnings: &mut Vec<String>,
+        drive: Drive,
     ) -> Result<String, InputError> {
         if !self.shared.commands.has(HookEvent::UserPromptSubmit) {
             return Ok(question.to_owned());
         }
-        let outcome = self.parent_hooks(
-            &HookInput::user_prompt_submit(&AgentId::Parent, question),
-            warnings,
-        );
+        let outcome = self
+            .parent_hooks(
+                &HookInput::user_prompt_submit(&AgentId::Parent, question),
+                warnings,
+                drive,
+            )
+            .await;
         if let Some(reason) = outcome.stop {
             return Err(InputError::PromptBlocked(reason));
         }
@@ -542,14 +552,22 @@ impl Agent {
     /// the question to ask, their context appended, or the block. A
     /// resumed run's question is already asked, so context for it is
     /// left out with a warning.
-    fn open_session(&mut self, source: &str, question: Option<&str>) -> Result<String, InputError> {
+    async fn open_session(
+        &mut self,
+        source: &str,
+        question: Option<&str>,
+        drive: Drive,
+    ) -> Result<String, InputError> {
         let mut warnings = Vec::new();
         let mut context = Vec::new();
         if self.shared.commands.has(HookEvent::SessionStart) {
-            let outcome = self.parent_hooks(
-                &HookInput::session_start(&AgentId::Parent, source),
-                &mut warnings,
-            );
+            let outcome = self
+                .parent_hooks(
+                    &HookInput::session_start(&AgentId::Parent, source),
+                    &mut warnings,
+                    drive,
+                )
+                .await;
             if let Some(reason) = outcome.stop {
                 self.shared.guard.stop(reason);
             }
@@ -565,13 +583,17 @@ impl Agent {
                 }
                 Ok(String::new())
             }
-            Some(question) => self.prompt_hooks(question, &mut warnings).map(|asked| {
-                if context.is_empty() {
-                    asked
-                } else {
-                    format!("{asked}\n\n{}", context.join("\n\n"))
-                }
-            }),
+            Some(question) => {
+                self.prompt_hooks(question, &mut warnings, drive)
+                    .await
+                    .map(|asked| {
+                        if context.is_empty() {
+                            asked
+                        } else {
+                            format!("{asked}\n\n{}", context.join("\n\n"))
+                        }
+                    })
+            }
         };
         self.keep_warnings(warnings);
         asked
@@ -657,7 +679,9 @@ impl Agent {
             self.parent_hooks(
                 &HookInput::session_end(&agent, outcome.status.as_str()),
                 &mut texts,
-            );
+                drive,
+            )
+            .await;
             for text in texts {
                 self.shared.monitor.warning(&agent, &text);
                 warnings.push(Warning {

@@ -234,8 +234,18 @@ impl<'a> Toolbox<'a> {
         input: &HookInput<'_>,
         warnings: &mut Vec<String>,
     ) -> HookOutcome {
+        let outcome = self.run_hooks(input, warnings).await;
+        if let Some(reason) = &outcome.stop {
+            self.gate.guard.stop(reason.clone());
+        }
+        outcome
+    }
+
+    /// The settings' hooks for `input`, recorded: on this thread in a
+    /// blocking run, off the runtime's worker in an async one.
+    async fn run_hooks(&self, input: &HookInput<'_>, warnings: &mut Vec<String>) -> HookOutcome {
         let (commands, monitor, audit) = (self.gate.commands, self.gate.monitor, self.gate.audit);
-        let outcome = match self.drive {
+        match self.drive {
             Drive::Blocking => {
                 run_command_hooks(commands, monitor, audit, &self.agent, input, warnings)
             }
@@ -243,11 +253,60 @@ impl<'a> Toolbox<'a> {
                 run_command_hooks_async(commands, monitor, audit, &self.agent, input, warnings)
                     .await
             }
-        };
-        if let Some(reason) = &outcome.stop {
-            self.gate.guard.stop(reason.clone());
         }
-        outcome
+    }
+
+    /// The settings' `Stop` hooks (`SubagentStop` for a child): a block
+    /// sends the agent on with its reason while the budget allows.
+    async fn review(&mut self, call: u32, answer: &str, calls_left: bool) -> Option<String> {
+        let input = HookInput::stop(&self.agent, call, answer, self.stop_hook_active);
+        if !self.gate.commands.has(input.event()) {
+            return None;
+        }
+        let mut warnings = Vec::new();
+        // `continue: false` here only lets the agent finish, as it would.
+        let outcome = self.run_hooks(&input, &mut warnings).await;
+        let message = match outcome.verdict {
+            HookVerdict::Block(reason) if outcome.stop.is_none() => Some(reason),
+            _ => None,
+        };
+        let message = match message {
+            Some(message) if calls_left => {
+                self.stop_hook_active = true;
+                Some(message)
+            }
+            Some(message) => {
+                warnings.push(format!(
+                    "a {} hook asked to go on ({message}), but no model call is left; the answer stands",
+                    input.event()
+                ));
+                None
+            }
+            None => None,
+        };
+        self.warn(warnings);
+        message
+    }
+
+    /// The settings' `PreCompact` hooks: a block (exit 2, `decision:
+    /// block`) or a failure keeps the history as it is.
+    async fn pre_compact(&mut self, call: u32, trigger: CompactTrigger) -> Option<String> {
+        // Claude Code's triggers: the run's own decision is `auto`.
+        let name = match trigger {
+            CompactTrigger::Manual => "manual",
+            _ => "auto",
+        };
+        let input = HookInput::pre_compact(&self.agent, call, name);
+        if !self.gate.commands.has(input.event()) {
+            return None;
+        }
+        let mut warnings = Vec::new();
+        let outcome = self.run_hooks(&input, &mut warnings).await;
+        self.warn(warnings);
+        match outcome.verdict {
+            HookVerdict::Block(reason) | HookVerdict::Failed(reason) => Some(reason),
+            _ => outcome.stop,
+        }
     }
 
     /// Warnings of this agent raised outside a call (a stop hook's).
@@ -732,43 +791,19 @@ impl Executor for Toolbox<'_> {
         self.gate.guard.interrupt()
     }
 
-    /// The settings' `Stop` hooks (`SubagentStop` for a child): a block
-    /// sends the agent on with its reason while the budget allows.
+    /// The settings' `Stop` hooks (`SubagentStop` for a child), on this thread.
     fn review_answer(&mut self, call: u32, answer: &str, calls_left: bool) -> Option<String> {
-        let input = HookInput::stop(&self.agent, call, answer, self.stop_hook_active);
-        if !self.gate.commands.has(input.event()) {
-            return None;
-        }
-        let mut warnings = Vec::new();
-        // `continue: false` here only lets the agent finish, as it would.
-        let outcome = run_command_hooks(
-            self.gate.commands,
-            self.gate.monitor,
-            self.gate.audit,
-            &self.agent,
-            &input,
-            &mut warnings,
-        );
-        let message = match outcome.verdict {
-            HookVerdict::Block(reason) if outcome.stop.is_none() => Some(reason),
-            _ => None,
-        };
-        let message = match message {
-            Some(message) if calls_left => {
-                self.stop_hook_active = true;
-                Some(message)
-            }
-            Some(message) => {
-                warnings.push(format!(
-                    "a {} hook asked to go on ({message}), but no model call is left; the answer stands",
-                    input.event()
-                ));
-                None
-            }
-            None => None,
-        };
-        self.warn(warnings);
-        message
+        crate::run::driver::block_on(self.review(call, answer, calls_left))
+    }
+
+    /// The settings' `Stop` hooks, off the worker in an async run.
+    fn review_answer_async<'b>(
+        &'b mut self,
+        call: u32,
+        answer: &'b str,
+        calls_left: bool,
+    ) -> crate::run::BoxFuture<'b, Option<String>> {
+        Box::pin(self.review(call, answer, calls_left))
     }
 
     fn telemetry(&self) -> Telemetry {
@@ -779,32 +814,18 @@ impl Executor for Toolbox<'_> {
         self.gate.compaction.cloned()
     }
 
-    /// The settings' `PreCompact` hooks: a block (exit 2, `decision:
-    /// block`) or a failure keeps the history as it is.
+    /// The settings' `PreCompact` hooks, on this thread.
     fn before_compaction(&mut self, call: u32, trigger: CompactTrigger) -> Option<String> {
-        // Claude Code's triggers: the run's own decision is `auto`.
-        let name = match trigger {
-            CompactTrigger::Manual => "manual",
-            _ => "auto",
-        };
-        let input = HookInput::pre_compact(&self.agent, call, name);
-        if !self.gate.commands.has(input.event()) {
-            return None;
-        }
-        let mut warnings = Vec::new();
-        let outcome = run_command_hooks(
-            self.gate.commands,
-            self.gate.monitor,
-            self.gate.audit,
-            &self.agent,
-            &input,
-            &mut warnings,
-        );
-        self.warn(warnings);
-        match outcome.verdict {
-            HookVerdict::Block(reason) | HookVerdict::Failed(reason) => Some(reason),
-            _ => outcome.stop,
-        }
+        crate::run::driver::block_on(self.pre_compact(call, trigger))
+    }
+
+    /// The settings' `PreCompact` hooks, off the worker in an async run.
+    fn before_compaction_async(
+        &mut self,
+        call: u32,
+        trigger: CompactTrigger,
+    ) -> crate::run::BoxFuture<'_, Option<String>> {
+        Box::pin(self.pre_compact(call, trigger))
     }
 
     /// Plans the round (the per-reply limit, batches of consecutive

@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::agent::executor::{Drive, Gate, Toolbox, run_command_hooks};
+use crate::agent::executor::{Drive, Gate, Toolbox, run_command_hooks, run_command_hooks_async};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::core::agent_id::AgentId;
 use crate::core::call::{ToolRecord, Warning};
@@ -451,7 +451,7 @@ impl TaskTool {
         };
         let mut toolbox = Toolbox::new(agent.clone(), gate, None, drive);
         let mut observer = AgentMonitor::new(&shared.monitor, &shared.guard);
-        let task_text = Self::subagent_start(shared, &agent, task, &mut toolbox);
+        let task_text = Self::subagent_start(shared, &agent, task, &mut toolbox, drive).await;
         let outcome = match Conversation::new(&task_text, self.budget.get()) {
             Ok(fresh) => {
                 let mut fresh = fresh
@@ -525,24 +525,28 @@ impl TaskTool {
 
     /// The settings' `SubagentStart` hooks: the child's first message is
     /// its task with their context appended.
-    fn subagent_start(
+    async fn subagent_start(
         shared: &Shared,
         agent: &AgentId,
         task: &str,
         toolbox: &mut Toolbox<'_>,
+        drive: Drive,
     ) -> String {
         if !shared.commands.has(HookEvent::SubagentStart) {
             return task.to_owned();
         }
         let mut warnings = Vec::new();
-        let outcome = run_command_hooks(
-            &shared.commands,
-            &shared.monitor,
-            &shared.audit,
-            agent,
-            &HookInput::subagent_start(agent, task),
-            &mut warnings,
-        );
+        let input = HookInput::subagent_start(agent, task);
+        let (commands, monitor, audit) = (&shared.commands, &shared.monitor, &shared.audit);
+        let outcome = match drive {
+            Drive::Blocking => {
+                run_command_hooks(commands, monitor, audit, agent, &input, &mut warnings)
+            }
+            Drive::Async => {
+                run_command_hooks_async(commands, monitor, audit, agent, &input, &mut warnings)
+                    .await
+            }
+        };
         toolbox.warn(warnings);
         if let Some(reason) = &outcome.stop {
             shared.guard.stop(reason.clone());

@@ -118,6 +118,21 @@ pub trait Executor {
         None
     }
 
+    /// [`Executor::review_answer`] as the loop asks it: an executor whose
+    /// review waits (a `Stop` hook, a process) overrides this, so an async
+    /// run does not hold its worker meanwhile. The default asks
+    /// `review_answer` when called.
+    fn review_answer_async<'a>(
+        &'a mut self,
+        call: u32,
+        answer: &'a str,
+        calls_left: bool,
+    ) -> crate::run::BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(
+            self.review_answer(call, answer, calls_left),
+        ))
+    }
+
     /// Asked at every turn boundary (before each model request and before
     /// each tool call): `Some` stops the run there. A tool that cannot start
     /// is answered `not executed:`; the conversation then finishes with the
@@ -149,6 +164,18 @@ pub trait Executor {
     fn before_compaction(&mut self, call: u32, trigger: CompactTrigger) -> Option<String> {
         let _ = (call, trigger);
         None
+    }
+
+    /// [`Executor::before_compaction`] as the loop asks it: an executor
+    /// whose answer waits (a `PreCompact` hook) overrides this, so an
+    /// async run does not hold its worker meanwhile. The default asks
+    /// `before_compaction` when called.
+    fn before_compaction_async(
+        &mut self,
+        call: u32,
+        trigger: CompactTrigger,
+    ) -> crate::run::BoxFuture<'_, Option<String>> {
+        Box::pin(std::future::ready(self.before_compaction(call, trigger)))
     }
 }
 
@@ -531,7 +558,11 @@ where
                 if !go_on {
                     break;
                 }
-                if let Some(reason) = live.executor.before_compaction(call, CompactTrigger::Auto) {
+                if let Some(reason) = live
+                    .executor
+                    .before_compaction_async(call, CompactTrigger::Auto)
+                    .await
+                {
                     let text = format!(
                         "the history (about {estimate} tokens, {}) was not compacted: {reason}",
                         trigger.describe()
@@ -633,13 +664,14 @@ where
                 }
                 // Too long for the model: compacted and asked again, or
                 // finished `context_overflow`.
-                let blocked = compaction
-                    .as_ref()
-                    .and_then(|_| {
-                        live.executor
-                            .before_compaction(call + 1, CompactTrigger::Overflow)
-                    })
-                    .map(|reason| format!("a PreCompact hook blocked compaction: {reason}"));
+                let blocked = match compaction {
+                    Some(_) => live
+                        .executor
+                        .before_compaction_async(call + 1, CompactTrigger::Overflow)
+                        .await
+                        .map(|reason| format!("a PreCompact hook blocked compaction: {reason}")),
+                    None => None,
+                };
                 let before = conversation.history().to_vec();
                 let estimate = tokens.of(&before);
                 let summary = match (&compaction, &blocked) {
@@ -722,7 +754,10 @@ where
             }
             Reply::Answered(done) => {
                 let calls_left = done.calls_left();
-                let Some(message) = live.executor.review_answer(call, done.text(), calls_left)
+                let Some(message) = live
+                    .executor
+                    .review_answer_async(call, done.text(), calls_left)
+                    .await
                 else {
                     return live.finish(done.into_outcome());
                 };

@@ -282,7 +282,7 @@ impl Drop for OnStop {
 /// Whether a run has been stopped (cancelled, a hook's `continue: false`,
 /// its token budget spent, its deadline passed), for what waits on the
 /// run's behalf: a model's request in flight, a wait between retries.
-/// Made by [`Agent::stop_signal`](crate::agent::Agent::stop_signal);
+/// Made by `Agent::stop_signal`;
 /// clones watch the same run.
 ///
 /// It is waited on, never polled: [`StopSignal::on_stop`] calls back,
