@@ -993,3 +993,199 @@ fn the_binarys_host_does_not_name_its_cli() {
         problems.join("\n")
     );
 }
+
+/// Calls that look again after a while instead of being woken: a sleep, an
+/// interval, a timed receive or park, a non-blocking wait or lock, made
+/// inside a loop.
+const POLLS: [&str; 7] = [
+    "sleep",
+    "interval",
+    "recv_timeout",
+    "park_timeout",
+    "try_wait",
+    "try_lock",
+    "flock",
+];
+
+/// The loops of the library allowed to contain one of [`POLLS`]: (file,
+/// function, why it is no poll or why it stays).
+const WAITS: [(&str, &str, &str); 5] = [
+    (
+        "src/run/limits.rs",
+        "sleep",
+        "a timed wait that a stop unparks; the loop only absorbs spurious wake-ups",
+    ),
+    (
+        "src/run/process.rs",
+        "wait_until",
+        "a timed wait on the child's pidfd; the sleep is the fallback on kernels without pidfd (before 5.3)",
+    ),
+    (
+        "src/run/shutdown.rs",
+        "run",
+        "a bounded retry of a lock at termination, on the signal watcher, which must not wait on a lock a stuck thread holds",
+    ),
+    (
+        "src/record/trace.rs",
+        "on_shutdown",
+        "a bounded retry of the trace's lock at termination, for the same reason",
+    ),
+    (
+        "src/record/target.rs",
+        "lock_soon",
+        "a bounded retry of flock(LOCK_NB) for the instant a starting process holds a copy of the descriptor; flock has no timed form",
+    ),
+];
+
+/// Finds calls named in [`POLLS`] inside loops, by the function they are in.
+#[derive(Default)]
+struct PollFinder {
+    function: Vec<String>,
+    loops: usize,
+    found: Vec<(String, usize, String)>,
+}
+
+impl PollFinder {
+    fn call(&mut self, name: &str, span: Span) {
+        if self.loops > 0 && POLLS.contains(&name) {
+            let function = self.function.last().cloned().unwrap_or_default();
+            self.found.push((function, line_of(span), name.to_owned()));
+        }
+    }
+
+    fn in_loop(&mut self, visit: impl FnOnce(&mut Self)) {
+        self.loops += 1;
+        visit(self);
+        self.loops -= 1;
+    }
+}
+
+impl<'ast> Visit<'ast> for PollFinder {
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        self.function.push(item.sig.ident.to_string());
+        let loops = std::mem::take(&mut self.loops);
+        syn::visit::visit_item_fn(self, item);
+        self.loops = loops;
+        self.function.pop();
+    }
+
+    fn visit_impl_item_fn(&mut self, item: &'ast syn::ImplItemFn) {
+        self.function.push(item.sig.ident.to_string());
+        let loops = std::mem::take(&mut self.loops);
+        syn::visit::visit_impl_item_fn(self, item);
+        self.loops = loops;
+        self.function.pop();
+    }
+
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        // Unit tests may poll what they watch.
+        let is_test = item.attrs.iter().any(|attr| {
+            attr.path().is_ident("cfg")
+                && attr
+                    .parse_args::<syn::Ident>()
+                    .is_ok_and(|ident| ident == "test")
+        });
+        if !is_test {
+            syn::visit::visit_item_mod(self, item);
+        }
+    }
+
+    fn visit_expr_loop(&mut self, expr: &'ast syn::ExprLoop) {
+        self.in_loop(|me| syn::visit::visit_expr_loop(me, expr));
+    }
+
+    fn visit_expr_while(&mut self, expr: &'ast syn::ExprWhile) {
+        self.in_loop(|me| syn::visit::visit_expr_while(me, expr));
+    }
+
+    fn visit_expr_for_loop(&mut self, expr: &'ast syn::ExprForLoop) {
+        self.in_loop(|me| syn::visit::visit_expr_for_loop(me, expr));
+    }
+
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        if let syn::Expr::Path(path) = &*call.func
+            && let Some(last) = path.path.segments.last()
+        {
+            self.call(&last.ident.to_string(), last.ident.span());
+        }
+        syn::visit::visit_expr_call(self, call);
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        self.call(&call.method.to_string(), call.method.span());
+        syn::visit::visit_expr_method_call(self, call);
+    }
+}
+
+/// Polls found outside [`WAITS`], as `file:line: name in function`, and
+/// the entries of [`WAITS`] that match nothing.
+fn polls(sources: &[Source], whole: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut used = BTreeSet::new();
+    for source in sources {
+        let Ok(file) = syn::parse_file(&source.text) else {
+            found.push(format!("{}: does not parse", source.file));
+            continue;
+        };
+        let mut finder = PollFinder::default();
+        finder.visit_file(&file);
+        for (function, line, name) in finder.found {
+            let allowed = WAITS
+                .iter()
+                .position(|(file, allowed, _)| *file == source.file && *allowed == function);
+            if let Some(index) = allowed {
+                used.insert(index);
+            } else {
+                found.push(format!(
+                    "{}:{line}: `{name}` in a loop of `{function}`",
+                    source.file
+                ));
+            }
+        }
+    }
+    for (index, (file, function, _)) in WAITS.iter().enumerate() {
+        if whole && !used.contains(&index) {
+            found.push(format!(
+                "{file}: `{function}` is in WAITS but polls no more"
+            ));
+        }
+    }
+    found
+}
+
+/// Nothing in the library polls: what waits is woken (a waker, an unpark,
+/// a pidfd, a pipe), or waits once with a timeout. The few loops that
+/// still look again are listed in [`WAITS`], each with its reason.
+#[test]
+fn the_library_waits_to_be_woken_and_never_polls() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = polls(&library_files(&src), true);
+    assert!(
+        found.is_empty(),
+        "{} poll(s) in the library:\n{}\n\nWait on what changes instead (a StopSignal or CancelHandle, \
+         a condvar, a pidfd, a pipe), or list the loop in WAITS (tests/architecture.rs) with its reason.",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_sleep_in_a_loop_is_found_and_a_test_module_is_not() {
+    let sources = tree(&[(
+        "run/mod.rs",
+        "fn wait() { loop { if done() { break; } std::thread::sleep(D); } }\n\
+         fn once() { std::thread::sleep(D); }\n\
+         #[cfg(test)] mod tests { fn t() { while x() { std::thread::sleep(D); } } }\n\
+         impl S { fn f(&self) { for _ in 0..3 { let _ = self.rx.recv_timeout(D); } } }",
+    )]);
+    let found = polls(&sources, false);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].contains("`sleep` in a loop of `wait`"),
+        "{found:?}"
+    );
+    assert!(
+        found[1].contains("`recv_timeout` in a loop of `f`"),
+        "{found:?}"
+    );
+}
