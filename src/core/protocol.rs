@@ -673,10 +673,16 @@ impl ModelResponse {
 
     /// Parses a reply from a JSON value; an error means "not a message".
     pub fn from_value(value: Value) -> Result<Self, serde_json::Error> {
+        Self::read(&value)
+    }
+
+    /// [`ModelResponse::from_value`] read from a borrow: only what the
+    /// reply keeps is copied.
+    pub(crate) fn read(value: &Value) -> Result<Self, serde_json::Error> {
         if !value.is_object() {
             return Err(serde_json::Error::custom("a reply must be a JSON object"));
         }
-        serde_json::from_value(value)
+        Self::deserialize(value)
     }
 }
 

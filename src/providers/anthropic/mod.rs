@@ -28,15 +28,16 @@ pub(crate) mod sse;
 use crate::providers::http::{self, ApiKey, ConfigError, redact_url};
 use crate::providers::http::{retry, transport};
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use self::retry::RetryPolicy;
 use self::transport::Timeouts;
 use crate::core::error::FailureKind;
-use crate::core::protocol::{ModelResponse, Request};
+use crate::core::protocol::{Message, ModelResponse, Request};
 use crate::providers::failure::api_kind;
 use crate::providers::http::is_http_url;
-use crate::providers::http::protocol::Protocol;
+use crate::providers::http::protocol::{BodyCache, Protocol};
 
 /// The HTTP client, shared by the parent's model and every child's.
 pub type Client = http::Client<LiveConfig>;
@@ -346,6 +347,145 @@ fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
     Value::Object(body)
 }
 
+/// `{"type": "ephemeral"}`: the prompt-cache breakpoint.
+#[derive(Serialize)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: Ephemeral = Ephemeral { kind: "ephemeral" };
+
+/// A value that serializes as a map, with `cache_control` added.
+#[derive(Serialize)]
+struct Marked<'a, T: Serialize> {
+    #[serde(flatten)]
+    inner: &'a T,
+    cache_control: Ephemeral,
+}
+
+/// A list whose last item carries the cache breakpoint.
+struct MarkLast<'a, T>(&'a [T]);
+
+impl<T: Serialize> Serialize for MarkLast<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        if let Some((last, rest)) = self.0.split_last() {
+            for item in rest {
+                seq.serialize_element(item)?;
+            }
+            seq.serialize_element(&Marked {
+                inner: last,
+                cache_control: EPHEMERAL,
+            })?;
+        }
+        seq.end()
+    }
+}
+
+/// The history, the last block of its last message carrying the breakpoint.
+struct History<'a>(&'a [Message]);
+
+impl Serialize for History<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeSeq, SerializeStruct};
+        struct Last<'a>(&'a Message);
+        impl Serialize for Last<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut message = serializer.serialize_struct("Message", 2)?;
+                message.serialize_field("role", &self.0.role)?;
+                message.serialize_field("content", &MarkLast(&self.0.content))?;
+                message.end()
+            }
+        }
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        if let Some((last, rest)) = self.0.split_last() {
+            for message in rest {
+                seq.serialize_element(message)?;
+            }
+            seq.serialize_element(&Last(last))?;
+        }
+        seq.end()
+    }
+}
+
+/// A text block of the system prompt.
+#[derive(Serialize)]
+struct SystemText<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+}
+
+/// The body [`request_body`] describes, written into `out` without a value
+/// tree; the tools (the same for every request of a model, as a rule) come
+/// from `cache`.
+fn write_body(
+    config: &LiveConfig,
+    request: &Request<'_>,
+    cache: &mut BodyCache,
+    out: &mut Vec<u8>,
+) -> Result<(), serde_json::Error> {
+    /// `,"name":value` (`{"name":value` for the first field).
+    fn field(
+        out: &mut Vec<u8>,
+        first: bool,
+        name: &str,
+        value: &impl Serialize,
+    ) -> Result<(), serde_json::Error> {
+        out.push(if first { b'{' } else { b',' });
+        serde_json::to_writer(&mut *out, name)?;
+        out.push(b':');
+        serde_json::to_writer(&mut *out, value)
+    }
+    let mut system = Vec::new();
+    if !request.system.is_empty() {
+        system.push(SystemText {
+            kind: "text",
+            text: request.system,
+            cache_control: Some(EPHEMERAL),
+        });
+    }
+    if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
+        system.push(SystemText {
+            kind: "text",
+            text,
+            cache_control: None,
+        });
+    }
+    field(out, true, "model", &config.model)?;
+    field(out, false, "max_tokens", &config.max_tokens)?;
+    if !system.is_empty() {
+        field(out, false, "system", &system)?;
+    }
+    if !request.tools.is_empty() {
+        let tools = cache.tools(request.tools, |bytes| {
+            serde_json::to_writer(bytes, &MarkLast(request.tools))
+        })?;
+        out.extend_from_slice(b",\"tools\":");
+        out.extend_from_slice(tools);
+    }
+    field(out, false, "messages", &History(request.messages))?;
+    if config.stream {
+        field(out, false, "stream", &true)?;
+    }
+    if let Some(value) = context_management(config) {
+        field(out, false, "context_management", &value)?;
+    }
+    if let Some(schema) = request.output {
+        let format = json!({"format": {
+            "type": "json_schema",
+            "schema": output_schema(schema),
+        }});
+        field(out, false, "output_config", &format)?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
 /// String formats the Messages API's structured outputs take.
 const OUTPUT_FORMATS: [&str; 10] = [
     "date-time",
@@ -451,6 +591,18 @@ impl Protocol for LiveConfig {
         request_body(self, request)
     }
 
+    /// The value [`request_body`] makes, written straight out: no value
+    /// tree is built, and the tools are written once per model.
+    fn write_body(
+        &self,
+        _state: &(),
+        request: &Request<'_>,
+        cache: &mut BodyCache,
+        out: &mut Vec<u8>,
+    ) -> Result<(), serde_json::Error> {
+        write_body(self, request, cache, out)
+    }
+
     fn exchange(&self, _state: &()) {}
 
     /// The key only in `x-api-key`.
@@ -493,7 +645,7 @@ impl Protocol for LiveConfig {
             let (name, message) = api_error(body);
             return Err((api_kind(name, None, message), format!("{name}: {message}")));
         }
-        ModelResponse::from_value(body.clone()).map_err(|err| {
+        ModelResponse::read(body).map_err(|err| {
             (
                 FailureKind::InvalidResponse,
                 format!("the response is not a message: {err}"),
@@ -503,5 +655,129 @@ impl Protocol for LiveConfig {
 
     fn stream(&self) -> sse::StreamAssembler {
         sse::StreamAssembler::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+    use crate::core::protocol::{Block, Role, ToolDefinition, ToolResultContent, ToolUseId};
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            "\\PC{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map("[a-z\"\\\\]{1,6}", inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn block() -> impl Strategy<Value = Block> {
+        let text = "\\PC{0,40}";
+        prop_oneof![
+            text.prop_map(|text| Block::Text { text }),
+            ("[a-z0-9_]{1,8}", "[a-z_]{1,8}", json_value()).prop_map(|(id, name, input)| {
+                Block::ToolUse {
+                    id: ToolUseId::new(id),
+                    name,
+                    input,
+                }
+            }),
+            ("[a-z0-9_]{1,8}", text, any::<bool>()).prop_map(|(id, text, is_error)| {
+                Block::ToolResult {
+                    tool_use_id: ToolUseId::new(id),
+                    content: ToolResultContent::Text(text.into()),
+                    is_error,
+                }
+            }),
+            ("[a-z0-9_]{1,8}", text).prop_map(|(id, text)| Block::ToolResult {
+                tool_use_id: ToolUseId::new(id),
+                content: ToolResultContent::Blocks(vec![Block::Text { text }]),
+                is_error: false,
+            }),
+            (text, text).prop_map(|(thinking, signature)| Block::Thinking {
+                thinking,
+                signature
+            }),
+            (
+                prop::option::of(text),
+                prop::collection::btree_map("[a-z_]{1,8}", json_value(), 0..3)
+            )
+                .prop_map(|(content, rest)| {
+                    let rest: Map<String, Value> = rest
+                        .into_iter()
+                        .filter(|(key, _)| key != "content" && key != "type")
+                        .collect();
+                    Block::Compaction { content, rest }
+                }),
+        ]
+    }
+
+    fn message() -> impl Strategy<Value = Message> {
+        (any::<bool>(), prop::collection::vec(block(), 0..4)).prop_map(|(user, content)| Message {
+            role: if user { Role::User } else { Role::Assistant },
+            content,
+        })
+    }
+
+    fn tool() -> impl Strategy<Value = ToolDefinition> {
+        ("[a-z_]{1,8}", "\\PC{0,30}", json_value()).prop_map(|(name, description, schema)| {
+            ToolDefinition {
+                name,
+                description,
+                input_schema: schema,
+            }
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The body written straight out is the body `request_body`
+        /// describes, whatever the request; and so are the next ones, their
+        /// tools taken from the cache while they are the same.
+        #[test]
+        fn the_written_body_is_the_described_body(
+            system in "\\PC{0,30}",
+            attachment in prop::option::of("\\PC{0,20}"),
+            tools in prop::collection::vec(tool(), 0..4),
+            messages in prop::collection::vec(message(), 0..5),
+            stream in any::<bool>(),
+            clear in any::<bool>(),
+            output in prop::option::of(json_value()),
+        ) {
+            let mut config = LiveConfig::new(ApiKey::new("k"), "http://localhost:1");
+            config.stream = stream;
+            if clear {
+                config.clear_tool_uses = Some(ClearToolUses::new(Some(1000)));
+            }
+            let mut cache = BodyCache::default();
+            // The same tools twice (the second from the cache), other
+            // tools, then the first ones again.
+            let fewer = tools.get(1..).unwrap_or_default().to_vec();
+            for tools in [&tools, &tools, &fewer, &tools] {
+                let request = Request {
+                    system: &system,
+                    tools,
+                    messages: &messages,
+                    attachment: attachment.as_deref(),
+                    output: output.as_ref(),
+                };
+                let mut out = Vec::new();
+                write_body(&config, &request, &mut cache, &mut out).expect("written");
+                let written: Value = serde_json::from_slice(&out).expect("JSON");
+                prop_assert_eq!(&written, &request_body(&config, &request));
+            }
+        }
     }
 }

@@ -65,6 +65,9 @@ pub trait AsyncTransport: Send + Sync {
 #[derive(Clone)]
 pub(crate) struct ReqwestTransport {
     client: reqwest::Client,
+    /// The first URL posted to, parsed once: a client's requests all go
+    /// to its one endpoint (another URL is parsed each time).
+    endpoint: Arc<std::sync::OnceLock<(String, reqwest::Url)>>,
 }
 
 impl std::fmt::Debug for ReqwestTransport {
@@ -104,7 +107,10 @@ impl ReqwestTransport {
                     describe(&err)
                 ))
             })?;
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            endpoint: Arc::default(),
+        })
     }
 }
 
@@ -220,7 +226,19 @@ impl AsyncTransport for ReqwestTransport {
         body: &'a [u8],
     ) -> ResponseFuture<'a> {
         Box::pin(async move {
-            let mut request = self.client.post(url);
+            let parsed = match self.endpoint.get() {
+                Some((text, parsed)) if text == url => Some(parsed.clone()),
+                Some(_) => None,
+                None => reqwest::Url::parse(url)
+                    .ok()
+                    .map(|parsed| self.endpoint.get_or_init(|| (url.to_owned(), parsed)))
+                    .filter(|(text, _)| text == url)
+                    .map(|(_, parsed)| parsed.clone()),
+            };
+            let mut request = match parsed {
+                Some(parsed) => self.client.post(parsed),
+                None => self.client.post(url),
+            };
             for (name, value) in headers {
                 request = request.header(*name, *value);
             }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::protocol::Protocol;
+use super::protocol::{BodyCache, Protocol, ToolShelf};
 use super::transport::stop_scope;
 use super::transport::{Transport, UreqTransport};
 use super::wire::{Sending, Sleeper};
@@ -43,6 +43,8 @@ pub struct Client<P: Protocol, T: ?Sized = dyn Transport> {
     /// Replaces the wait between attempts (tests record instead of waiting).
     sleeper: Option<Sleeper>,
     on_text: Option<TextSink>,
+    /// The tool lists its requests offered, each written once.
+    shelf: Arc<ToolShelf>,
 }
 
 impl<P: Protocol, T: ?Sized> std::fmt::Debug for Client<P, T> {
@@ -65,7 +67,13 @@ impl<P: Protocol, T: ?Sized> Client<P, T> {
             attempts,
             sleeper: None,
             on_text: None,
+            shelf: Arc::default(),
         }
+    }
+
+    /// A body cache for one model of this client.
+    fn body_cache(&self) -> BodyCache {
+        BodyCache::new(Arc::clone(&self.shelf))
     }
 
     /// Calls `record` with each wait between retries instead of waiting
@@ -106,13 +114,27 @@ impl<P: Protocol, T: ?Sized> Client<P, T> {
         &self.attempts
     }
 
-    fn body_bytes(&self, request: &Request<'_>) -> Result<Vec<u8>, ModelFailure> {
-        serde_json::to_vec(&self.request_body(request)).map_err(|err| {
-            self.attempts.fail(
+    /// The bytes of a request's body, written as the protocol writes them
+    /// with what `cache` kept from the model's earlier requests.
+    fn body_bytes(
+        &self,
+        request: &Request<'_>,
+        cache: &mut BodyCache,
+    ) -> Result<Vec<u8>, ModelFailure> {
+        let mut out = Vec::with_capacity(cache.last_len());
+        match self
+            .protocol
+            .write_body(&self.state, request, cache, &mut out)
+        {
+            Ok(()) => {
+                cache.wrote(out.len());
+                Ok(out)
+            }
+            Err(err) => Err(self.attempts.fail(
                 FailureKind::Serialization,
                 format!("cannot serialize the request: {err}"),
-            )
-        })
+            )),
+        }
     }
 
     /// What the send loop needs of this client.
@@ -147,7 +169,7 @@ impl<P: Protocol> Client<P> {
     /// Sends one request like [`Client::send`], also handing back the reply
     /// as received (for a stream: the reply assembled from its events).
     pub fn send_received(&self, request: &Request<'_>) -> Result<Received, ModelFailure> {
-        let body = self.body_bytes(request)?;
+        let body = self.body_bytes(request, &mut self.body_cache())?;
         self.send_body(&body, None)
     }
 
@@ -187,6 +209,8 @@ pub struct HttpModel<P: Protocol, T: ?Sized = dyn Transport> {
     client: Arc<Client<P, T>>,
     stop: Option<StopSlot>,
     whole_lines: bool,
+    /// What this model's requests keep between them (a clone starts afresh).
+    cache: BodyCache,
 }
 
 impl<P: Protocol, T: ?Sized> Clone for HttpModel<P, T> {
@@ -195,6 +219,7 @@ impl<P: Protocol, T: ?Sized> Clone for HttpModel<P, T> {
             client: Arc::clone(&self.client),
             stop: self.stop.clone(),
             whole_lines: self.whole_lines,
+            cache: self.client.body_cache(),
         }
     }
 }
@@ -211,6 +236,7 @@ impl<P: Protocol, T: ?Sized> HttpModel<P, T> {
     /// A model that sends through `client`.
     pub fn new(client: Arc<Client<P, T>>) -> Self {
         Self {
+            cache: client.body_cache(),
             client,
             stop: None,
             whole_lines: false,
@@ -227,6 +253,7 @@ impl<P: Protocol, T: ?Sized> HttpModel<P, T> {
     /// shared client carries no stop of its own.
     pub fn with_stop(client: Arc<Client<P, T>>, slot: StopSlot) -> Self {
         Self {
+            cache: client.body_cache(),
             client,
             stop: Some(slot),
             whole_lines: false,
@@ -267,7 +294,7 @@ impl<P: Protocol> Model for HttpModel<P> {
     /// the request, so cancelling or a deadline does not wait for the
     /// HTTP timeouts.
     fn respond_received(&mut self, request: &Request<'_>) -> Result<Received, ModelFailure> {
-        let body = self.client.body_bytes(request)?;
+        let body = self.client.body_bytes(request, &mut self.cache)?;
         let whole_lines = self.whole_lines;
         let Some(signal) = self.signal() else {
             return self.client.send_lines(&body, None, whole_lines);
@@ -310,7 +337,7 @@ mod remote {
         /// Sends one request, retrying what is worth retrying, and hands back
         /// the reply as received.
         pub async fn send_received(&self, request: &Request<'_>) -> Result<Received, ModelFailure> {
-            let body = self.body_bytes(request)?;
+            let body = self.body_bytes(request, &mut self.body_cache())?;
             self.send_body(&body, None).await
         }
 
@@ -347,7 +374,7 @@ mod remote {
             let client = Arc::clone(&self.client);
             let signal = self.signal();
             let whole_lines = self.whole_lines;
-            let body = self.client.body_bytes(request);
+            let body = self.client.body_bytes(request, &mut self.cache);
             Box::pin(async move {
                 let body = body?;
                 let send = client.send_lines(&body, signal.as_ref(), whole_lines);

@@ -14,7 +14,7 @@ use super::retry::RetryPolicy;
 use super::stream::StreamParser;
 use super::transport::Timeouts;
 use crate::core::error::FailureKind;
-use crate::core::protocol::{ModelResponse, Request};
+use crate::core::protocol::{ModelResponse, Request, ToolDefinition};
 
 /// A provider's protocol, implemented by its settings: where a request
 /// goes, with which headers and body, and how its reply, its event stream
@@ -46,6 +46,19 @@ pub trait Protocol: Clone + std::fmt::Debug + Send + Sync + 'static {
     fn url(&self) -> String;
     /// The exact JSON body of `request`.
     fn body(&self, state: &Self::State, request: &Request<'_>) -> Value;
+    /// [`Protocol::body`] written as JSON into `out` (the same value),
+    /// with what `cache` kept from the model's earlier requests (their
+    /// tools, serialized once). The default serializes `body`.
+    fn write_body(
+        &self,
+        state: &Self::State,
+        request: &Request<'_>,
+        cache: &mut BodyCache,
+        out: &mut Vec<u8>,
+    ) -> Result<(), serde_json::Error> {
+        let _ = cache;
+        serde_json::to_writer(out, &self.body(state, request))
+    }
     /// What one request keeps while it is sent.
     fn exchange(&self, state: &Self::State) -> Self::Exchange;
     /// The headers of a request (the key only in the one that carries it).
@@ -70,4 +83,89 @@ pub trait Protocol: Clone + std::fmt::Debug + Send + Sync + 'static {
     fn reply(&self, body: &Value) -> Result<ModelResponse, (FailureKind, String)>;
     /// A parser for the protocol's event stream.
     fn stream(&self) -> Self::Stream;
+}
+
+/// Tools written once: the definitions and the bytes the protocol wrote for them.
+type Written = std::sync::Arc<(Vec<ToolDefinition>, Vec<u8>)>;
+
+/// The tool lists a client's requests offered lately, each written once
+/// and shared by every model of the client (runs with the same tools share
+/// one copy); at most [`ToolShelf::KEPT`] lists, the oldest dropped first.
+#[derive(Debug, Default)]
+pub(crate) struct ToolShelf(std::sync::Mutex<Vec<Written>>);
+
+impl ToolShelf {
+    /// How many tool lists a client keeps written.
+    const KEPT: usize = 16;
+
+    fn find(&self, tools: &[ToolDefinition]) -> Option<Written> {
+        let shelf = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        shelf
+            .iter()
+            .find(|written| written.0.as_slice() == tools)
+            .map(std::sync::Arc::clone)
+    }
+
+    fn keep(&self, written: &Written) {
+        let mut shelf = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        if shelf.len() >= Self::KEPT {
+            shelf.remove(0);
+        }
+        shelf.push(std::sync::Arc::clone(written));
+    }
+}
+
+/// What one model keeps between its requests so as not to serialize again
+/// what did not change: the tools it offered last, written once (as the
+/// protocol writes them, found on its client's shelf or put there) and
+/// reused while a request offers the same ones.
+#[derive(Debug, Default)]
+pub struct BodyCache {
+    shelf: std::sync::Arc<ToolShelf>,
+    last: Option<Written>,
+    /// The length of the last body, the next one's first capacity.
+    last_len: usize,
+}
+
+impl BodyCache {
+    /// A cache that shares its client's shelf.
+    pub(crate) fn new(shelf: std::sync::Arc<ToolShelf>) -> Self {
+        Self {
+            shelf,
+            last: None,
+            last_len: 0,
+        }
+    }
+
+    pub(crate) fn last_len(&self) -> usize {
+        self.last_len
+    }
+
+    pub(crate) fn wrote(&mut self, len: usize) {
+        self.last_len = len;
+    }
+
+    /// `tools` as `write` writes them: the bytes of this model's last
+    /// request or of its client's shelf when they offered the same tools,
+    /// else written now and kept on both.
+    pub(crate) fn tools(
+        &mut self,
+        tools: &[ToolDefinition],
+        write: impl FnOnce(&mut Vec<u8>) -> Result<(), serde_json::Error>,
+    ) -> Result<&[u8], serde_json::Error> {
+        let written = match self.last.take() {
+            Some(last) if last.0.as_slice() == tools => last,
+            _ => match self.shelf.find(tools) {
+                Some(found) => found,
+                None => {
+                    let mut bytes = Vec::new();
+                    write(&mut bytes)?;
+                    let written = std::sync::Arc::new((tools.to_vec(), bytes));
+                    self.shelf.keep(&written);
+                    written
+                }
+            },
+        };
+        Ok(&self.last.insert(written).1)
+    }
 }
