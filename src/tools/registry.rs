@@ -69,7 +69,7 @@ pub struct Registry {
     entries: Vec<ToolEntry>,
     definitions: Vec<ToolDefinition>,
     /// For each entry, its definition's input schema, compiled for dispatch.
-    schemas: Vec<Schema>,
+    schemas: Vec<Arc<Schema>>,
     /// For each entry, the source it came from (an index into `sources`).
     origins: Vec<Option<usize>>,
     sources: Vec<Source>,
@@ -102,7 +102,7 @@ impl Registry {
         // The one place a tool's schema is asked for (a typed tool
         // generates it then): a registry made from this one keeps it.
         let input_schema = tool.input_schema();
-        let schema = Schema::new(&input_schema);
+        let schema = Schema::shared(&input_schema);
         let definition = ToolDefinition {
             name,
             description: tool.description().to_owned(),
@@ -118,7 +118,7 @@ impl Registry {
         &mut self,
         entry: ToolEntry,
         definition: ToolDefinition,
-        schema: Schema,
+        schema: Arc<Schema>,
         origin: Option<usize>,
     ) {
         self.definitions.push(definition);
@@ -128,7 +128,7 @@ impl Registry {
     }
 
     /// The entry at `index` with its definition and compiled schema.
-    fn kept(&self, index: usize) -> Option<(ToolEntry, ToolDefinition, Schema)> {
+    fn kept(&self, index: usize) -> Option<(ToolEntry, ToolDefinition, Arc<Schema>)> {
         Some((
             self.entries.get(index)?.clone(),
             self.definitions.get(index)?.clone(),
@@ -286,7 +286,7 @@ impl Registry {
                     ToolEntry::ReadOnly(tool) => Arc::clone(tool) as Arc<dyn Tool>,
                     ToolEntry::General(tool) => Arc::clone(tool),
                 };
-                (tool, schema)
+                (tool, &**schema)
             })
     }
 

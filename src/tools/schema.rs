@@ -284,6 +284,36 @@ struct Run<'s> {
 }
 
 impl Schema {
+    /// [`Schema::new`], compiled once per process for each schema: the
+    /// last few compiled are kept, and a registry built again with the
+    /// same tools (a run per request, say) shares them.
+    pub(crate) fn shared(schema: &Value) -> std::sync::Arc<Self> {
+        /// How many compiled schemas are kept.
+        const KEPT: usize = 32;
+        type Compiled = (Value, std::sync::Arc<Schema>);
+        static KEPT_SCHEMAS: std::sync::Mutex<Vec<Compiled>> = std::sync::Mutex::new(Vec::new());
+        let found = {
+            let kept = KEPT_SCHEMAS
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            kept.iter()
+                .find(|(source, _)| source == schema)
+                .map(|(_, compiled)| std::sync::Arc::clone(compiled))
+        };
+        if let Some(compiled) = found {
+            return compiled;
+        }
+        let compiled = std::sync::Arc::new(Self::new(schema));
+        let mut kept = KEPT_SCHEMAS
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if kept.len() >= KEPT {
+            kept.remove(0);
+        }
+        kept.push((schema.clone(), std::sync::Arc::clone(&compiled)));
+        compiled
+    }
+
     /// Compiles `schema`; a value that is not an object checks nothing
     /// (`false` refuses everything), as do the keywords the validator does
     /// not implement.

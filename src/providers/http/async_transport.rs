@@ -211,7 +211,15 @@ impl AsyncBody for ReqwestBody {
     fn chunk(&mut self) -> ChunkFuture<'_> {
         Box::pin(async move {
             match self.0.chunk().await {
-                Ok(piece) => Ok(piece.map(|bytes| bytes.to_vec())),
+                Ok(Some(piece)) => Ok(Some(piece.to_vec())),
+                Ok(None) => {
+                    // The body is whole: its connection goes back to the
+                    // pool when its task runs next. Letting it run now
+                    // keeps this run's next request (or a child's) from
+                    // finding no idle connection and opening another.
+                    tokio::task::yield_now().await;
+                    Ok(None)
+                }
                 Err(err) => Err(body_error(err)),
             }
         })
