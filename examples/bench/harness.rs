@@ -208,10 +208,15 @@ pub struct Figures {
     pub bare: Option<Bare>,
 }
 
-/// Posts `bodies` to `url` one after another for each of `options.runs`
-/// runs at once, as bare as an HTTP client goes (`examples/bench/bare.rs`);
-/// gives the number of requests that failed.
-pub type BareClient = fn(url: &str, bodies: &[Vec<u8>], options: &Options) -> Result<u64, String>;
+/// Makes a bare HTTP client (`examples/bench/bare.rs`) and gives what,
+/// called, posts `bodies` to `url` one after another for each of
+/// `options.runs` runs at once, as bare as an HTTP client goes, and
+/// counts the requests that failed. Only the call is measured.
+pub type BareClient =
+    fn(url: &str, bodies: &[Vec<u8>], options: &Options) -> Result<BareRequests, String>;
+
+/// What a [`BareClient`] made, ready to send.
+pub type BareRequests = Box<dyn FnOnce() -> Result<u64, String>>;
 
 /// A bare HTTP client posting the same bytes to the same server, one
 /// request after another per run, as many runs at once.
@@ -761,6 +766,13 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     };
     let settings = settings(server.url(), options);
     let counters = Arc::new(Counters::default());
+    // The clients (and the async runtime) are made before the clock
+    // starts, as a service makes them once.
+    let blocking_client = blocking::Client::new(options.provider, &settings);
+    let setup = match options.mode {
+        Mode::Async => Some(async_runs::Setup::new(options, &settings)?),
+        Mode::Blocking => None,
+    };
     let sampler = Sampler::start().map_err(|err| format!("sampler thread: {err}"))?;
     // VmHWM is reset, so the peak is the runs' own.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
@@ -771,9 +783,9 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     let cpu_before = cpu_time();
     let server_cpu_before = threads_cpu(server::THREAD_NAME);
     let start = Instant::now();
-    let ended = match options.mode {
-        Mode::Blocking => blocking::run_all(options, &settings, &tools, &counters),
-        Mode::Async => async_runs::run_all(options, &settings, &tools, &counters)?,
+    let ended = match setup {
+        None => blocking::run_all(options, &blocking_client, &tools, &counters),
+        Some(setup) => async_runs::run_all(options, setup, blocking_client, &tools, &counters),
     };
     let wall = start.elapsed();
     let cpu = cpu_time().saturating_sub(cpu_before);
@@ -789,10 +801,11 @@ pub fn run(options: &Options) -> Result<Figures, String> {
     let bodies = counters.bodies.lock().unwrap().take().unwrap_or_default();
     let bare = if let Some(bare) = options.bare.filter(|_| !bodies.is_empty()) {
         let url = format!("{}{}", server.url(), path(options.provider));
+        let requests = bare(&url, &bodies, options)?;
         let cpu_before = cpu_time();
         let server_cpu_before = threads_cpu(server::THREAD_NAME);
         let start = Instant::now();
-        let failed = bare(&url, &bodies, options)?;
+        let failed = requests()?;
         let wall = start.elapsed();
         let server_cpu = match &server {
             Server::InProcess(_) => {
@@ -1016,11 +1029,10 @@ mod blocking {
 
     pub(super) fn run_all(
         options: &Options,
-        settings: &Settings,
+        client: &Client,
         tools: &Arc<Tools>,
         counters: &Arc<Counters>,
     ) -> Vec<Ended> {
-        let client = Client::new(options.provider, settings);
         let stop_signal = options.stop_signal;
         let handles: Vec<_> = (0..options.runs)
             .map(|index| {
@@ -1183,25 +1195,36 @@ mod async_runs {
         }
     }
 
-    fn runtime(options: &Options) -> Result<tokio::runtime::Runtime, String> {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(options.threads.max(1))
-            .thread_name("bench-run")
-            .enable_all()
-            .build()
-            .map_err(|err| format!("the runs' runtime: {err}"))
+    /// The runtime and the client, made before the runs.
+    pub(super) struct Setup {
+        runtime: tokio::runtime::Runtime,
+        client: Client,
+    }
+
+    impl Setup {
+        pub(super) fn new(options: &Options, settings: &Settings) -> Result<Self, String> {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(options.threads.max(1))
+                .thread_name("bench-run")
+                .enable_all()
+                .build()
+                .map_err(|err| format!("the runs' runtime: {err}"))?;
+            Ok(Self {
+                runtime,
+                client: Client::new(options.provider, settings)?,
+            })
+        }
     }
 
     pub(super) fn run_all(
         options: &Options,
-        settings: &Settings,
+        setup: Setup,
+        blocking: super::blocking::Client,
         tools: &Arc<Tools>,
         counters: &Arc<Counters>,
-    ) -> Result<Vec<Ended>, String> {
-        let runtime = runtime(options)?;
+    ) -> Vec<Ended> {
+        let Setup { runtime, client } = setup;
         runtime.block_on(async {
-            let client = Client::new(options.provider, settings)?;
-            let blocking = super::blocking::Client::new(options.provider, settings);
             let tasks: Vec<_> = (0..options.runs)
                 .map(|index| {
                     let (client, blocking) = (client.clone(), blocking.clone());
@@ -1218,7 +1241,7 @@ mod async_runs {
                     Err(("panic".to_owned(), "the run's task panicked".to_owned()))
                 }));
             }
-            Ok(ended)
+            ended
         })
     }
 }

@@ -685,7 +685,8 @@ impl Tool for TaskTool {
     }
 
     /// Consecutive delegations of one reply run concurrently, one thread
-    /// each (the executor batches only a run of consecutive `task` calls,
+    /// each (a single one on this thread; the executor batches only a run
+    /// of consecutive `task` calls,
     /// after every earlier call of the reply has finished); numbers are
     /// given in call order and reports come back in call order, so the
     /// transcript is the same as a sequential run's.
@@ -693,7 +694,20 @@ impl Tool for TaskTool {
         let Some(shared) = self.shared.get() else {
             return calls.iter().map(|_| Self::not_built()).collect();
         };
-        let planned = Self::plan_batch(shared, calls);
+        let mut planned = Self::plan_batch(shared, calls);
+        // One child runs on this thread: a run holds one thread.
+        if let [one] = planned.as_mut_slice() {
+            let answer = match std::mem::replace(one, Err(Self::not_built())) {
+                Ok((task, number, id, span)) => {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        block_on(self.run_child(shared, number, task, id, span, Drive::Blocking))
+                    }))
+                    .unwrap_or_else(|_| Self::panicked(task, number, id))
+                }
+                Err(answer) => answer,
+            };
+            return vec![answer];
+        }
         std::thread::scope(|scope| {
             let handles: Vec<_> = planned
                 .into_iter()

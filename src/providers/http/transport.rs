@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
-use ureq::unversioned::resolver::DefaultResolver;
+use ureq::unversioned::resolver::{DefaultResolver, ResolvedSocketAddrs, Resolver};
 use ureq::unversioned::transport::{
     Buffers, ConnectionDetails, Connector, DefaultConnector, NextTimeout, ShutdownHandle,
 };
@@ -145,9 +145,72 @@ impl UreqTransport {
             agent: ureq::Agent::with_parts(
                 config,
                 Watched(DefaultConnector::new()),
-                DefaultResolver::default(),
+                Resolve::default(),
             ),
         }
+    }
+}
+
+/// How long a host's addresses are used before it is looked up again.
+const ADDRESSES_KEPT: Duration = Duration::from_secs(60);
+
+/// ureq looks a host up for every request, on a thread of its own when
+/// the request has a timeout. This resolver needs no lookup for an IP
+/// address, and keeps a host's addresses for [`ADDRESSES_KEPT`]: a
+/// lookup (and its thread) per host a minute, not per request.
+#[derive(Debug, Default)]
+struct Resolve {
+    lookup: DefaultResolver,
+    kept: Mutex<Vec<(String, Instant, ResolvedSocketAddrs)>>,
+}
+
+impl Resolver for Resolve {
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: NextTimeout,
+    ) -> Result<ResolvedSocketAddrs, ureq::Error> {
+        let Some(authority) = uri.authority() else {
+            return self.lookup.resolve(uri, config, timeout);
+        };
+        let port = authority.port_u16().or(match uri.scheme_str() {
+            Some("https") => Some(443),
+            Some("http") => Some(80),
+            _ => None,
+        });
+        let host = authority.host();
+        let literal = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>();
+        if let (Ok(ip), Some(port)) = (literal, port) {
+            let mut addresses = self.empty();
+            addresses.push(std::net::SocketAddr::new(ip, port));
+            return Ok(addresses);
+        }
+        let key = authority.as_str();
+        let now = Instant::now();
+        {
+            let kept = self
+                .kept
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner());
+            if let Some((_, _, addresses)) = kept
+                .iter()
+                .find(|(host, at, _)| host == key && now.duration_since(*at) < ADDRESSES_KEPT)
+            {
+                return Ok(addresses.clone());
+            }
+        }
+        let addresses = self.lookup.resolve(uri, config, timeout)?;
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        kept.retain(|(host, at, _)| host != key && now.duration_since(*at) < ADDRESSES_KEPT);
+        kept.push((key.to_owned(), now, addresses.clone()));
+        Ok(addresses)
     }
 }
 
