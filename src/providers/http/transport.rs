@@ -508,3 +508,47 @@ impl Read for IoReader {
         self.0.read(buf)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(resolver: &Resolve, url: &str) -> Vec<std::net::SocketAddr> {
+        let uri: ureq::http::Uri = url.parse().expect("uri");
+        let config = ureq::config::Config::default();
+        let timeout = NextTimeout {
+            after: ureq::unversioned::transport::time::Duration::from_secs(5),
+            reason: ureq::Timeout::Resolve,
+            ..NextTimeout::default()
+        };
+        resolver
+            .resolve(&uri, &config, timeout)
+            .expect("resolved")
+            .iter()
+            .copied()
+            .collect()
+    }
+
+    /// An IP address is its own answer; a host name is looked up once and
+    /// then kept (no lookup, and no lookup thread, per request).
+    #[test]
+    fn addresses_need_no_lookup_and_names_are_kept() {
+        let resolver = Resolve::default();
+        assert_eq!(
+            resolve(&resolver, "http://127.0.0.1:8080/v1"),
+            ["127.0.0.1:8080"
+                .parse::<std::net::SocketAddr>()
+                .expect("addr")]
+        );
+        assert_eq!(
+            resolve(&resolver, "https://[::1]/v1"),
+            ["[::1]:443".parse::<std::net::SocketAddr>().expect("addr")]
+        );
+        assert!(resolver.kept.lock().expect("lock").is_empty());
+        let first = resolve(&resolver, "http://localhost:9/x");
+        assert!(!first.is_empty());
+        assert_eq!(resolver.kept.lock().expect("lock").len(), 1);
+        assert_eq!(resolve(&resolver, "http://localhost:9/y"), first);
+        assert_eq!(resolver.kept.lock().expect("lock").len(), 1);
+    }
+}
