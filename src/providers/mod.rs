@@ -6,6 +6,8 @@
 
 #[cfg(feature = "live")]
 pub mod anthropic;
+#[cfg(test)]
+mod arbitrary;
 pub mod demo;
 #[cfg(feature = "live")]
 pub(crate) mod failure;

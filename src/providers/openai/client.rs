@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::Value;
 
 use super::reply;
-use super::request::{BodySettings, MaxTokensField, request_body};
+use super::request::{BodySettings, MaxTokensField, request_body, write_body};
 use super::stream;
 use crate::core::error::FailureKind;
 use crate::core::protocol::{ModelResponse, Request};
 use crate::providers::failure::{api_kind, openai_code};
 use crate::providers::http::Timeouts;
-use crate::providers::http::protocol::Protocol;
+use crate::providers::http::protocol::{BodyCache, Protocol};
 use crate::providers::http::retry::RetryPolicy;
 use crate::providers::http::{self, ApiKey, ConfigError, ErrorReader, is_http_url, redact_url};
 
@@ -294,6 +294,24 @@ impl Protocol for OpenAiConfig {
 
     fn body(&self, state: &TokenField, request: &Request<'_>) -> Value {
         body_for(self, current_field(self, state), request)
+    }
+
+    /// The value [`Protocol::body`] makes, written straight out: no value
+    /// tree is built, and the tools are written once per client.
+    fn write_body(
+        &self,
+        state: &TokenField,
+        request: &Request<'_>,
+        cache: &mut BodyCache,
+        out: &mut Vec<u8>,
+    ) -> Result<(), serde_json::Error> {
+        let settings = BodySettings {
+            model: &self.model,
+            max_tokens: self.max_tokens,
+            max_tokens_field: current_field(self, state),
+            stream: self.stream,
+        };
+        write_body(request, settings, cache, out)
     }
 
     fn exchange(&self, state: &TokenField) -> Exchange {

@@ -18,9 +18,11 @@
 //! client, and the builder is not used.
 #![cfg_attr(not(feature = "live"), allow(dead_code))]
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::core::protocol::{Block, Message, Request, Role, ToolResultContent, join_text};
+use crate::providers::http::protocol::BodyCache;
 
 /// Which field carries the reply's token limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +224,209 @@ pub(crate) fn request_body(request: &Request<'_>, settings: BodySettings<'_>) ->
         );
     }
     Value::Object(body)
+}
+
+/// A Chat Completions message as it is written, without a value tree.
+#[derive(Serialize)]
+struct Written<'a> {
+    role: &'static str,
+    /// `None` is written as `null` (an assistant turn of calls alone).
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WrittenCall<'a>>,
+}
+
+#[derive(Serialize)]
+struct WrittenCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WrittenFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WrittenFunction<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+/// A tool as Chat Completions takes it.
+#[derive(Serialize)]
+struct WrittenTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WrittenToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WrittenToolFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+/// The history as Chat Completions messages (the rules of the module docs).
+struct WrittenHistory<'a>(&'a Request<'a>);
+
+impl Serialize for WrittenHistory<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let request = self.0;
+        let system = |text| Written {
+            role: "system",
+            content: Some(std::borrow::Cow::Borrowed(text)),
+            tool_call_id: None,
+            tool_calls: Vec::new(),
+        };
+        let mut seq = serializer.serialize_seq(None)?;
+        if !request.system.is_empty() {
+            seq.serialize_element(&system(request.system))?;
+        }
+        if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
+            seq.serialize_element(&system(text))?;
+        }
+        for message in request.messages {
+            match message.role {
+                Role::User => {
+                    for block in &message.content {
+                        if let Block::ToolResult {
+                            tool_use_id,
+                            content,
+                            ..
+                        } = block
+                        {
+                            let text = match content {
+                                ToolResultContent::Text(text) => {
+                                    std::borrow::Cow::Borrowed(text.as_str())
+                                }
+                                blocks => std::borrow::Cow::Owned(blocks.text()),
+                            };
+                            seq.serialize_element(&Written {
+                                role: "tool",
+                                content: Some(text),
+                                tool_call_id: Some(tool_use_id.as_str()),
+                                tool_calls: Vec::new(),
+                            })?;
+                        }
+                    }
+                    let text = join_text(message.content.iter());
+                    let has_results = message
+                        .content
+                        .iter()
+                        .any(|block| matches!(block, Block::ToolResult { .. }));
+                    if !text.is_empty() || !has_results {
+                        seq.serialize_element(&Written {
+                            role: "user",
+                            content: Some(std::borrow::Cow::Owned(text)),
+                            tool_call_id: None,
+                            tool_calls: Vec::new(),
+                        })?;
+                    }
+                }
+                Role::Assistant => {
+                    let text = join_text(message.content.iter());
+                    let tool_calls: Vec<WrittenCall<'_>> = message
+                        .content
+                        .iter()
+                        .filter_map(|block| match block {
+                            Block::ToolUse { id, name, input } => Some(WrittenCall {
+                                id: id.as_str(),
+                                kind: "function",
+                                function: WrittenFunction {
+                                    name,
+                                    arguments: arguments_text(input),
+                                },
+                            }),
+                            _ => None,
+                        })
+                        .collect();
+                    let content = if text.is_empty() && !tool_calls.is_empty() {
+                        None
+                    } else {
+                        Some(std::borrow::Cow::Owned(text))
+                    };
+                    seq.serialize_element(&Written {
+                        role: "assistant",
+                        content,
+                        tool_call_id: None,
+                        tool_calls,
+                    })?;
+                }
+            }
+        }
+        seq.end()
+    }
+}
+
+/// The body [`request_body`] describes, written into `out` without a value
+/// tree; the tools (the same for every request of a model, as a rule) come
+/// from `cache`.
+pub(crate) fn write_body(
+    request: &Request<'_>,
+    settings: BodySettings<'_>,
+    cache: &mut BodyCache,
+    out: &mut Vec<u8>,
+) -> Result<(), serde_json::Error> {
+    /// `,"name":value` (`{"name":value` for the first field).
+    fn field(
+        out: &mut Vec<u8>,
+        first: bool,
+        name: &str,
+        value: &impl Serialize,
+    ) -> Result<(), serde_json::Error> {
+        out.push(if first { b'{' } else { b',' });
+        serde_json::to_writer(&mut *out, name)?;
+        out.push(b':');
+        serde_json::to_writer(&mut *out, value)
+    }
+    field(out, true, "model", &settings.model)?;
+    field(
+        out,
+        false,
+        settings.max_tokens_field.as_str(),
+        &settings.max_tokens,
+    )?;
+    field(out, false, "messages", &WrittenHistory(request))?;
+    if !request.tools.is_empty() {
+        let tools = cache.tools(request.tools, |bytes| {
+            let tools: Vec<WrittenTool<'_>> = request
+                .tools
+                .iter()
+                .map(|tool| WrittenTool {
+                    kind: "function",
+                    function: WrittenToolFunction {
+                        name: &tool.name,
+                        description: &tool.description,
+                        parameters: &tool.input_schema,
+                    },
+                })
+                .collect();
+            serde_json::to_writer(bytes, &tools)
+        })?;
+        out.extend_from_slice(b",\"tools\":");
+        out.extend_from_slice(tools);
+    }
+    if settings.stream {
+        field(out, false, "stream", &true)?;
+        field(
+            out,
+            false,
+            "stream_options",
+            &json!({"include_usage": true}),
+        )?;
+    }
+    if let Some(schema) = request.output {
+        let format = json!({"type": "json_schema", "json_schema": {
+            "name": "answer",
+            "schema": schema,
+            "strict": is_strict(schema),
+        }});
+        field(out, false, "response_format", &format)?;
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// Whether `schema` meets what OpenAI's strict structured outputs demand
@@ -432,6 +637,44 @@ mod tests {
             "https://api.openai.com.evil.example/v1",
         ] {
             assert_eq!(MaxTokensField::for_base_url(other), MaxTokens, "{other}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// The body written straight out is the body `request_body`
+        /// describes, whatever the request; and so are the next ones, their
+        /// tools taken from the cache while they are the same.
+        #[test]
+        fn the_written_body_is_the_described_body(
+            system in "\\PC{0,30}",
+            attachment in proptest::option::of("\\PC{0,20}"),
+            tools in proptest::collection::vec(crate::providers::arbitrary::tool(), 0..4),
+            messages in proptest::collection::vec(crate::providers::arbitrary::message(), 0..5),
+            stream in proptest::prelude::any::<bool>(),
+            completion in proptest::prelude::any::<bool>(),
+            output in proptest::option::of(crate::providers::arbitrary::json_value()),
+        ) {
+            let mut body_settings = settings(stream);
+            if completion {
+                body_settings.max_tokens_field = MaxTokensField::MaxCompletionTokens;
+            }
+            let mut cache = BodyCache::default();
+            let fewer = tools.get(1..).unwrap_or_default().to_vec();
+            for tools in [&tools, &tools, &fewer, &tools] {
+                let request = Request {
+                    system: &system,
+                    tools,
+                    messages: &messages,
+                    attachment: attachment.as_deref(),
+                    output: output.as_ref(),
+                };
+                let mut out = Vec::new();
+                write_body(&request, body_settings, &mut cache, &mut out).expect("written");
+                let written: Value = serde_json::from_slice(&out).expect("JSON");
+                proptest::prop_assert_eq!(&written, &request_body(&request, body_settings));
+            }
         }
     }
 }
