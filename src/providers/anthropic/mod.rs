@@ -384,29 +384,16 @@ impl<T: Serialize> Serialize for MarkLast<'_, T> {
     }
 }
 
-/// The history, the last block of its last message carrying the breakpoint.
-struct History<'a>(&'a [Message]);
+/// The history's last message, the last of its blocks carrying the breakpoint.
+struct LastMessage<'a>(&'a Message);
 
-impl Serialize for History<'_> {
+impl Serialize for LastMessage<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{SerializeSeq, SerializeStruct};
-        struct Last<'a>(&'a Message);
-        impl Serialize for Last<'_> {
-            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                let mut message = serializer.serialize_struct("Message", 2)?;
-                message.serialize_field("role", &self.0.role)?;
-                message.serialize_field("content", &MarkLast(&self.0.content))?;
-                message.end()
-            }
-        }
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        if let Some((last, rest)) = self.0.split_last() {
-            for message in rest {
-                seq.serialize_element(message)?;
-            }
-            seq.serialize_element(&Last(last))?;
-        }
-        seq.end()
+        use serde::ser::SerializeStruct;
+        let mut message = serializer.serialize_struct("Message", 2)?;
+        message.serialize_field("role", &self.0.role)?;
+        message.serialize_field("content", &MarkLast(&self.0.content))?;
+        message.end()
     }
 }
 
@@ -468,7 +455,23 @@ fn write_body(
         out.extend_from_slice(b",\"tools\":");
         out.extend_from_slice(tools);
     }
-    field(out, false, "messages", &History(request.messages))?;
+    // The messages before the last are written once per model and kept;
+    // the last carries the cache breakpoint, so it is written each time.
+    out.extend_from_slice(b",\"messages\":[");
+    let (last, earlier) = match request.messages.split_last() {
+        Some((last, earlier)) => (Some(last), earlier),
+        None => (None, request.messages),
+    };
+    let wrote = cache.history(earlier, out, |message, bytes| {
+        serde_json::to_writer(bytes, message)
+    })?;
+    if let Some(last) = last {
+        if wrote {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, &LastMessage(last))?;
+    }
+    out.push(b']');
     if config.stream {
         field(out, false, "stream", &true)?;
     }
@@ -664,6 +667,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+    use crate::core::protocol::Block;
     use crate::providers::arbitrary::{json_value, message, tool};
 
     proptest! {
@@ -691,11 +695,28 @@ mod tests {
             // The same tools twice (the second from the cache), other
             // tools, then the first ones again.
             let fewer = tools.get(1..).unwrap_or_default().to_vec();
-            for tools in [&tools, &tools, &fewer, &tools] {
+            // A history that grows a message at a time, then one whose
+            // first message changed (a compaction), then the whole again.
+            let mut changed = messages.clone();
+            if let Some(first) = changed.first_mut() {
+                first.content.push(Block::Text { text: "changed".to_owned() });
+            }
+            let mut histories: Vec<&[Message]> =
+                (0..=messages.len()).map(|n| &messages[..n]).collect();
+            let reversed: Vec<Message> = messages.iter().rev().cloned().collect();
+            histories.extend([
+                changed.as_slice(),
+                messages.as_slice(),
+                reversed.as_slice(),
+                messages.as_slice(),
+            ]);
+            let toolsets = [&tools, &tools, &fewer, &tools];
+            for (round, history) in histories.into_iter().enumerate() {
+                let tools = toolsets[round % toolsets.len()];
                 let request = Request {
                     system: &system,
                     tools,
-                    messages: &messages,
+                    messages: history,
                     attachment: attachment.as_deref(),
                     output: output.as_ref(),
                 };

@@ -267,97 +267,92 @@ struct WrittenToolFunction<'a> {
     parameters: &'a Value,
 }
 
-/// The history as Chat Completions messages (the rules of the module docs).
-struct WrittenHistory<'a>(&'a Request<'a>);
-
-impl Serialize for WrittenHistory<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeSeq;
-        let request = self.0;
-        let system = |text| Written {
-            role: "system",
-            content: Some(std::borrow::Cow::Borrowed(text)),
-            tool_call_id: None,
-            tool_calls: Vec::new(),
-        };
-        let mut seq = serializer.serialize_seq(None)?;
-        if !request.system.is_empty() {
-            seq.serialize_element(&system(request.system))?;
+/// One message of the history as Chat Completions messages (the rules of
+/// the module docs), written into `out` as array items, comma-separated:
+/// at least one.
+fn write_message(message: &Message, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+    let mut first = true;
+    let mut item = |out: &mut Vec<u8>, written: &Written<'_>| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
         }
-        if let Some(text) = request.attachment.filter(|text| !text.is_empty()) {
-            seq.serialize_element(&system(text))?;
-        }
-        for message in request.messages {
-            match message.role {
-                Role::User => {
-                    for block in &message.content {
-                        if let Block::ToolResult {
-                            tool_use_id,
-                            content,
-                            ..
-                        } = block
-                        {
-                            let text = match content {
-                                ToolResultContent::Text(text) => {
-                                    std::borrow::Cow::Borrowed(text.as_str())
-                                }
-                                blocks => std::borrow::Cow::Owned(blocks.text()),
-                            };
-                            seq.serialize_element(&Written {
-                                role: "tool",
-                                content: Some(text),
-                                tool_call_id: Some(tool_use_id.as_str()),
-                                tool_calls: Vec::new(),
-                            })?;
-                        }
-                    }
-                    let text = join_text(message.content.iter());
-                    let has_results = message
-                        .content
-                        .iter()
-                        .any(|block| matches!(block, Block::ToolResult { .. }));
-                    if !text.is_empty() || !has_results {
-                        seq.serialize_element(&Written {
-                            role: "user",
-                            content: Some(std::borrow::Cow::Owned(text)),
-                            tool_call_id: None,
-                            tool_calls: Vec::new(),
-                        })?;
-                    }
-                }
-                Role::Assistant => {
-                    let text = join_text(message.content.iter());
-                    let tool_calls: Vec<WrittenCall<'_>> = message
-                        .content
-                        .iter()
-                        .filter_map(|block| match block {
-                            Block::ToolUse { id, name, input } => Some(WrittenCall {
-                                id: id.as_str(),
-                                kind: "function",
-                                function: WrittenFunction {
-                                    name,
-                                    arguments: arguments_text(input),
-                                },
-                            }),
-                            _ => None,
-                        })
-                        .collect();
-                    let content = if text.is_empty() && !tool_calls.is_empty() {
-                        None
-                    } else {
-                        Some(std::borrow::Cow::Owned(text))
+        serde_json::to_writer(&mut *out, written)
+    };
+    match message.role {
+        Role::User => {
+            for block in &message.content {
+                if let Block::ToolResult {
+                    tool_use_id,
+                    content,
+                    ..
+                } = block
+                {
+                    let text = match content {
+                        ToolResultContent::Text(text) => std::borrow::Cow::Borrowed(text.as_str()),
+                        blocks => std::borrow::Cow::Owned(blocks.text()),
                     };
-                    seq.serialize_element(&Written {
-                        role: "assistant",
-                        content,
-                        tool_call_id: None,
-                        tool_calls,
-                    })?;
+                    item(
+                        out,
+                        &Written {
+                            role: "tool",
+                            content: Some(text),
+                            tool_call_id: Some(tool_use_id.as_str()),
+                            tool_calls: Vec::new(),
+                        },
+                    )?;
                 }
             }
+            let text = join_text(message.content.iter());
+            let has_results = message
+                .content
+                .iter()
+                .any(|block| matches!(block, Block::ToolResult { .. }));
+            if !text.is_empty() || !has_results {
+                item(
+                    out,
+                    &Written {
+                        role: "user",
+                        content: Some(std::borrow::Cow::Owned(text)),
+                        tool_call_id: None,
+                        tool_calls: Vec::new(),
+                    },
+                )?;
+            }
         }
-        seq.end()
+        Role::Assistant => {
+            let text = join_text(message.content.iter());
+            let tool_calls: Vec<WrittenCall<'_>> = message
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    Block::ToolUse { id, name, input } => Some(WrittenCall {
+                        id: id.as_str(),
+                        kind: "function",
+                        function: WrittenFunction {
+                            name,
+                            arguments: arguments_text(input),
+                        },
+                    }),
+                    _ => None,
+                })
+                .collect();
+            let content = if text.is_empty() && !tool_calls.is_empty() {
+                None
+            } else {
+                Some(std::borrow::Cow::Owned(text))
+            };
+            item(
+                out,
+                &Written {
+                    role: "assistant",
+                    content,
+                    tool_call_id: None,
+                    tool_calls,
+                },
+            )?;
+        }
     }
+    Ok(())
 }
 
 /// The body [`request_body`] describes, written into `out` without a value
@@ -388,7 +383,31 @@ pub(crate) fn write_body(
         settings.max_tokens_field.as_str(),
         &settings.max_tokens,
     )?;
-    field(out, false, "messages", &WrittenHistory(request))?;
+    // The system texts, then the history: its messages written once per
+    // model and kept for the next request.
+    out.extend_from_slice(b",\"messages\":[");
+    let mut wrote = false;
+    for text in [Some(request.system), request.attachment]
+        .into_iter()
+        .flatten()
+        .filter(|text| !text.is_empty())
+    {
+        if std::mem::replace(&mut wrote, true) {
+            out.push(b',');
+        }
+        let system = Written {
+            role: "system",
+            content: Some(std::borrow::Cow::Borrowed(text)),
+            tool_call_id: None,
+            tool_calls: Vec::new(),
+        };
+        serde_json::to_writer(&mut *out, &system)?;
+    }
+    if wrote && !request.messages.is_empty() {
+        out.push(b',');
+    }
+    cache.history(request.messages, out, write_message)?;
+    out.push(b']');
     if !request.tools.is_empty() {
         let tools = cache.tools(request.tools, |bytes| {
             let tools: Vec<WrittenTool<'_>> = request
@@ -662,11 +681,28 @@ mod tests {
             }
             let mut cache = BodyCache::default();
             let fewer = tools.get(1..).unwrap_or_default().to_vec();
-            for tools in [&tools, &tools, &fewer, &tools] {
+            // A history that grows a message at a time, then one whose
+            // first message changed (a compaction), then the whole again.
+            let mut changed = messages.clone();
+            if let Some(first) = changed.first_mut() {
+                first.content.push(Block::Text { text: "changed".to_owned() });
+            }
+            let mut histories: Vec<&[Message]> =
+                (0..=messages.len()).map(|n| &messages[..n]).collect();
+            let reversed: Vec<Message> = messages.iter().rev().cloned().collect();
+            histories.extend([
+                changed.as_slice(),
+                messages.as_slice(),
+                reversed.as_slice(),
+                messages.as_slice(),
+            ]);
+            let toolsets = [&tools, &tools, &fewer, &tools];
+            for (round, history) in histories.into_iter().enumerate() {
+                let tools = toolsets[round % toolsets.len()];
                 let request = Request {
                     system: &system,
                     tools,
-                    messages: &messages,
+                    messages: history,
                     attachment: attachment.as_deref(),
                     output: output.as_ref(),
                 };
