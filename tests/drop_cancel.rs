@@ -162,8 +162,12 @@ fn a_dropped_run_leaves_nothing_running_and_a_closed_trace() {
     let dir = std::env::temp_dir().join(format!("subloop-drop-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("a.txt"), "alpha").unwrap();
+    // Idle threads of the runtime's blocking pool (where a program's
+    // sandbox is prepared and its watchdog reaped) go after 50 ms, not the
+    // default 10 s: the count below is of what the run left running.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_keep_alive(Duration::from_millis(50))
         .enable_all()
         .build()
         .unwrap();

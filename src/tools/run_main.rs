@@ -391,20 +391,27 @@ impl RunMain {
             Ok(split) => split,
             Err(answer) => return answer,
         };
-        // Dropped last: the private TMPDIR goes once the group is gone.
-        let confinement = match self.confine() {
-            Ok(confinement) => confinement,
-            Err(answer) => return answer,
-        };
-        let watchdog = match confinement.private_dir() {
-            Some(temp) => Watchdog::spawn_removing(temp),
-            None => Watchdog::spawn(),
-        };
-        let watchdog = match watchdog {
-            Ok(watchdog) => watchdog,
-            Err(err) => {
-                return ToolOutput::error(format!("run_main: cannot start the watchdog: {err}"));
+        // The sandbox is prepared and the watchdog forked off the runtime's
+        // worker (file system and process work). The confinement is
+        // dropped last: the private TMPDIR goes once the group is gone.
+        let runner = self.clone();
+        let prepared = crate::run::offload::off_worker(move || {
+            let confinement = runner.confine()?;
+            let watchdog = match confinement.private_dir() {
+                Some(temp) => Watchdog::spawn_removing(temp),
+                None => Watchdog::spawn(),
+            };
+            match watchdog {
+                Ok(watchdog) => Ok((confinement, watchdog)),
+                Err(err) => Err(ToolOutput::error(format!(
+                    "run_main: cannot start the watchdog: {err}"
+                ))),
             }
+        })
+        .await;
+        let (confinement, watchdog) = match prepared {
+            Ok(prepared) => prepared,
+            Err(answer) => return answer,
         };
         let group = watchdog.group();
         let mut command = tokio::process::Command::new(program);
@@ -452,7 +459,9 @@ impl RunMain {
             }
         };
         drop(slot);
-        watchdog.finish();
+        // Reaping the watchdog waits for it to kill the group and remove
+        // the private TMPDIR: off the worker too.
+        crate::run::offload::off_worker(move || watchdog.finish()).await;
         // What is left in the pipes, for at most 500 ms (a descendant that
         // left the group may hold them open).
         let _ = tokio::time::timeout(Duration::from_millis(500), async {
