@@ -868,6 +868,26 @@ pub fn run(options: &Options) -> Result<Figures, String> {
 /// The bytes a client sends for a request.
 type BodyOf = dyn Fn(&subloop::core::protocol::Request<'_>) -> Vec<u8> + Send + Sync;
 
+/// A model of `client` (holding the run's stop slot, when given) in a
+/// [`Counted`].
+macro_rules! counted_model {
+    ($model:ident, $client:expr, $stop:expr, $counters:expr, $record:expr) => {{
+        let model = match $stop {
+            Some(slot) => $model::with_stop(Arc::clone($client), Arc::clone(slot)),
+            None => $model::new(Arc::clone($client)),
+        };
+        let client = Arc::clone($client);
+        Box::new(super::Counted {
+            inner: model,
+            counters: $counters,
+            record: $record,
+            body: Arc::new(move |request| {
+                serde_json::to_vec(&client.request_body(request)).unwrap()
+            }),
+        })
+    }};
+}
+
 /// A model that counts its requests (and records their bodies for the
 /// first run) before sending them through the model it wraps.
 struct Counted<M> {
@@ -926,9 +946,7 @@ mod blocking {
     use subloop::providers::http::StopSlot;
     use subloop::providers::openai::{self, OpenAiModel};
 
-    use super::{
-        Budget, Counted, Counters, Ended, Options, PARENT_CALLS, Provider, Settings, Tools,
-    };
+    use super::{Budget, Counters, Ended, Options, PARENT_CALLS, Provider, Settings, Tools};
 
     /// One client for every run, as a service would hold.
     #[derive(Clone)]
@@ -958,36 +976,10 @@ mod blocking {
             let counters = Arc::clone(counters);
             match self {
                 Self::Anthropic(client) => {
-                    let model = match stop {
-                        Some(slot) => {
-                            AnthropicModel::with_stop(Arc::clone(client), Arc::clone(slot))
-                        }
-                        None => AnthropicModel::new(Arc::clone(client)),
-                    };
-                    let client = Arc::clone(client);
-                    Box::new(Counted {
-                        inner: model,
-                        counters,
-                        record,
-                        body: Arc::new(move |request| {
-                            serde_json::to_vec(&client.request_body(request)).unwrap()
-                        }),
-                    })
+                    counted_model!(AnthropicModel, client, stop, counters, record)
                 }
                 Self::OpenAi(client) => {
-                    let model = match stop {
-                        Some(slot) => OpenAiModel::with_stop(Arc::clone(client), Arc::clone(slot)),
-                        None => OpenAiModel::new(Arc::clone(client)),
-                    };
-                    let client = Arc::clone(client);
-                    Box::new(Counted {
-                        inner: model,
-                        counters,
-                        record,
-                        body: Arc::new(move |request| {
-                            serde_json::to_vec(&client.request_body(request)).unwrap()
-                        }),
-                    })
+                    counted_model!(OpenAiModel, client, stop, counters, record)
                 }
             }
         }
@@ -1066,9 +1058,7 @@ mod async_runs {
     use subloop::providers::openai::{self, AsyncOpenAiModel};
     use subloop::run::model::{AsyncModel, ChildModels};
 
-    use super::{
-        Budget, Counted, Counters, Ended, Options, PARENT_CALLS, Provider, Settings, Tools,
-    };
+    use super::{Budget, Counters, Ended, Options, PARENT_CALLS, Provider, Settings, Tools};
 
     /// One client for every run: the runs share its connection pool.
     #[derive(Clone)]
@@ -1100,38 +1090,10 @@ mod async_runs {
             let counters = Arc::clone(counters);
             match self {
                 Self::Anthropic(client) => {
-                    let model = match stop {
-                        Some(slot) => {
-                            AsyncAnthropicModel::with_stop(Arc::clone(client), Arc::clone(slot))
-                        }
-                        None => AsyncAnthropicModel::new(Arc::clone(client)),
-                    };
-                    let client = Arc::clone(client);
-                    Box::new(Counted {
-                        inner: model,
-                        counters,
-                        record,
-                        body: Arc::new(move |request| {
-                            serde_json::to_vec(&client.request_body(request)).unwrap()
-                        }),
-                    })
+                    counted_model!(AsyncAnthropicModel, client, stop, counters, record)
                 }
                 Self::OpenAi(client) => {
-                    let model = match stop {
-                        Some(slot) => {
-                            AsyncOpenAiModel::with_stop(Arc::clone(client), Arc::clone(slot))
-                        }
-                        None => AsyncOpenAiModel::new(Arc::clone(client)),
-                    };
-                    let client = Arc::clone(client);
-                    Box::new(Counted {
-                        inner: model,
-                        counters,
-                        record,
-                        body: Arc::new(move |request| {
-                            serde_json::to_vec(&client.request_body(request)).unwrap()
-                        }),
-                    })
+                    counted_model!(AsyncOpenAiModel, client, stop, counters, record)
                 }
             }
         }

@@ -78,3 +78,22 @@ pub(crate) fn tool() -> impl Strategy<Value = ToolDefinition> {
         }
     })
 }
+
+/// The histories a model's requests carry, one request after another: one
+/// that grows a message at a time, then one whose first message changed
+/// (as after a compaction), the whole again, the messages reversed, and
+/// the whole once more.
+pub(crate) fn rounds(messages: &[Message]) -> Vec<Vec<Message>> {
+    let mut changed = messages.to_vec();
+    if let Some(first) = changed.first_mut() {
+        first.content.push(Block::Text {
+            text: "changed".to_owned(),
+        });
+    }
+    let reversed: Vec<Message> = messages.iter().rev().cloned().collect();
+    let mut rounds: Vec<Vec<Message>> = (0..=messages.len())
+        .map(|n| messages.get(..n).unwrap_or_default().to_vec())
+        .collect();
+    rounds.extend([changed, messages.to_vec(), reversed, messages.to_vec()]);
+    rounds
+}
