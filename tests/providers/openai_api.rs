@@ -1114,7 +1114,55 @@ crate::async_twins!(
     a_deadline_abandons_a_request_in_flight,
     streamed_text_is_shown_as_it_arrives_and_ends_its_line,
     children_streaming_side_by_side_reach_the_sink_by_whole_lines,
+    a_streamed_reply_leaves_its_connection_for_the_next_request,
 );
+
+/// A stream ends at `[DONE]`, and the body's end is read after it, so the
+/// next request goes over the same connection; a server that holds the
+/// body open after `[DONE]` costs the request a moment, not its read
+/// timeout (the connection is then closed, not kept).
+#[test]
+fn a_streamed_reply_leaves_its_connection_for_the_next_request() {
+    let done = || slow_stream(&answer("hi"), Duration::ZERO);
+    // A run of two streamed requests: a read, then the answer.
+    let read = reply(
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            call("call_a", "read_file", "{\"path\": \"main.py\"}"),
+        ]}),
+        "tool_calls",
+        None,
+    );
+    let server = serve(vec![
+        slow_stream(&read, Duration::ZERO),
+        slow_stream(&answer("read"), Duration::ZERO),
+    ]);
+    let report = run_against(&server, true);
+    assert_eq!(report.outcome.text, "read", "{:?}", report.outcome);
+    assert_eq!(
+        server.connections.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    // Everything up to [DONE] at once, then the body held open for 1 s.
+    let Reply::Slow { events, .. } = done() else {
+        unreachable!("a slow stream");
+    };
+    let held = Reply::Slow {
+        events: vec![events.concat(), b": held\n\n".to_vec()],
+        gap: Duration::from_secs(1),
+    };
+    let server = serve(vec![held]);
+    let mut settings = config(&server.url, None);
+    settings.stream = true;
+    let (client, _) = new_client(settings);
+    let started = std::time::Instant::now();
+    let reply = one_request(&client).expect("held");
+    assert_eq!(reply.content, ModelResponse::answer("hi").content);
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "waited for the held body: {:?}",
+        started.elapsed()
+    );
+}
 
 /// A server that accepts and never answers: the run ends `model_error`, the
 /// error says what to change in words, and the CLI names its flags.

@@ -261,6 +261,39 @@ impl Scope {
 
 thread_local! {
     static SCOPE: RefCell<Option<Arc<Scope>>> = const { RefCell::new(None) };
+    /// Set while [`drain`] reads what is left of a body on this thread.
+    static DRAINING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// How long [`drain`] waits for each read of a body's rest.
+pub(crate) const DRAIN_WAIT: Duration = Duration::from_millis(50);
+
+/// The most of a body's rest [`drain`] reads.
+pub(crate) const DRAIN_CAP: u64 = 64 * 1024;
+
+/// Reads what is left of a body whose content is complete (an event
+/// stream after its end event), so that its connection goes back to the
+/// pool: the end of a chunked body comes right after the last event. Each
+/// read waits at most [`DRAIN_WAIT`], and at most [`DRAIN_CAP`] bytes are
+/// read; a server that holds the body open costs that wait once, and its
+/// connection is closed rather than kept.
+pub(crate) fn drain(body: &mut impl Read) {
+    DRAINING.with(|draining| draining.set(true));
+    let _ = std::io::copy(&mut body.take(DRAIN_CAP), &mut std::io::sink());
+    DRAINING.with(|draining| draining.set(false));
+}
+
+/// `timeout`, cut to [`DRAIN_WAIT`] while this thread drains a body.
+fn while_draining(timeout: NextTimeout) -> NextTimeout {
+    if DRAINING.with(std::cell::Cell::get) {
+        let wait = ureq::unversioned::transport::time::Duration::from(DRAIN_WAIT);
+        NextTimeout {
+            after: timeout.after.min(wait),
+            ..timeout
+        }
+    } else {
+        timeout
+    }
 }
 
 /// While it lives, the blocking requests this thread sends are stopped
@@ -405,12 +438,12 @@ impl ureq::unversioned::transport::Transport for Armed {
 
     fn maybe_await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
         self.arm();
-        self.inner.maybe_await_input(timeout)
+        self.inner.maybe_await_input(while_draining(timeout))
     }
 
     fn await_input(&mut self, timeout: NextTimeout) -> Result<bool, ureq::Error> {
         self.arm();
-        self.inner.await_input(timeout)
+        self.inner.await_input(while_draining(timeout))
     }
 
     fn is_open(&mut self) -> bool {

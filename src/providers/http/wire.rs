@@ -107,8 +107,13 @@ impl<'t> Wire for dyn Transport + 't {
         shown: &'a mut Shown<'_>,
         parser: S,
     ) -> WireFuture<'a, Result<Received, ModelFailure>> {
-        let input = BufReader::new(response.body.take(MAX_STREAM));
-        let result = read_events(input, parser, &mut |text| shown.text(text));
+        let mut input = BufReader::new(response.body.take(MAX_STREAM));
+        let result = read_events(&mut input, parser, &mut |text| shown.text(text));
+        if result.is_ok() {
+            // The stream ended by its end event: the body's rest (the
+            // chunked end) is read so the connection can be reused.
+            super::transport::drain(&mut input);
+        }
         Box::pin(std::future::ready(result))
     }
 }
@@ -126,6 +131,21 @@ mod remote {
     use crate::core::error::ModelFailure;
     use crate::run::limits::StopSignal;
     use crate::run::model::Received;
+
+    /// Reads what is left of a body whose content is complete, each piece
+    /// waited for [`super::super::transport::DRAIN_WAIT`] at most, at most
+    /// [`super::super::transport::DRAIN_CAP`] bytes (as the blocking
+    /// client's drain does).
+    async fn drain(body: &mut dyn AsyncBody) {
+        use super::super::transport::{DRAIN_CAP, DRAIN_WAIT};
+        let mut left = DRAIN_CAP;
+        while left > 0 {
+            match tokio::time::timeout(DRAIN_WAIT, body.chunk()).await {
+                Ok(Ok(Some(piece))) => left = left.saturating_sub(piece.len() as u64),
+                _ => return,
+            }
+        }
+    }
 
     /// Reads up to `cap` bytes of a body; what was read before an error is kept.
     async fn read_capped(body: &mut dyn AsyncBody, cap: u64) -> (Vec<u8>, Option<std::io::Error>) {
@@ -196,6 +216,10 @@ mod remote {
                     splitter.push(piece, |line| events.extend(decoder.line(line)));
                     for event in events.drain(..) {
                         if parser.event(&event, &mut |text| shown.text(text))? {
+                            // The body's rest (its end) is read, each
+                            // piece waited for a moment at most, so the
+                            // connection goes back to the pool.
+                            drain(&mut *response.body).await;
                             return parser.finish();
                         }
                     }
