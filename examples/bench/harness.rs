@@ -677,11 +677,15 @@ impl Server {
         }
     }
 
-    /// The counters, when the server has them (`GET /stats`).
+    /// The counters, when the server has them (`GET /stats`), less the
+    /// connection that asked for them.
     fn snapshot(&self) -> Option<server::Snapshot> {
         match self {
             Self::InProcess(running) => Some(running.stats.snapshot()),
-            Self::Elsewhere(url) => remote_stats(url).ok(),
+            Self::Elsewhere(url) => remote_stats(url).ok().map(|mut snapshot| {
+                snapshot.connections = snapshot.connections.saturating_sub(1);
+                snapshot
+            }),
         }
     }
 }

@@ -8,6 +8,7 @@
 pub mod anthropic;
 #[cfg(test)]
 mod arbitrary;
+pub(crate) mod body;
 pub mod demo;
 #[cfg(feature = "live")]
 pub(crate) mod failure;

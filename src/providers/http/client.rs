@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::protocol::{BodyCache, Protocol, ToolShelf};
+use super::protocol::{BodyCache, Protocol};
 use super::transport::stop_scope;
 use super::transport::{Transport, UreqTransport};
 use super::wire::{Sending, Sleeper};
@@ -15,6 +15,7 @@ use super::{Attempts, Secrets, StopSlot, TextSink};
 use crate::core::error::{FailureKind, ModelFailure};
 use crate::core::protocol::{ModelResponse, Request};
 use crate::core::redact::Redactor;
+use crate::providers::body::ToolShelf;
 use crate::run::driver::block_on;
 use crate::run::limits::StopSignal;
 use crate::run::model::{Model, ModelIdentity, Received};

@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::core::protocol::{Block, Message, Request, Role, ToolResultContent, join_text};
-use crate::providers::http::protocol::BodyCache;
+use crate::providers::body::BodyCache;
 
 /// Which field carries the reply's token limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
