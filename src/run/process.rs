@@ -108,6 +108,29 @@ impl Programs {
     }
 }
 
+/// Waits for `child` (the leader of process group `group`) to exit until
+/// `deadline` ([`wait_until`]); past it, or when waiting fails, the whole
+/// group is killed and the child reaped. Gives its status and whether the
+/// deadline came first.
+pub(crate) fn wait_or_kill(
+    child: &mut std::process::Child,
+    group: libc::pid_t,
+    deadline: std::time::Instant,
+) -> (std::io::Result<std::process::ExitStatus>, bool) {
+    match wait_until(child, deadline) {
+        Ok(Some(status)) => (Ok(status), false),
+        Ok(None) => {
+            kill_group(group);
+            (child.wait(), true)
+        }
+        Err(err) => {
+            kill_group(group);
+            let _ = child.wait();
+            (Err(err), false)
+        }
+    }
+}
+
 /// Waits for `child` to exit until `deadline`: a timed wait on the
 /// child's pidfd (`poll(2)` with the time left), woken by the exit itself.
 /// `Ok(None)` when the deadline came first. Where the kernel has no pidfd

@@ -41,8 +41,10 @@ use super::sandbox::{Confinement, SandboxPolicy};
 use super::{Capability, Tool, ToolContext};
 use crate::core::conversation::ToolOutput;
 use crate::core::error::SetupError;
+#[cfg(feature = "async")]
+use crate::run::process::kill_group;
 pub use crate::run::process::{ProcessGroups, Programs};
-use crate::run::process::{Registered, Watchdog, kill_group, wait_until};
+use crate::run::process::{Registered, Watchdog, wait_or_kill};
 use crate::run::shutdown::Shutdown;
 use crate::tools::read_file::workspace_root;
 
@@ -351,20 +353,7 @@ impl RunMain {
         let stderr = child.stderr.take().map(|pipe| spawn_capture(pipe, cap));
 
         let deadline = Instant::now() + self.settings.timeout;
-        let mut timed_out = false;
-        let status = match wait_until(&mut child, deadline) {
-            Ok(Some(status)) => Ok(status),
-            Ok(None) => {
-                timed_out = true;
-                kill_group(group);
-                child.wait()
-            }
-            Err(err) => {
-                kill_group(group);
-                let _ = child.wait();
-                Err(err)
-            }
-        };
+        let (status, timed_out) = wait_or_kill(&mut child, group, deadline);
         drop(slot);
         // Whatever the program left behind in its group goes too, so the
         // pipes close; then the watchdog, the group's leader, is reaped.

@@ -20,7 +20,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::run::harden::{self, PidNamespace};
-use crate::run::process::{Programs, Registered, Watchdog, kill_group, wait_until};
+use crate::run::process::{Programs, Registered, Watchdog, wait_or_kill};
 
 /// How long, after the hook ended, its stdout and stderr may take to
 /// reach end-of-file (a process it left behind may hold them open).
@@ -151,19 +151,8 @@ pub(crate) fn run(
     });
     let stdout = child.stdout.take().map(capture);
     let stderr = child.stderr.take().map(capture);
-    let status = match wait_until(&mut child, started + timeout) {
-        Ok(Some(status)) => Ok(status),
-        Ok(None) => {
-            ran.timed_out = true;
-            kill_group(group);
-            child.wait()
-        }
-        Err(err) => {
-            kill_group(group);
-            let _ = child.wait();
-            Err(err)
-        }
-    };
+    let (status, timed_out) = wait_or_kill(&mut child, group, started + timeout);
+    ran.timed_out = timed_out;
     drop(slot);
     // What the hook left behind in its group goes too, so the pipes close.
     watchdog.finish();
