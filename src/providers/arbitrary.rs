@@ -3,7 +3,10 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-use crate::core::protocol::{Block, Message, Role, ToolDefinition, ToolResultContent, ToolUseId};
+use crate::core::protocol::{
+    Block, Message, Request, Role, ToolDefinition, ToolResultContent, ToolUseId,
+};
+use crate::providers::body::BodyCache;
 
 pub(crate) fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
@@ -96,4 +99,64 @@ pub(crate) fn rounds(messages: &[Message]) -> Vec<Vec<Message>> {
         .collect();
     rounds.extend([changed, messages.to_vec(), reversed, messages.to_vec()]);
     rounds
+}
+
+/// What the body properties vary of a request.
+#[derive(Debug, Clone)]
+pub(crate) struct Parts {
+    pub(crate) system: String,
+    pub(crate) attachment: Option<String>,
+    pub(crate) tools: Vec<ToolDefinition>,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) output: Option<Value>,
+}
+
+pub(crate) fn parts() -> impl Strategy<Value = Parts> {
+    (
+        "\\PC{0,30}",
+        prop::option::of("\\PC{0,20}"),
+        prop::collection::vec(tool(), 0..4),
+        prop::collection::vec(message(), 0..5),
+        prop::option::of(json_value()),
+    )
+        .prop_map(|(system, attachment, tools, messages, output)| Parts {
+            system,
+            attachment,
+            tools,
+            messages,
+            output,
+        })
+}
+
+/// A body writer: a request, a model's cache, the bytes out.
+type WriteBody<'a> =
+    &'a dyn Fn(&Request<'_>, &mut BodyCache, &mut Vec<u8>) -> Result<(), serde_json::Error>;
+
+/// Writes the requests of a model one after another ([`rounds`] of the
+/// history; the same tools twice, fewer, then the first again) with one
+/// cache kept across them, and each afresh: the bytes are the same, and
+/// they are JSON.
+pub(crate) fn cached_is_afresh(parts: &Parts, write: WriteBody<'_>) -> Result<(), TestCaseError> {
+    let mut cache = BodyCache::default();
+    let fewer = parts.tools.get(1..).unwrap_or_default().to_vec();
+    let toolsets = [&parts.tools, &parts.tools, &fewer, &parts.tools];
+    for (history, tools) in rounds(&parts.messages).iter().zip(toolsets.iter().cycle()) {
+        let request = Request {
+            system: &parts.system,
+            tools,
+            messages: history,
+            attachment: parts.attachment.as_deref(),
+            output: parts.output.as_ref(),
+        };
+        let mut out = Vec::new();
+        write(&request, &mut cache, &mut out).expect("written");
+        let mut afresh = Vec::new();
+        write(&request, &mut BodyCache::default(), &mut afresh).expect("written");
+        prop_assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&afresh)
+        );
+        prop_assert!(serde_json::from_slice::<Value>(&out).is_ok());
+    }
+    Ok(())
 }

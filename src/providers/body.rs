@@ -5,7 +5,23 @@
 //! with or without the `live` feature.
 #![cfg_attr(not(feature = "live"), allow(dead_code))]
 
+use serde::Serialize;
+
 use crate::core::protocol::{Block, Message, Role, ToolDefinition, ToolResultContent};
+
+/// Writes one field of a JSON object a body writer writes piece by piece:
+/// `,"name":value`, or `{"name":value` for the first.
+pub(crate) fn write_field(
+    out: &mut Vec<u8>,
+    first: bool,
+    name: &str,
+    value: &impl Serialize,
+) -> Result<(), serde_json::Error> {
+    out.push(if first { b'{' } else { b',' });
+    serde_json::to_writer(&mut *out, name)?;
+    out.push(b':');
+    serde_json::to_writer(&mut *out, value)
+}
 
 /// Tools written once: the definitions and the bytes the protocol wrote for them.
 type Written = std::sync::Arc<(Vec<ToolDefinition>, Vec<u8>)>;
@@ -40,7 +56,8 @@ impl ToolShelf {
 /// What one model keeps between its requests so as not to serialize again
 /// what did not change: the tools it offered last, written once (as the
 /// protocol writes them, found on its client's shelf or put there) and
-/// reused while a request offers the same ones.
+/// reused while a request offers the same ones; and the history messages
+/// it wrote (see [`BodyCache::history`]).
 #[derive(Debug, Default)]
 pub struct BodyCache {
     shelf: std::sync::Arc<ToolShelf>,
@@ -179,10 +196,10 @@ impl BodyCache {
             }
             kept += 1;
         }
-        let end = match kept.checked_sub(1) {
-            Some(last) => history.written.get(last).map_or(0, |(_, end)| *end),
-            None => 0,
-        };
+        let end = kept
+            .checked_sub(1)
+            .and_then(|last| history.written.get(last))
+            .map_or(0, |(_, end)| *end);
         history.written.truncate(kept);
         history.bytes.truncate(end);
         for message in messages.get(kept..).unwrap_or_default() {

@@ -287,18 +287,6 @@ impl LiveConfig {
     }
 }
 
-/// The exact JSON body of a request under `config`: what [`write_body`]
-/// writes, read back (for a host that inspects a request; the client sends
-/// the written bytes).
-fn request_body(config: &LiveConfig, request: &Request<'_>) -> Value {
-    let mut out = Vec::new();
-    match write_body(config, request, &mut BodyCache::default(), &mut out) {
-        Ok(()) => serde_json::from_slice(&out).unwrap_or(Value::Null),
-        // Values and strings always serialize; nothing to show otherwise.
-        Err(_) => Value::Null,
-    }
-}
-
 /// `{"type": "ephemeral"}`: the prompt-cache breakpoint.
 #[derive(Serialize)]
 struct Ephemeral {
@@ -359,27 +347,16 @@ struct SystemText<'a> {
     cache_control: Option<Ephemeral>,
 }
 
-/// The body [`request_body`] describes, written into `out` without a value
-/// tree; the tools (the same for every request of a model, as a rule) come
-/// from `cache`.
+/// The exact JSON body of a request under `config`, written into `out`
+/// without a value tree; the tools and the history's earlier messages
+/// come from `cache` when it wrote them before.
 fn write_body(
     config: &LiveConfig,
     request: &Request<'_>,
     cache: &mut BodyCache,
     out: &mut Vec<u8>,
 ) -> Result<(), serde_json::Error> {
-    /// `,"name":value` (`{"name":value` for the first field).
-    fn field(
-        out: &mut Vec<u8>,
-        first: bool,
-        name: &str,
-        value: &impl Serialize,
-    ) -> Result<(), serde_json::Error> {
-        out.push(if first { b'{' } else { b',' });
-        serde_json::to_writer(&mut *out, name)?;
-        out.push(b':');
-        serde_json::to_writer(&mut *out, value)
-    }
+    use crate::providers::body::write_field as field;
     // The static system prompt carries the breakpoint; the attachment (the
     // plan) follows it as a second block, so tools + system stay cached
     // when the plan changes, and no text ever follows tool results.
@@ -545,12 +522,6 @@ impl Protocol for LiveConfig {
         messages_url(self)
     }
 
-    fn body(&self, _state: &(), request: &Request<'_>) -> Value {
-        request_body(self, request)
-    }
-
-    /// The value [`request_body`] makes, written straight out: no value
-    /// tree is built, and the tools are written once per model.
     fn write_body(
         &self,
         _state: &(),
@@ -619,10 +590,9 @@ impl Protocol for LiveConfig {
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
-    use serde_json::Value;
 
     use super::*;
-    use crate::providers::arbitrary::{json_value, message, tool};
+    use crate::providers::arbitrary::{cached_is_afresh, parts};
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
@@ -632,40 +602,16 @@ mod tests {
         /// body written afresh, whatever the history did in between.
         #[test]
         fn a_cached_body_is_the_body_written_afresh(
-            system in "\\PC{0,30}",
-            attachment in prop::option::of("\\PC{0,20}"),
-            tools in prop::collection::vec(tool(), 0..4),
-            messages in prop::collection::vec(message(), 0..5),
+            parts in parts(),
             stream in any::<bool>(),
             clear in any::<bool>(),
-            output in prop::option::of(json_value()),
         ) {
             let mut config = LiveConfig::new(ApiKey::new("k"), "http://localhost:1");
             config.stream = stream;
             if clear {
                 config.clear_tool_uses = Some(ClearToolUses::new(Some(1000)));
             }
-            let mut cache = BodyCache::default();
-            // The same tools twice (the second from the cache), other
-            // tools, then the first ones again.
-            let fewer = tools.get(1..).unwrap_or_default().to_vec();
-            let toolsets = [&tools, &tools, &fewer, &tools];
-            for (round, history) in crate::providers::arbitrary::rounds(&messages).iter().enumerate() {
-                let tools = toolsets[round % toolsets.len()];
-                let request = Request {
-                    system: &system,
-                    tools,
-                    messages: history,
-                    attachment: attachment.as_deref(),
-                    output: output.as_ref(),
-                };
-                let mut out = Vec::new();
-                write_body(&config, &request, &mut cache, &mut out).expect("written");
-                let mut afresh = Vec::new();
-                write_body(&config, &request, &mut BodyCache::default(), &mut afresh).expect("written");
-                prop_assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&afresh));
-                let _: Value = serde_json::from_slice(&out).expect("JSON");
-            }
+            cached_is_afresh(&parts, &|request, cache, out| write_body(&config, request, cache, out))?;
         }
     }
 }

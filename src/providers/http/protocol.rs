@@ -45,20 +45,25 @@ pub trait Protocol: Clone + std::fmt::Debug + Send + Sync + 'static {
 
     /// The endpoint.
     fn url(&self) -> String;
-    /// The exact JSON body of `request`.
-    fn body(&self, state: &Self::State, request: &Request<'_>) -> Value;
-    /// [`Protocol::body`] written as JSON into `out` (the same value),
-    /// with what `cache` kept from the model's earlier requests (their
-    /// tools, serialized once). The default serializes `body`.
+    /// The exact JSON body of `request`, written into `out` without a
+    /// value tree, with what `cache` kept from the model's earlier requests
+    /// (its tools and history messages, each written once).
     fn write_body(
         &self,
         state: &Self::State,
         request: &Request<'_>,
         cache: &mut BodyCache,
         out: &mut Vec<u8>,
-    ) -> Result<(), serde_json::Error> {
-        let _ = cache;
-        serde_json::to_writer(out, &self.body(state, request))
+    ) -> Result<(), serde_json::Error>;
+    /// The body [`Protocol::write_body`] writes, read back as a value (for
+    /// a host that inspects a request; the client sends the written bytes).
+    fn body(&self, state: &Self::State, request: &Request<'_>) -> Value {
+        let mut out = Vec::new();
+        match self.write_body(state, request, &mut BodyCache::default(), &mut out) {
+            Ok(()) => serde_json::from_slice(&out).unwrap_or(Value::Null),
+            // Values and strings always serialize; nothing to show otherwise.
+            Err(_) => Value::Null,
+        }
     }
     /// What one request keeps while it is sent.
     fn exchange(&self, state: &Self::State) -> Self::Exchange;

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::Value;
 
 use super::reply;
-use super::request::{BodySettings, MaxTokensField, request_body, write_body};
+use super::request::{BodySettings, MaxTokensField, write_body};
 use super::stream;
 use crate::core::error::FailureKind;
 use crate::core::protocol::{ModelResponse, Request};
@@ -170,19 +170,6 @@ impl<T: ?Sized> http::Client<OpenAiConfig, T> {
     }
 }
 
-/// The exact JSON body of `request` under `config`, the limit in `field`.
-fn body_for(config: &OpenAiConfig, field: MaxTokensField, request: &Request<'_>) -> Value {
-    request_body(
-        request,
-        BodySettings {
-            model: &config.model,
-            max_tokens: config.max_tokens,
-            max_tokens_field: field,
-            stream: config.stream,
-        },
-    )
-}
-
 /// The endpoint of `config`'s server.
 fn completions_url(config: &OpenAiConfig) -> String {
     format!("{}/chat/completions", config.base_url.trim_end_matches('/'))
@@ -292,12 +279,6 @@ impl Protocol for OpenAiConfig {
         completions_url(self)
     }
 
-    fn body(&self, state: &TokenField, request: &Request<'_>) -> Value {
-        body_for(self, current_field(self, state), request)
-    }
-
-    /// The value [`Protocol::body`] makes, written straight out: no value
-    /// tree is built, and the tools are written once per client.
     fn write_body(
         &self,
         state: &TokenField,

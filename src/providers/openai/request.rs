@@ -117,18 +117,6 @@ pub(crate) fn arguments_text(input: &Value) -> String {
     }
 }
 
-/// The exact JSON body of a Chat Completions request: what [`write_body`]
-/// writes, read back (for a host that inspects a request; the client sends
-/// the written bytes).
-pub(crate) fn request_body(request: &Request<'_>, settings: BodySettings<'_>) -> Value {
-    let mut out = Vec::new();
-    match write_body(request, settings, &mut BodyCache::default(), &mut out) {
-        Ok(()) => serde_json::from_slice(&out).unwrap_or(Value::Null),
-        // Values and strings always serialize; nothing to show otherwise.
-        Err(_) => Value::Null,
-    }
-}
-
 /// A Chat Completions message as it is written, without a value tree.
 #[derive(Serialize)]
 struct Written<'a> {
@@ -261,27 +249,16 @@ fn write_message(message: &Message, out: &mut Vec<u8>) -> Result<(), serde_json:
     Ok(())
 }
 
-/// The body [`request_body`] describes, written into `out` without a value
-/// tree; the tools (the same for every request of a model, as a rule) come
-/// from `cache`.
+/// The exact JSON body of a Chat Completions request, written into `out`
+/// without a value tree; the tools and the history's messages come from
+/// `cache` when it wrote them before.
 pub(crate) fn write_body(
     request: &Request<'_>,
     settings: BodySettings<'_>,
     cache: &mut BodyCache,
     out: &mut Vec<u8>,
 ) -> Result<(), serde_json::Error> {
-    /// `,"name":value` (`{"name":value` for the first field).
-    fn field(
-        out: &mut Vec<u8>,
-        first: bool,
-        name: &str,
-        value: &impl Serialize,
-    ) -> Result<(), serde_json::Error> {
-        out.push(if first { b'{' } else { b',' });
-        serde_json::to_writer(&mut *out, name)?;
-        out.push(b':');
-        serde_json::to_writer(&mut *out, value)
-    }
+    use crate::providers::body::write_field as field;
     field(out, true, "model", &settings.model)?;
     field(
         out,
@@ -406,6 +383,13 @@ fn is_strict_nested(value: &Value) -> bool {
 mod tests {
     use super::*;
     use crate::core::protocol::{ToolDefinition, ToolUseId};
+
+    /// The body `request` is sent with, read back.
+    fn request_body(request: &Request<'_>, settings: BodySettings<'_>) -> Value {
+        let mut out = Vec::new();
+        write_body(request, settings, &mut BodyCache::default(), &mut out).expect("written");
+        serde_json::from_slice(&out).expect("JSON")
+    }
 
     fn settings(stream: bool) -> BodySettings<'static> {
         BodySettings {
@@ -573,37 +557,17 @@ mod tests {
         /// body written afresh, whatever the history did in between.
         #[test]
         fn a_cached_body_is_the_body_written_afresh(
-            system in "\\PC{0,30}",
-            attachment in proptest::option::of("\\PC{0,20}"),
-            tools in proptest::collection::vec(crate::providers::arbitrary::tool(), 0..4),
-            messages in proptest::collection::vec(crate::providers::arbitrary::message(), 0..5),
+            parts in crate::providers::arbitrary::parts(),
             stream in proptest::prelude::any::<bool>(),
             completion in proptest::prelude::any::<bool>(),
-            output in proptest::option::of(crate::providers::arbitrary::json_value()),
         ) {
             let mut body_settings = settings(stream);
             if completion {
                 body_settings.max_tokens_field = MaxTokensField::MaxCompletionTokens;
             }
-            let mut cache = BodyCache::default();
-            let fewer = tools.get(1..).unwrap_or_default().to_vec();
-            let toolsets = [&tools, &tools, &fewer, &tools];
-            for (round, history) in crate::providers::arbitrary::rounds(&messages).iter().enumerate() {
-                let tools = toolsets[round % toolsets.len()];
-                let request = Request {
-                    system: &system,
-                    tools,
-                    messages: history,
-                    attachment: attachment.as_deref(),
-                    output: output.as_ref(),
-                };
-                let mut out = Vec::new();
-                write_body(&request, body_settings, &mut cache, &mut out).expect("written");
-                let mut afresh = Vec::new();
-                write_body(&request, body_settings, &mut BodyCache::default(), &mut afresh).expect("written");
-                proptest::prop_assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&afresh));
-                let _: Value = serde_json::from_slice(&out).expect("JSON");
-            }
+            crate::providers::arbitrary::cached_is_afresh(&parts, &|request, cache, out| {
+                write_body(request, body_settings, cache, out)
+            })?;
         }
     }
 }
