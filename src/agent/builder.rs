@@ -10,8 +10,8 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::agent::executor::run_command_hooks;
 use crate::agent::executor::{Drive, Gate, Toolbox};
-use crate::agent::executor::{run_command_hooks, run_command_hooks_async};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::agent::resume_point::ResumePoint;
 use crate::agent::subagent::{ChildRecord, Shared, SubagentConfig, TaskTool};
@@ -482,16 +482,8 @@ impl Agent {
         drive: Drive,
     ) -> crate::policy::command_hooks::HookOutcome {
         let shared = &self.shared;
-        let (commands, monitor, audit) = (&shared.commands, &shared.monitor, &shared.audit);
-        match drive {
-            Drive::Blocking => {
-                run_command_hooks(commands, monitor, audit, &AgentId::Parent, input, warnings)
-            }
-            Drive::Async => {
-                run_command_hooks_async(commands, monitor, audit, &AgentId::Parent, input, warnings)
-                    .await
-            }
-        }
+        let hooks = (&shared.commands, &shared.monitor, &shared.audit);
+        run_command_hooks(hooks, &AgentId::Parent, input, warnings, drive).await
     }
 
     /// Runs the settings' `UserPromptSubmit` hooks on `question`, a

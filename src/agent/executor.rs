@@ -127,43 +127,22 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "panic".to_owned())
 }
 
-/// Runs `agent`'s command hooks for `input`: each hook's record goes to
-/// the monitors (the trace) and to the audit log, its warnings to
-/// `warnings`. What the outcome means is the caller's to apply.
-pub(crate) fn run_command_hooks(
-    commands: &CommandHooks,
-    monitor: &SharedMonitor,
-    audit: &AuditLog,
+/// What running command hooks needs: the hooks, and where their records
+/// go (the monitors, so the trace, and the audit log).
+pub(crate) type HookRun<'a> = (&'a CommandHooks, &'a SharedMonitor, &'a AuditLog);
+
+/// Runs `agent`'s command hooks for `input` as the run is driven (in an
+/// async run, off the runtime's worker): each hook's record goes to the
+/// monitors and to the audit log, its warnings to `warnings`. What the
+/// outcome means is the caller's to apply.
+pub(crate) async fn run_command_hooks(
+    (commands, monitor, audit): HookRun<'_>,
     agent: &AgentId,
     input: &HookInput<'_>,
     warnings: &mut Vec<String>,
+    drive: Drive,
 ) -> HookOutcome {
-    let outcome = commands.run(input);
-    record_hooks(outcome, monitor, audit, agent, warnings)
-}
-
-/// [`run_command_hooks`] in an async run: the hooks run off the worker.
-pub(crate) async fn run_command_hooks_async(
-    commands: &CommandHooks,
-    monitor: &SharedMonitor,
-    audit: &AuditLog,
-    agent: &AgentId,
-    input: &HookInput<'_>,
-    warnings: &mut Vec<String>,
-) -> HookOutcome {
-    let outcome = commands.run_async(input).await;
-    record_hooks(outcome, monitor, audit, agent, warnings)
-}
-
-/// Hands the hooks' records to the monitors and the audit log, and their
-/// warnings to `warnings`.
-fn record_hooks(
-    outcome: HookOutcome,
-    monitor: &SharedMonitor,
-    audit: &AuditLog,
-    agent: &AgentId,
-    warnings: &mut Vec<String>,
-) -> HookOutcome {
+    let outcome = commands.run(input, drive == Drive::Async).await;
     for record in &outcome.records {
         monitor.hook(agent, record);
         audit.record(AuditEntry {
@@ -244,16 +223,8 @@ impl<'a> Toolbox<'a> {
     /// The settings' hooks for `input`, recorded: on this thread in a
     /// blocking run, off the runtime's worker in an async one.
     async fn run_hooks(&self, input: &HookInput<'_>, warnings: &mut Vec<String>) -> HookOutcome {
-        let (commands, monitor, audit) = (self.gate.commands, self.gate.monitor, self.gate.audit);
-        match self.drive {
-            Drive::Blocking => {
-                run_command_hooks(commands, monitor, audit, &self.agent, input, warnings)
-            }
-            Drive::Async => {
-                run_command_hooks_async(commands, monitor, audit, &self.agent, input, warnings)
-                    .await
-            }
-        }
+        let hooks = (self.gate.commands, self.gate.monitor, self.gate.audit);
+        run_command_hooks(hooks, &self.agent, input, warnings, self.drive).await
     }
 
     /// The settings' `Stop` hooks (`SubagentStop` for a child): a block

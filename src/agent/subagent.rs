@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::agent::executor::{Drive, Gate, Toolbox, run_command_hooks, run_command_hooks_async};
+use crate::agent::executor::{Drive, Gate, Toolbox, run_command_hooks};
 use crate::agent::output::{DEFAULT_OUTPUT_RETRIES, SchemaOutput, TypedOutput};
 use crate::core::agent_id::AgentId;
 use crate::core::call::{ToolRecord, Warning};
@@ -537,16 +537,8 @@ impl TaskTool {
         }
         let mut warnings = Vec::new();
         let input = HookInput::subagent_start(agent, task);
-        let (commands, monitor, audit) = (&shared.commands, &shared.monitor, &shared.audit);
-        let outcome = match drive {
-            Drive::Blocking => {
-                run_command_hooks(commands, monitor, audit, agent, &input, &mut warnings)
-            }
-            Drive::Async => {
-                run_command_hooks_async(commands, monitor, audit, agent, &input, &mut warnings)
-                    .await
-            }
-        };
+        let hooks = (&shared.commands, &shared.monitor, &shared.audit);
+        let outcome = run_command_hooks(hooks, agent, &input, &mut warnings, drive).await;
         toolbox.warn(warnings);
         if let Some(reason) = &outcome.stop {
             shared.guard.stop(reason.clone());
@@ -696,8 +688,10 @@ impl Tool for TaskTool {
         };
         let mut planned = Self::plan_batch(shared, calls);
         // One child runs on this thread: a run holds one thread.
-        if let [one] = planned.as_mut_slice() {
-            let answer = match std::mem::replace(one, Err(Self::not_built())) {
+        if planned.len() == 1
+            && let Some(one) = planned.pop()
+        {
+            let answer = match one {
                 Ok((task, number, id, span)) => {
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         block_on(self.run_child(shared, number, task, id, span, Drive::Blocking))

@@ -249,19 +249,10 @@ impl CommandHooks {
     /// Runs the hooks of `input`'s event whose matcher matches, in the
     /// order written, until one blocks, denies, fails closed or stops the
     /// run; returns what they decided together, with a record of each.
-    /// Each hook runs on this thread.
-    pub(crate) fn run(&self, input: &HookInput<'_>) -> HookOutcome {
-        crate::run::driver::block_on(self.run_each(input, false))
-    }
-
-    /// [`CommandHooks::run`] for an async run: each hook runs and is waited
-    /// for off the runtime's worker (on tokio's blocking pool, or a thread
-    /// of its own), so a hook that waits holds no worker.
-    pub(crate) async fn run_async(&self, input: &HookInput<'_>) -> HookOutcome {
-        self.run_each(input, true).await
-    }
-
-    async fn run_each(&self, input: &HookInput<'_>, off_worker: bool) -> HookOutcome {
+    /// Each hook runs on this thread (the future is complete when made),
+    /// or, `off_worker`, off an async runtime's worker (on tokio's blocking
+    /// pool, or a thread of its own), so a hook that waits holds no worker.
+    pub(crate) async fn run(&self, input: &HookInput<'_>, off_worker: bool) -> HookOutcome {
         let mut outcome = HookOutcome::default();
         if !self.has(input.event) {
             return outcome;

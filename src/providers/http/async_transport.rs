@@ -234,17 +234,14 @@ impl AsyncTransport for ReqwestTransport {
         body: &'a [u8],
     ) -> ResponseFuture<'a> {
         Box::pin(async move {
-            let parsed = match self.endpoint.get() {
-                Some((text, parsed)) if text == url => Some(parsed.clone()),
-                Some(_) => None,
+            let endpoint = match self.endpoint.get() {
+                Some(endpoint) => Some(endpoint),
                 None => reqwest::Url::parse(url)
                     .ok()
-                    .map(|parsed| self.endpoint.get_or_init(|| (url.to_owned(), parsed)))
-                    .filter(|(text, _)| text == url)
-                    .map(|(_, parsed)| parsed.clone()),
+                    .map(|parsed| self.endpoint.get_or_init(|| (url.to_owned(), parsed))),
             };
-            let mut request = match parsed {
-                Some(parsed) => self.client.post(parsed),
+            let mut request = match endpoint.filter(|(text, _)| text == url) {
+                Some((_, parsed)) => self.client.post(parsed.clone()),
                 None => self.client.post(url),
             };
             for (name, value) in headers {
