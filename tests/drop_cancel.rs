@@ -322,6 +322,27 @@ fn live_config(url: &str) -> subloop::providers::anthropic::LiveConfig {
     config
 }
 
+/// An agent with no tools, the handle that cancels it, and the slot that
+/// gives its stop signal to a model.
+fn cancellable_agent() -> (
+    subloop::Agent,
+    subloop::CancelHandle,
+    subloop::providers::http::StopSlot,
+) {
+    let cancel = subloop::CancelHandle::new();
+    let agent = AgentBuilder::new(Arc::new(AllowAll))
+        .limits(subloop::Limits::default(), cancel.clone())
+        .build();
+    let slot = subloop::providers::http::StopSlot::default();
+    let _ = slot.set(agent.stop_signal());
+    (agent, cancel, slot)
+}
+
+/// The threads this process has that it did not have `before`.
+fn added_since(before: &std::collections::HashSet<libc::pid_t>) -> Vec<libc::pid_t> {
+    tids().difference(before).copied().collect()
+}
+
 /// How long after `cancel()` the run ended, and how it ended.
 struct Ended {
     after_cancel: Duration,
@@ -332,18 +353,12 @@ struct Ended {
 #[test]
 fn cancelling_a_request_in_flight_wakes_it_without_a_thread_or_a_poll() {
     use subloop::providers::anthropic::{self, AnthropicModel, AsyncAnthropicModel};
-    use subloop::providers::http::StopSlot;
     let _alone = ALONE.lock().unwrap_or_else(|poison| poison.into_inner());
     let (url, arrived) = silent_server();
 
     // Blocking: the run on a thread of its own, its request on that thread.
     let client = Arc::new(anthropic::Client::new(live_config(&url)));
-    let cancel = subloop::CancelHandle::new();
-    let agent = AgentBuilder::new(Arc::new(AllowAll))
-        .limits(subloop::Limits::default(), cancel.clone())
-        .build();
-    let slot = StopSlot::default();
-    let _ = slot.set(agent.stop_signal());
+    let (agent, cancel, slot) = cancellable_agent();
     let mut model = AnthropicModel::with_stop(Arc::clone(&client), slot);
     let before = tids();
     let (ended, finished) = std::sync::mpsc::channel();
@@ -358,7 +373,7 @@ fn cancelling_a_request_in_flight_wakes_it_without_a_thread_or_a_poll() {
     arrived.recv_timeout(Duration::from_secs(30)).unwrap();
     // The run's thread and nothing more: no worker waits for the request.
     let run_tid = run_tid.recv().unwrap();
-    let added: Vec<_> = tids().difference(&before).copied().collect();
+    let added = added_since(&before);
     assert_eq!(added, [run_tid], "threads added while the request waits");
     let cancelled = std::time::Instant::now();
     cancel.cancel();
@@ -376,17 +391,12 @@ fn cancelling_a_request_in_flight_wakes_it_without_a_thread_or_a_poll() {
         .enable_all()
         .build()
         .unwrap();
-    let cancel = subloop::CancelHandle::new();
-    let agent = AgentBuilder::new(Arc::new(AllowAll))
-        .limits(subloop::Limits::default(), cancel.clone())
-        .build();
-    let slot = StopSlot::default();
-    let _ = slot.set(agent.stop_signal());
+    let (agent, cancel, slot) = cancellable_agent();
     let mut model = AsyncAnthropicModel::with_stop(client, slot);
     let before = tids();
     let canceller = std::thread::spawn(move || {
         arrived.recv_timeout(Duration::from_secs(30)).unwrap();
-        let added: Vec<_> = tids().difference(&before).copied().collect();
+        let added = added_since(&before);
         // SAFETY: gettid(2) has no preconditions.
         let me = unsafe { libc::gettid() };
         let cancelled = std::time::Instant::now();

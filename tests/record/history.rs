@@ -877,11 +877,7 @@ fn a_stop_reason_that_disagrees_with_the_reply_is_named() {
     lines[7]["message"]["stop_reason"] = json!("tool_use");
     let history = History::read(&claude_code::text_of(&lines), None).unwrap();
     assert_eq!(history.turns[1].stop_reason.as_deref(), Some("end_turn"));
-    let found: Vec<(Rule, Option<usize>)> = history
-        .check()
-        .into_iter()
-        .map(|finding| (finding.rule, finding.line))
-        .collect();
+    let found = rules_at(&history);
     assert_eq!(
         found,
         [(Rule::StopReason, Some(3)), (Rule::StopReason, Some(8))]
@@ -907,6 +903,15 @@ fn the_history_fuzz_seeds_pass_their_checks() {
     assert!(count >= 4, "expected a seed of each format, found {count}");
 }
 
+/// What `history` breaks: each finding's rule and line.
+fn rules_at(history: &History) -> Vec<(Rule, Option<usize>)> {
+    history
+        .check()
+        .into_iter()
+        .map(|finding| (finding.rule, finding.line))
+        .collect()
+}
+
 /// A lost line cuts the chain a resume follows: what came before it is
 /// left out, and `check` says where.
 #[test]
@@ -915,11 +920,7 @@ fn a_lost_line_that_cuts_the_chain_is_named() {
     let mut lost = session();
     lost.remove(3); // the first call's entry: the next one's parent
     let history = History::read(&claude_code::text_of(&lost), None).unwrap();
-    let found: Vec<(Rule, Option<usize>)> = history
-        .check()
-        .into_iter()
-        .map(|finding| (finding.rule, finding.line))
-        .collect();
+    let found = rules_at(&history);
     // The chain starts at the second call (line 4), so the first call's
     // result (line 5) answers nothing on it.
     assert_eq!(
